@@ -1,0 +1,91 @@
+#include "buffered_fds.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <new>
+#include <sys/stat.h>
+
+namespace tlstune {
+
+bool identifySocket(int fd, SocketId *id) noexcept
+{
+	int savedErrno = errno;
+	struct stat st;
+	bool ok = fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode);
+	errno = savedErrno;
+	if (!ok)
+		return false;
+	id->dev = st.st_dev;
+	id->ino = st.st_ino;
+	return true;
+}
+
+void BufferedFds::set(const void *owner, int fd, const SocketId &id, bool buffered) noexcept
+{
+	std::lock_guard<std::mutex> lock(mutex_);
+
+	auto it = std::find_if(entries_.begin(), entries_.end(),
+			       [owner](const Entry &e) { return e.owner == owner; });
+	if (!buffered) {
+		if (it != entries_.end())
+			entries_.erase(it);
+	} else if (it != entries_.end()) {
+		it->fd = fd;
+		it->id = id;
+	} else {
+		try {
+			entries_.push_back({ owner, fd, id });
+		} catch (const std::bad_alloc &) {
+			/* Out of memory: this connection goes without readiness help. */
+		}
+	}
+	count_.store(entries_.size(), std::memory_order_relaxed);
+}
+
+void BufferedFds::forget(const void *owner) noexcept
+{
+	set(owner, -1, SocketId{}, false);
+}
+
+const BufferedFds::Entry *BufferedFds::find(int fd) const noexcept
+{
+	/* Newest first: after a reuse the connection that registered last owns the fd. */
+	for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
+		if (it->fd == fd)
+			return &*it;
+	}
+	return nullptr;
+}
+
+bool BufferedFds::holds(int fd) const noexcept
+{
+	if (fd < 0 || empty())
+		return false;
+
+	SocketId wanted;
+	{
+		std::lock_guard<std::mutex> lock(mutex_);
+		const Entry *entry = find(fd);
+		if (!entry)
+			return false;
+		wanted = entry->id;
+	}
+	SocketId now;
+	return identifySocket(fd, &now) && now == wanted;
+}
+
+bool BufferedFds::holds(int fd, ino_t ino) const noexcept
+{
+	if (fd < 0 || empty())
+		return false;
+
+	{
+		std::lock_guard<std::mutex> lock(mutex_);
+		const Entry *entry = find(fd);
+		if (!entry || entry->id.ino != ino)
+			return false;
+	}
+	return holds(fd);
+}
+
+} /* namespace tlstune */

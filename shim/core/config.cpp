@@ -1,0 +1,184 @@
+#include "config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <limits>
+
+namespace tlstune {
+
+namespace {
+
+constexpr std::size_t kMinReadBuffer = 16 * 1024;
+constexpr std::size_t kMaxReadBuffer = 1024 * 1024;
+
+enum class Kind { Bool, Size, Level };
+
+struct Option {
+	OptionInfo info;
+	Kind kind;
+	bool Config::*flag;
+	std::size_t Config::*size;
+	LogLevel Config::*level;
+};
+
+const Option kOptions[] = {
+	{ { "TLSTUNE_DISABLE", "1/true/yes/on or 0/false/no/off", "off",
+	    "Turn every feature off: each call goes straight to OpenSSL or libc." },
+	  Kind::Bool, &Config::disable, nullptr, nullptr },
+	{ { "TLSTUNE_READ_AHEAD", "1/true/yes/on or 0/false/no/off", "on",
+	    "Turn read-ahead on and size the read buffer of every new SSL_CTX." },
+	  Kind::Bool, &Config::readAhead, nullptr, nullptr },
+	{ { "TLSTUNE_READ_BUFFER", "bytes from 16KiB to 1MiB, suffix K, KiB, M or MiB", "65655",
+	    "Read buffer length: the default holds four whole 16 KiB TLS records." },
+	  Kind::Size, nullptr, &Config::readBuffer, nullptr },
+	{ { "TLSTUNE_READINESS", "1/true/yes/on or 0/false/no/off", "on",
+	    "Make poll/select/epoll report a connection readable while OpenSSL holds its data. "
+	    "Turning it off brings back the read-ahead stalls; it exists to show them." },
+	  Kind::Bool, &Config::readiness, nullptr, nullptr },
+	{ { "TLSTUNE_VERBOSE", "1/true/yes/on or 0/false/no/off", "off",
+	    "Print the effective settings once on stderr when the library loads." },
+	  Kind::Bool, &Config::verbose, nullptr, nullptr },
+	{ { "TLSTUNE_LOG", "off, error, warn, info or debug", "warn",
+	    "Which messages reach stderr." },
+	  Kind::Level, nullptr, nullptr, &Config::logLevel },
+	{ { "TLSTUNE_STATS", "1/true/yes/on or 0/false/no/off", "off",
+	    "Print one summary line on stderr at exit." },
+	  Kind::Bool, &Config::stats, nullptr, nullptr },
+};
+
+std::string lower(std::string text)
+{
+	std::transform(text.begin(), text.end(), text.begin(),
+		       [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+	return text;
+}
+
+const char *levelName(LogLevel level)
+{
+	switch (level) {
+	case LogLevel::Off: return "off";
+	case LogLevel::Error: return "error";
+	case LogLevel::Warn: return "warn";
+	case LogLevel::Info: return "info";
+	case LogLevel::Debug: return "debug";
+	}
+	return "?";
+}
+
+} /* namespace */
+
+const std::vector<OptionInfo> &optionTable()
+{
+	static const std::vector<OptionInfo> table = [] {
+		std::vector<OptionInfo> rows;
+		for (const Option &option : kOptions)
+			rows.push_back(option.info);
+		return rows;
+	}();
+	return table;
+}
+
+bool parseBool(const std::string &text, bool *value)
+{
+	const std::string word = lower(text);
+	if (word == "1" || word == "true" || word == "yes" || word == "on") {
+		*value = true;
+		return true;
+	}
+	if (word == "0" || word == "false" || word == "no" || word == "off") {
+		*value = false;
+		return true;
+	}
+	return false;
+}
+
+bool parseSize(const std::string &text, std::size_t *value)
+{
+	std::size_t digits = 0;
+	while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits])))
+		digits++;
+	if (digits == 0 || digits > 12)
+		return false;
+
+	const std::string unit = lower(text.substr(digits));
+	unsigned long long multiplier;
+	if (unit.empty() || unit == "b")
+		multiplier = 1;
+	else if (unit == "k" || unit == "kib")
+		multiplier = 1024;
+	else if (unit == "m" || unit == "mib")
+		multiplier = 1024 * 1024;
+	else
+		return false;
+
+	unsigned long long number = std::strtoull(text.substr(0, digits).c_str(), nullptr, 10);
+	if (number > std::numeric_limits<std::size_t>::max() / multiplier)
+		return false;
+	std::size_t bytes = static_cast<std::size_t>(number * multiplier);
+	if (bytes < kMinReadBuffer || bytes > kMaxReadBuffer)
+		return false;
+	*value = bytes;
+	return true;
+}
+
+bool parseLogLevel(const std::string &text, LogLevel *value)
+{
+	static const LogLevel levels[] = { LogLevel::Off, LogLevel::Error, LogLevel::Warn,
+					   LogLevel::Info, LogLevel::Debug };
+	const std::string word = lower(text);
+	for (LogLevel level : levels) {
+		if (word == levelName(level)) {
+			*value = level;
+			return true;
+		}
+	}
+	return false;
+}
+
+ParsedConfig parseConfig(EnvLookup lookup, void *context)
+{
+	ParsedConfig parsed;
+	Config &config = parsed.config;
+
+	for (const Option &option : kOptions) {
+		const char *raw = lookup(option.info.name, context);
+		/* Set but empty counts as unset, as for most Unix tools. */
+		if (!raw || !*raw)
+			continue;
+
+		const std::string text = raw;
+		bool ok = false;
+		switch (option.kind) {
+		case Kind::Bool:
+			ok = parseBool(text, &(config.*option.flag));
+			break;
+		case Kind::Size:
+			ok = parseSize(text, &(config.*option.size));
+			break;
+		case Kind::Level:
+			ok = parseLogLevel(text, &(config.*option.level));
+			break;
+		}
+		if (!ok)
+			parsed.errors.push_back(std::string(option.info.name) + "=" + text +
+						" is not valid: expected " + option.info.accepted +
+						"; using the default, " + option.info.defaultValue);
+	}
+	return parsed;
+}
+
+std::string describeConfig(const Config &config)
+{
+	auto onOff = [](bool on) { return on ? "on" : "off"; };
+	if (config.disable)
+		return "disabled";
+	return std::string("read_ahead=") + onOff(config.readAhead) +
+	       " read_buffer=" + std::to_string(config.readBuffer) +
+	       " readiness=" + onOff(config.readiness) +
+	       " stats=" + onOff(config.stats) +
+	       " log=" + levelName(config.logLevel);
+}
+
+} /* namespace tlstune */

@@ -1,0 +1,61 @@
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "log.h"
+
+namespace tlstune {
+
+/*
+ * The default read buffer holds four whole TLS records. A full TLS 1.2 AES-GCM record is
+ * 16,413 bytes on the wire (5 header + 8 nonce + 16,384 data + 16 tag); curl settled on
+ * 4 x 0x401e and the seed (curl-openssl-readahead.txt) found 4 records fastest, 8 slower.
+ * OpenSSL asks the BIO for the buffer length less its 3 bytes of alignment slack, so
+ * 4 x 16,413 + 3 makes every read take exactly four records. With a round 65,536 the reads
+ * alternate 65,533 + 119 bytes: twice the syscalls for the same data (measured here).
+ */
+constexpr std::size_t kRecordOnWire = 16413;
+constexpr std::size_t kDefaultReadBuffer = 4 * kRecordOnWire + 3;
+
+struct Config {
+	bool disable = false;
+	bool readAhead = true;
+	std::size_t readBuffer = kDefaultReadBuffer;
+	bool readiness = true;
+	bool verbose = false;
+	bool stats = false;
+	LogLevel logLevel = LogLevel::Warn;
+};
+
+/* One row per TLSTUNE_* variable: the README and the man page show this table. */
+struct OptionInfo {
+	const char *name;
+	const char *accepted;
+	const char *defaultValue;
+	const char *help;
+};
+const std::vector<OptionInfo> &optionTable();
+
+/* Returns the value of an environment variable, or nullptr when it is unset. */
+using EnvLookup = const char *(*)(const char *name, void *context);
+
+struct ParsedConfig {
+	Config config;
+	/* One line per rejected value: variable, value, accepted form, default used. */
+	std::vector<std::string> errors;
+};
+
+/* Pure: reads only through lookup, so tests feed it a fake environment. */
+ParsedConfig parseConfig(EnvLookup lookup, void *context);
+
+/* "read_ahead=on read_buffer=65655 ...": what TLSTUNE_VERBOSE prints. */
+std::string describeConfig(const Config &config);
+
+/* Parsers shared with the tests; each returns false for a value it does not accept. */
+bool parseBool(const std::string &text, bool *value);
+bool parseSize(const std::string &text, std::size_t *value);
+bool parseLogLevel(const std::string &text, LogLevel *value);
+
+} /* namespace tlstune */

@@ -1,0 +1,107 @@
+#include "connection.h"
+
+#include <new>
+
+#include "openssl_api.h"
+
+namespace tlstune {
+
+namespace {
+
+/* initial-exec: the read wrappers test this on every read(2) of the host program. */
+__attribute__((tls_model("initial-exec"))) thread_local CallScope *innermost = nullptr;
+
+void freeConnection(void * /*parent*/, void *ptr, CRYPTO_EX_DATA * /*ad*/, int /*idx*/,
+		    long /*argl*/, void *argp)
+{
+	auto *connection = static_cast<Connection *>(ptr);
+	if (!connection)
+		return;
+	static_cast<BufferedFds *>(argp)->forget(connection);
+	delete connection;
+}
+
+} /* namespace */
+
+void Connection::noteSocketRead(int fd) noexcept
+{
+	if (fd == fd_)
+		return;
+	SocketId id;
+	if (!identifySocket(fd, &id))
+		return;
+	fd_ = fd;
+	id_ = id;
+}
+
+void Connection::afterCall(BufferedFds &buffered, bool progressed, bool wantsRead,
+			   bool hasPending) noexcept
+{
+	if (wantsRead)
+		partial_ = true;
+	else if (progressed)
+		partial_ = false;
+
+	const bool now = fd_ >= 0 && !partial_ && hasPending;
+	if (now == buffered_)
+		return;
+	buffered_ = now;
+	buffered.set(this, fd_, id_, now);
+}
+
+bool ConnectionSlot::init(const OpenSslApi &api, BufferedFds *buffered) noexcept
+{
+	/* SSL_get_ex_new_index() is a macro over this. */
+	index_ = api.CRYPTO_get_ex_new_index(CRYPTO_EX_INDEX_SSL, 0, buffered, nullptr, nullptr,
+					     freeConnection);
+	return index_ >= 0;
+}
+
+bool ConnectionSlot::attach(const OpenSslApi &api, SSL *ssl) const noexcept
+{
+	return of(api, ssl) != nullptr;
+}
+
+Connection *ConnectionSlot::of(const OpenSslApi &api, SSL *ssl) const noexcept
+{
+	if (!ssl || index_ < 0)
+		return nullptr;
+	auto *connection = static_cast<Connection *>(api.SSL_get_ex_data(ssl, index_));
+	if (connection)
+		return connection;
+
+	connection = new (std::nothrow) Connection;
+	if (!connection)
+		return nullptr;
+	if (!api.SSL_set_ex_data(ssl, index_, connection)) {
+		delete connection;
+		return nullptr;
+	}
+	return connection;
+}
+
+CallScope::CallScope(Connection *connection) noexcept
+	: connection_(connection), previous_(innermost)
+{
+	outermost_ = true;
+	for (const CallScope *scope = previous_; scope; scope = scope->previous_) {
+		if (scope->connection_ == connection) {
+			outermost_ = false;
+			break;
+		}
+	}
+	innermost = this;
+}
+
+CallScope::~CallScope()
+{
+	innermost = previous_;
+}
+
+Connection *CallScope::current() noexcept
+{
+	CallScope *scope = innermost;
+	return scope ? scope->connection_ : nullptr;
+}
+
+} /* namespace tlstune */

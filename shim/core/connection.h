@@ -1,0 +1,86 @@
+#pragma once
+
+#include <openssl/ssl.h>
+
+#include "buffered_fds.h"
+
+namespace tlstune {
+
+struct OpenSslApi;
+
+/*
+ * What the shim knows about one SSL, carried as its ex_data. Only the thread inside a
+ * call on that SSL touches it (OpenSSL forbids concurrent calls on one SSL), so it needs
+ * no lock; what other threads must see goes through BufferedFds.
+ */
+class Connection {
+public:
+	/*
+	 * The socket this connection reads from, learnt from the read syscalls made while
+	 * it is inside an OpenSSL call. SSL_get_rfd() is not enough: a program with its
+	 * own BIO (curl 7.88) makes it answer -1.
+	 */
+	void noteSocketRead(int fd) noexcept;
+
+	/*
+	 * After the program's outermost call on this SSL returned. progressed: it returned
+	 * > 0; wantsRead: OpenSSL stopped waiting for the socket; hasPending: records or
+	 * decrypted bytes are buffered (SSL_has_pending, unlike SSL_pending, counts both).
+	 */
+	void afterCall(BufferedFds &buffered, bool progressed, bool wantsRead, bool hasPending) noexcept;
+
+	int fd() const noexcept { return fd_; }
+	bool buffered() const noexcept { return buffered_; }
+
+private:
+	int fd_ = -1;
+	SocketId id_;
+	/*
+	 * OpenSSL asked for more of a record it holds only part of. Reporting the fd
+	 * readable then would make a poll loop spin (poll answers at once, SSL_read says
+	 * WANT_READ): wait for the socket until a call makes progress again.
+	 */
+	bool partial_ = false;
+	bool buffered_ = false;
+};
+
+/*
+ * The ex_data slot that carries a Connection on every SSL. Its free callback forgets the
+ * connection's buffered fd when the program frees the SSL.
+ */
+class ConnectionSlot {
+public:
+	bool init(const OpenSslApi &api, BufferedFds *buffered) noexcept;
+	/* The SSL's Connection, attached on first use; nullptr when out of memory. */
+	Connection *of(const OpenSslApi &api, SSL *ssl) const noexcept;
+	/* SSL_new's hook: attach now so later calls find it. */
+	bool attach(const OpenSslApi &api, SSL *ssl) const noexcept;
+
+private:
+	int index_ = -1;
+};
+
+/*
+ * Marks the connection this thread is inside an OpenSSL call on, so the read wrappers can
+ * attribute the socket they read to it. Nested calls (libssl calling its own exported
+ * functions, or a BIO that reads through another SSL) stack; the innermost one owns the
+ * read.
+ */
+class CallScope {
+public:
+	explicit CallScope(Connection *connection) noexcept;
+	~CallScope();
+	CallScope(const CallScope &) = delete;
+	CallScope &operator=(const CallScope &) = delete;
+
+	/* False when an enclosing scope is for the same connection: only the outer acts. */
+	bool outermost() const noexcept { return outermost_; }
+	static Connection *current() noexcept;
+
+private:
+	Connection *connection_;
+	CallScope *previous_;
+	bool outermost_;
+};
+
+} /* namespace tlstune */

@@ -1,0 +1,16 @@
+#include "stats.h"
+
+namespace tlstune {
+
+std::string Stats::summary() const
+{
+	auto field = [](const char *name, const std::atomic<uint64_t> &counter) {
+		return std::string(name) + "=" + std::to_string(counter.load(std::memory_order_relaxed));
+	};
+	return "stats: " + field("contexts_tuned", contextsTuned) + " " +
+	       field("connections", connections) + " " + field("ssl_reads", sslReads) + " " +
+	       field("ssl_read_bytes", sslReadBytes) + " " + field("socket_reads", socketReads) + " " +
+	       field("socket_read_bytes", socketReadBytes);
+}
+
+} /* namespace tlstune */

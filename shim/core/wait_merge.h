@@ -1,0 +1,140 @@
+#pragma once
+
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+
+#include "buffered_fds.h"
+
+namespace tlstune {
+
+/*
+ * The readiness layer. A program that waits for its socket before SSL_read would wait
+ * forever for records read-ahead already moved into OpenSSL (the seeds' curl IMAPS stall).
+ * Each wait call first asks the buffered set; when a connection it waits for holds data,
+ * the real call runs with a zero timeout and those fds are added as readable.
+ * Otherwise the real call runs untouched, with the program's own timeout.
+ */
+
+/* realPoll(zeroTimeout) runs the real poll/ppoll over the same fds. */
+template <typename RealPoll>
+int pollMerged(const BufferedFds &buffered, struct pollfd *fds, nfds_t nfds, RealPoll realPoll)
+{
+	constexpr short kReadable = POLLIN | POLLRDNORM;
+	auto bufferedAt = [&](nfds_t i) {
+		return (fds[i].events & kReadable) && buffered.holds(fds[i].fd);
+	};
+
+	bool any = false;
+	for (nfds_t i = 0; i < nfds && !any; i++)
+		any = bufferedAt(i);
+	if (!any)
+		return realPoll(false);
+
+	int ready = realPoll(true);
+	if (ready < 0)
+		return ready;
+	ready = 0;
+	for (nfds_t i = 0; i < nfds; i++) {
+		if (bufferedAt(i))
+			fds[i].revents |= fds[i].events & kReadable;
+		if (fds[i].revents)
+			ready++;
+	}
+	return ready;
+}
+
+/* realSelect(zeroTimeout) runs the real select/pselect over the same sets. */
+template <typename RealSelect>
+int selectMerged(const BufferedFds &buffered, int nfds, fd_set *readfds, RealSelect realSelect)
+{
+	/* Only the fixed-size fd_set is ours to read; above FD_SETSIZE the program is alone. */
+	const int limit = nfds < FD_SETSIZE ? nfds : FD_SETSIZE;
+	auto isSet = [](const fd_set *set, int fd) {
+		return (__FDS_BITS(set)[fd / __NFDBITS] & (static_cast<__fd_mask>(1) << (fd % __NFDBITS))) != 0;
+	};
+	auto add = [](fd_set *set, int fd) {
+		__FDS_BITS(set)[fd / __NFDBITS] |= static_cast<__fd_mask>(1) << (fd % __NFDBITS);
+	};
+
+	bool any = false;
+	if (readfds) {
+		for (int fd = 0; fd < limit && !any; fd++)
+			any = isSet(readfds, fd) && buffered.holds(fd);
+	}
+	if (!any)
+		return realSelect(false);
+
+	const fd_set wanted = *readfds;
+	int ready = realSelect(true);
+	if (ready < 0)
+		return ready;
+	for (int fd = 0; fd < limit; fd++) {
+		if (isSet(&wanted, fd) && !isSet(readfds, fd) && buffered.holds(fd)) {
+			add(readfds, fd);
+			ready++;
+		}
+	}
+	return ready;
+}
+
+/*
+ * One registration of an epoll set, as the kernel reports it in /proc/self/fdinfo/EPFD:
+ * the program's own events mask and data, and the inode of the file registered.
+ */
+struct EpollRegistration {
+	int fd;
+	unsigned events;
+	unsigned long long data;
+	unsigned long ino;
+};
+
+/* Parses one "tfd: ..." line of an epoll fdinfo file; false for any other line. */
+bool parseEpollFdinfoLine(const char *line, EpollRegistration *out) noexcept;
+
+/*
+ * Adds the registration's event to the `ready` events the real epoll_wait returned (at
+ * most maxevents in all), joining an event with the same data. Returns the new count;
+ * *delivered says whether the event is among them.
+ */
+int mergeEpollEvent(struct epoll_event *events, int ready, int maxevents,
+		    const EpollRegistration &registration, bool *delivered) noexcept;
+
+/*
+ * The registrations of epfd that wait for input on an fd holding buffered data, read from
+ * the kernel's own list so the program's data comes back exactly as it registered it and
+ * a registration that the kernel dropped (fd closed) is never reported. At most max.
+ */
+int bufferedRegistrations(const BufferedFds &buffered, int epfd, EpollRegistration *out,
+			  int max) noexcept;
+
+/* EPOLLONESHOT: an event the shim delivered disarms the registration, as the kernel's would. */
+void disarmOneShot(int epfd, const EpollRegistration &registration) noexcept;
+
+/* realWait(zeroTimeout) runs the real epoll_wait/epoll_pwait/epoll_pwait2. */
+template <typename RealWait>
+int epollMerged(const BufferedFds &buffered, int epfd, struct epoll_event *events, int maxevents,
+		RealWait realWait)
+{
+	constexpr int kMaxExtra = 64;
+	if (buffered.empty() || maxevents <= 0)
+		return realWait(false);
+
+	EpollRegistration extra[kMaxExtra];
+	const int found = bufferedRegistrations(buffered, epfd, extra, kMaxExtra);
+	if (found == 0)
+		return realWait(false);
+
+	int ready = realWait(true);
+	if (ready < 0)
+		return ready;
+	for (int i = 0; i < found; i++) {
+		bool delivered = false;
+		ready = mergeEpollEvent(events, ready, maxevents, extra[i], &delivered);
+		if (delivered && (extra[i].events & EPOLLONESHOT))
+			disarmOneShot(epfd, extra[i]);
+	}
+	return ready;
+}
+
+} /* namespace tlstune */

@@ -1,0 +1,72 @@
+/* Connections: every call that may read from the socket goes through onConnection(). */
+
+#include "runtime/connection_call.h"
+
+using namespace tlstune;
+
+#define TLSTUNE_EXPORT extern "C" __attribute__((visibility("default")))
+
+TLSTUNE_EXPORT SSL *SSL_new(SSL_CTX *ctx)
+{
+	const OpenSsl &ssl = openssl();
+	SSL *created = ssl.api.SSL_new ? ssl.api.SSL_new(ctx) : nullptr;
+	if (created && ssl.tracking && ssl.slot.attach(ssl.api, created))
+		Stats::add(process().stats.connections, 1);
+	return created;
+}
+
+TLSTUNE_EXPORT int SSL_read(SSL *s, void *buf, int num)
+{
+	int n = onConnection(s, &OpenSslApi::SSL_read, buf, num);
+	if (n > 0)
+		countSslRead(static_cast<size_t>(n));
+	return n;
+}
+
+TLSTUNE_EXPORT int SSL_read_ex(SSL *s, void *buf, size_t num, size_t *readbytes)
+{
+	int ok = onConnection(s, &OpenSslApi::SSL_read_ex, buf, num, readbytes);
+	if (ok > 0 && readbytes)
+		countSslRead(*readbytes);
+	return ok;
+}
+
+TLSTUNE_EXPORT int SSL_peek(SSL *s, void *buf, int num)
+{
+	return onConnection(s, &OpenSslApi::SSL_peek, buf, num);
+}
+
+TLSTUNE_EXPORT int SSL_peek_ex(SSL *s, void *buf, size_t num, size_t *readbytes)
+{
+	return onConnection(s, &OpenSslApi::SSL_peek_ex, buf, num, readbytes);
+}
+
+/* A write runs the handshake when none was done yet, and may read records past it. */
+TLSTUNE_EXPORT int SSL_write(SSL *s, const void *buf, int num)
+{
+	return onConnection(s, &OpenSslApi::SSL_write, buf, num);
+}
+
+TLSTUNE_EXPORT int SSL_write_ex(SSL *s, const void *buf, size_t num, size_t *written)
+{
+	return onConnection(s, &OpenSslApi::SSL_write_ex, buf, num, written);
+}
+
+/*
+ * With read-ahead the handshake's last read can take the first application records too:
+ * an IMAP or SMTP greeting sent right after the server's Finished.
+ */
+TLSTUNE_EXPORT int SSL_do_handshake(SSL *s)
+{
+	return onConnection(s, &OpenSslApi::SSL_do_handshake);
+}
+
+TLSTUNE_EXPORT int SSL_connect(SSL *s)
+{
+	return onConnection(s, &OpenSslApi::SSL_connect);
+}
+
+TLSTUNE_EXPORT int SSL_accept(SSL *s)
+{
+	return onConnection(s, &OpenSslApi::SSL_accept);
+}

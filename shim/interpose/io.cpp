@@ -1,0 +1,68 @@
+/*
+ * The read family, only to learn which socket a connection reads: the innermost OpenSSL
+ * call on this thread owns the read. Outside OpenSSL calls this is one thread-local load.
+ */
+
+#include <cerrno>
+
+#include "runtime/socket_read.h"
+
+using namespace tlstune;
+
+#define TLSTUNE_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+template <typename Function, typename... Args>
+ssize_t forward(Function LibcApi::*function, int fd, Args... args)
+{
+	ssize_t n = (process().libc.*function)(fd, args...);
+	int savedErrno = errno;
+	noteRead(fd, n);
+	errno = savedErrno;
+	return n;
+}
+
+} /* namespace */
+
+TLSTUNE_EXPORT ssize_t read(int fd, void *buf, size_t count)
+{
+	return forward(&LibcApi::read, fd, buf, count);
+}
+
+TLSTUNE_EXPORT ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen)
+{
+	return forward(&LibcApi::read_chk, fd, buf, count, buflen);
+}
+
+TLSTUNE_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
+{
+	return forward(&LibcApi::readv, fd, iov, iovcnt);
+}
+
+TLSTUNE_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
+{
+	return forward(&LibcApi::recv, fd, buf, len, flags);
+}
+
+TLSTUNE_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t len, size_t buflen, int flags)
+{
+	return forward(&LibcApi::recv_chk, fd, buf, len, buflen, flags);
+}
+
+TLSTUNE_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *from,
+				socklen_t *fromlen)
+{
+	return forward(&LibcApi::recvfrom, fd, buf, len, flags, from, fromlen);
+}
+
+TLSTUNE_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t buflen, int flags,
+				      struct sockaddr *from, socklen_t *fromlen)
+{
+	return forward(&LibcApi::recvfrom_chk, fd, buf, len, buflen, flags, from, fromlen);
+}
+
+TLSTUNE_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
+{
+	return forward(&LibcApi::recvmsg, fd, msg, flags);
+}

@@ -1,0 +1,117 @@
+/*
+ * The wait family. With nothing buffered (the normal case) each is one relaxed load and
+ * the real call; otherwise core/wait_merge.h adds the connections OpenSSL holds data for.
+ */
+
+#include "core/wait_merge.h"
+#include "runtime/runtime.h"
+
+using namespace tlstune;
+
+#define TLSTUNE_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+const struct timespec kZeroSpec = { 0, 0 };
+}
+
+TLSTUNE_EXPORT int poll(struct pollfd *fds, nfds_t nfds, int timeout)
+{
+	Process &p = process();
+	if (p.buffered.empty())
+		return p.libc.poll(fds, nfds, timeout);
+	return pollMerged(p.buffered, fds, nfds,
+			  [&](bool zero) { return p.libc.poll(fds, nfds, zero ? 0 : timeout); });
+}
+
+TLSTUNE_EXPORT int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout, size_t fdslen)
+{
+	Process &p = process();
+	if (p.buffered.empty())
+		return p.libc.poll_chk(fds, nfds, timeout, fdslen);
+	return pollMerged(p.buffered, fds, nfds, [&](bool zero) {
+		return p.libc.poll_chk(fds, nfds, zero ? 0 : timeout, fdslen);
+	});
+}
+
+TLSTUNE_EXPORT int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
+			 const sigset_t *sigmask)
+{
+	Process &p = process();
+	if (p.buffered.empty())
+		return p.libc.ppoll(fds, nfds, timeout, sigmask);
+	return pollMerged(p.buffered, fds, nfds, [&](bool zero) {
+		return p.libc.ppoll(fds, nfds, zero ? &kZeroSpec : timeout, sigmask);
+	});
+}
+
+TLSTUNE_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
+			       const sigset_t *sigmask, size_t fdslen)
+{
+	Process &p = process();
+	if (p.buffered.empty())
+		return p.libc.ppoll_chk(fds, nfds, timeout, sigmask, fdslen);
+	return pollMerged(p.buffered, fds, nfds, [&](bool zero) {
+		return p.libc.ppoll_chk(fds, nfds, zero ? &kZeroSpec : timeout, sigmask, fdslen);
+	});
+}
+
+TLSTUNE_EXPORT int select(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
+			  struct timeval *timeout)
+{
+	Process &p = process();
+	if (p.buffered.empty())
+		return p.libc.select(nfds, readfds, writefds, exceptfds, timeout);
+	return selectMerged(p.buffered, nfds, readfds, [&](bool zero) {
+		struct timeval zeroTime = { 0, 0 };
+		return p.libc.select(nfds, readfds, writefds, exceptfds, zero ? &zeroTime : timeout);
+	});
+}
+
+TLSTUNE_EXPORT int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
+			   const struct timespec *timeout, const sigset_t *sigmask)
+{
+	Process &p = process();
+	if (p.buffered.empty())
+		return p.libc.pselect(nfds, readfds, writefds, exceptfds, timeout, sigmask);
+	return selectMerged(p.buffered, nfds, readfds, [&](bool zero) {
+		return p.libc.pselect(nfds, readfds, writefds, exceptfds,
+				      zero ? &kZeroSpec : timeout, sigmask);
+	});
+}
+
+TLSTUNE_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
+{
+	Process &p = process();
+	if (p.buffered.empty())
+		return p.libc.epoll_wait(epfd, events, maxevents, timeout);
+	return epollMerged(p.buffered, epfd, events, maxevents, [&](bool zero) {
+		return p.libc.epoll_wait(epfd, events, maxevents, zero ? 0 : timeout);
+	});
+}
+
+TLSTUNE_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxevents, int timeout,
+			       const sigset_t *sigmask)
+{
+	Process &p = process();
+	if (p.buffered.empty())
+		return p.libc.epoll_pwait(epfd, events, maxevents, timeout, sigmask);
+	return epollMerged(p.buffered, epfd, events, maxevents, [&](bool zero) {
+		return p.libc.epoll_pwait(epfd, events, maxevents, zero ? 0 : timeout, sigmask);
+	});
+}
+
+TLSTUNE_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxevents,
+				const struct timespec *timeout, const sigset_t *sigmask)
+{
+	Process &p = process();
+	if (!p.libc.epoll_pwait2) {
+		errno = ENOSYS;
+		return -1;
+	}
+	if (p.buffered.empty())
+		return p.libc.epoll_pwait2(epfd, events, maxevents, timeout, sigmask);
+	return epollMerged(p.buffered, epfd, events, maxevents, [&](bool zero) {
+		return p.libc.epoll_pwait2(epfd, events, maxevents, zero ? &kZeroSpec : timeout,
+					   sigmask);
+	});
+}

@@ -1,0 +1,47 @@
+#pragma once
+
+#include <cerrno>
+
+#include "runtime.h"
+
+namespace tlstune {
+
+/*
+ * Runs the program's call on ssl with the connection marked as this thread's current one
+ * (so its socket reads are attributed to it), then records whether OpenSSL now holds data
+ * for it. errno and the return value are the real call's.
+ */
+template <typename Function, typename... Args>
+int onConnection(SSL *ssl, Function OpenSslApi::*function, Args... args)
+{
+	const OpenSsl &o = openssl();
+	const Function real = o.api.*function;
+	/* Only when no libssl could be found: fail the call rather than crash the host. */
+	if (!real)
+		return 0;
+
+	Connection *connection = o.tracking ? o.slot.of(o.api, ssl) : nullptr;
+	if (!connection)
+		return real(ssl, args...);
+
+	CallScope scope(connection);
+	int result = real(ssl, args...);
+	if (scope.outermost()) {
+		int savedErrno = errno;
+		connection->afterCall(process().buffered, result > 0,
+				      o.api.SSL_want(ssl) == SSL_READING,
+				      o.api.SSL_has_pending(ssl) == 1);
+		errno = savedErrno;
+	}
+	return result;
+}
+
+/* Counts data the program read through OpenSSL, for TLSTUNE_STATS. */
+inline void countSslRead(size_t bytes) noexcept
+{
+	Stats &stats = process().stats;
+	Stats::add(stats.sslReads, 1);
+	Stats::add(stats.sslReadBytes, bytes);
+}
+
+} /* namespace tlstune */

@@ -1,0 +1,39 @@
+#pragma once
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+
+namespace tlstune {
+
+/* The next definitions (libc's) of the libc functions the shim interposes. */
+struct LibcApi {
+	int (*poll)(struct pollfd *, nfds_t, int) = nullptr;
+	int (*poll_chk)(struct pollfd *, nfds_t, int, size_t) = nullptr;
+	int (*ppoll)(struct pollfd *, nfds_t, const struct timespec *, const sigset_t *) = nullptr;
+	int (*ppoll_chk)(struct pollfd *, nfds_t, const struct timespec *, const sigset_t *,
+			 size_t) = nullptr;
+	int (*select)(int, fd_set *, fd_set *, fd_set *, struct timeval *) = nullptr;
+	int (*pselect)(int, fd_set *, fd_set *, fd_set *, const struct timespec *,
+		       const sigset_t *) = nullptr;
+	int (*epoll_wait)(int, struct epoll_event *, int, int) = nullptr;
+	int (*epoll_pwait)(int, struct epoll_event *, int, int, const sigset_t *) = nullptr;
+	int (*epoll_pwait2)(int, struct epoll_event *, int, const struct timespec *,
+			    const sigset_t *) = nullptr; /* glibc 2.35+ */
+
+	ssize_t (*read)(int, void *, size_t) = nullptr;
+	ssize_t (*read_chk)(int, void *, size_t, size_t) = nullptr;
+	ssize_t (*readv)(int, const struct iovec *, int) = nullptr;
+	ssize_t (*recv)(int, void *, size_t, int) = nullptr;
+	ssize_t (*recv_chk)(int, void *, size_t, size_t, int) = nullptr;
+	ssize_t (*recvfrom)(int, void *, size_t, int, struct sockaddr *, socklen_t *) = nullptr;
+	ssize_t (*recvfrom_chk)(int, void *, size_t, size_t, int, struct sockaddr *,
+				socklen_t *) = nullptr;
+	ssize_t (*recvmsg)(int, struct msghdr *, int) = nullptr;
+};
+
+} /* namespace tlstune */

@@ -1,0 +1,96 @@
+#include "runtime.h"
+
+#include <cstdlib>
+#include <new>
+#include <unistd.h>
+#include <pthread.h>
+
+#include "core/log.h"
+#include "symbols.h"
+
+namespace tlstune {
+
+namespace {
+
+const char *environment(const char *name, void *)
+{
+	/* secure_getenv: a setuid program's environment is not its caller's to tune. */
+	return secure_getenv(name);
+}
+
+void printStats()
+{
+	/* Printed whatever TLSTUNE_LOG says: the user asked for it by name. */
+	printLine("%s", process().stats.summary().c_str());
+}
+
+void lockForFork() { process().buffered.lockForFork(); }
+void unlockAfterFork() { process().buffered.unlockAfterFork(); }
+
+Process *buildProcess() noexcept
+{
+	/* Never destroyed: threads and the host's destructors may still call in at exit. */
+	alignas(Process) static unsigned char storage[sizeof(Process)];
+	Process &instance = *new (storage) Process;
+	ParsedConfig parsed = parseConfig(environment, nullptr);
+	instance.config = parsed.config;
+	setLogLevel(instance.config.logLevel);
+	for (const std::string &error : parsed.errors)
+		logLine(LogLevel::Error, "%s", error.c_str());
+
+	resolveLibc(&instance.libc);
+	pthread_atfork(lockForFork, unlockAfterFork, unlockAfterFork);
+	if (instance.config.stats && !instance.config.disable)
+		atexit(printStats);
+	if (instance.config.verbose)
+		printLine("version %s, pid %d: %s", TLSTUNE_VERSION, static_cast<int>(getpid()),
+			  describeConfig(instance.config).c_str());
+	return &instance;
+}
+
+OpenSsl *buildOpenSsl() noexcept
+{
+	alignas(OpenSsl) static unsigned char storage[sizeof(OpenSsl)];
+	OpenSsl &instance = *new (storage) OpenSsl;
+	Process &p = process();
+	if (!resolveOpenSsl(&instance.api)) {
+		logLine(LogLevel::Warn, "no libssl found in this process: passing every call through");
+		return &instance;
+	}
+	if (p.config.disable)
+		return &instance;
+	if (!instance.api.hasReadPath()) {
+		logLine(LogLevel::Warn, "this libssl lacks read-ahead or readiness functions: "
+			"read tuning off");
+		return &instance;
+	}
+	instance.tracking = p.config.readiness && instance.slot.init(instance.api, &p.buffered);
+	/*
+	 * Read-ahead without the readiness layer stalls programs that poll before reading;
+	 * only TLSTUNE_READINESS=off, set to show exactly that, asks for it anyway.
+	 */
+	instance.tuning = p.config.readAhead && (instance.tracking || !p.config.readiness);
+	return &instance;
+}
+
+} /* namespace */
+
+Process &process() noexcept
+{
+	static Process *instance = buildProcess();
+	return *instance;
+}
+
+const OpenSsl &openssl() noexcept
+{
+	static OpenSsl *instance = buildOpenSsl();
+	return *instance;
+}
+
+/* Reads the configuration at load time, so TLSTUNE_VERBOSE shows the shim is there. */
+__attribute__((constructor)) static void loadShim()
+{
+	process();
+}
+
+} /* namespace tlstune */

@@ -1,0 +1,39 @@
+#pragma once
+
+#include "core/buffered_fds.h"
+#include "core/config.h"
+#include "core/connection.h"
+#include "core/openssl_api.h"
+#include "core/stats.h"
+#include "libc_api.h"
+
+namespace tlstune {
+
+/*
+ * The process-wide state of the shim, built on first use: from the library constructor,
+ * or earlier when another library's constructor calls an interposed function first.
+ * Built once; never torn down (the host may call in from its own destructors).
+ */
+struct Process {
+	Config config;
+	LibcApi libc;
+	Stats stats;
+	BufferedFds buffered;
+};
+Process &process() noexcept;
+
+/*
+ * The OpenSSL side, resolved on the first interposed OpenSSL call, when the program's
+ * libssl is certainly loaded (python dlopens it RTLD_LOCAL long after start-up).
+ */
+struct OpenSsl {
+	OpenSslApi api;
+	ConnectionSlot slot;
+	/* Connections are followed (readiness and fd learning). */
+	bool tracking = false;
+	/* New contexts get read-ahead and the read buffer. */
+	bool tuning = false;
+};
+const OpenSsl &openssl() noexcept;
+
+} /* namespace tlstune */

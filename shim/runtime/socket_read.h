@@ -1,0 +1,24 @@
+#pragma once
+
+#include <sys/types.h>
+
+#include "runtime.h"
+
+namespace tlstune {
+
+/*
+ * A read syscall of the host returned n on fd. When this thread is inside an OpenSSL call,
+ * that is the connection's socket: learn it and count the read.
+ */
+inline void noteRead(int fd, ssize_t n) noexcept
+{
+	Connection *connection = CallScope::current();
+	if (!connection || n < 0)
+		return;
+	connection->noteSocketRead(fd);
+	Stats &stats = process().stats;
+	Stats::add(stats.socketReads, 1);
+	Stats::add(stats.socketReadBytes, static_cast<uint64_t>(n));
+}
+
+} /* namespace tlstune */
