@@ -20,8 +20,13 @@ const char *environment(const char *name, void *)
 
 void printStats()
 {
-	/* Printed whatever TLSTUNE_LOG says: the user asked for it by name. */
-	printLine("%s", process().stats.summary().c_str());
+	/*
+	 * Printed whatever TLSTUNE_LOG says: the user asked for it by name. Only by processes
+	 * that used OpenSSL: `tlstune --stats sh -c 'curl ...'` wants curl's line, not sh's.
+	 */
+	const Stats &stats = process().stats;
+	if (stats.contextsTuned.load() || stats.connections.load() || stats.sslReads.load())
+		printLine("%s", stats.summary().c_str());
 }
 
 void lockForFork() { process().buffered.lockForFork(); }

@@ -1,0 +1,101 @@
+#pragma once
+/*
+ * What the example programs share: argument parsing, sockets, the data pattern and its
+ * digest. The examples are ordinary OpenSSL programs; they know nothing of tlstune.
+ */
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/ssl.h>
+
+namespace example {
+
+[[noreturn]] inline void fail(const char *what)
+{
+	std::fprintf(stderr, "error: %s\n", what);
+	ERR_print_errors_fp(stderr);
+	std::exit(2);
+}
+
+/* "--name value" from argv, or fallback. */
+inline std::string option(int argc, char **argv, const char *name, const char *fallback)
+{
+	for (int i = 1; i + 1 < argc; i++) {
+		if (std::strcmp(argv[i], name) == 0)
+			return argv[i + 1];
+	}
+	return fallback;
+}
+
+inline uint64_t number(int argc, char **argv, const char *name, uint64_t fallback)
+{
+	std::string text = option(argc, argv, name, "");
+	return text.empty() ? fallback : std::strtoull(text.c_str(), nullptr, 10);
+}
+
+/*
+ * The bytes a server sends and a test expects: splitmix64 from a seed, so a lost,
+ * duplicated or reordered byte changes the digest.
+ */
+class Pattern {
+public:
+	explicit Pattern(uint64_t seed) : state_(seed) {}
+	void fill(unsigned char *out, size_t n)
+	{
+		for (size_t i = 0; i < n; i++) {
+			if (used_ == 8) {
+				uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+				z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+				z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+				word_ = z ^ (z >> 31);
+				used_ = 0;
+			}
+			out[i] = static_cast<unsigned char>(word_ >> (8 * used_++));
+		}
+	}
+
+private:
+	uint64_t state_;
+	uint64_t word_ = 0;
+	unsigned used_ = 8;
+};
+
+class Sha256 {
+public:
+	Sha256() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr); }
+	~Sha256() { EVP_MD_CTX_free(ctx_); }
+	Sha256(const Sha256 &) = delete;
+	Sha256 &operator=(const Sha256 &) = delete;
+
+	void update(const void *data, size_t n) { EVP_DigestUpdate(ctx_, data, n); }
+	std::string hex()
+	{
+		unsigned char digest[EVP_MAX_MD_SIZE];
+		unsigned int length = 0;
+		EVP_DigestFinal_ex(ctx_, digest, &length);
+		std::string out;
+		char byte[3];
+		for (unsigned int i = 0; i < length; i++) {
+			std::snprintf(byte, sizeof(byte), "%02x", digest[i]);
+			out += byte;
+		}
+		return out;
+	}
+
+private:
+	EVP_MD_CTX *ctx_;
+};
+
+/* A TCP connection to 127.0.0.1:port (or the host given). */
+int connectTo(const std::string &host, const std::string &port);
+/* Listens on 127.0.0.1:port (0: any free port); returns the fd and the port chosen. */
+int listenOn(int port, int *chosen);
+void setNonBlocking(int fd);
+
+} /* namespace example */

@@ -1,0 +1,126 @@
+/*
+ * A small TLS server for the tests, serving --connections clients one after another:
+ *   --send BYTES [--seed S]  send the data pattern, then close_notify
+ *   --burst LINES            send LINES short lines, one record each, in one TCP segment
+ *                            (TCP_CORK), then wait for the client to close
+ *   --sink                   read until the client closes; print "received N sha256 H"
+ * Prints "port N" on stdout once it listens (--port 0 picks a free one).
+ */
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/example.h"
+
+using namespace example;
+
+namespace {
+
+void writeAll(SSL *ssl, const unsigned char *data, size_t n)
+{
+	size_t written = 0;
+	while (written < n) {
+		size_t chunk = 0;
+		if (!SSL_write_ex(ssl, data + written, n - written, &chunk))
+			fail("SSL_write");
+		written += chunk;
+	}
+}
+
+/* Reads until the peer closes, feeding what arrives to digest (if any). */
+uint64_t drain(SSL *ssl, Sha256 *digest)
+{
+	unsigned char buffer[16384];
+	uint64_t total = 0;
+	size_t n = 0;
+	while (SSL_read_ex(ssl, buffer, sizeof(buffer), &n)) {
+		total += n;
+		if (digest)
+			digest->update(buffer, n);
+	}
+	return total;
+}
+
+void cork(int fd, int on)
+{
+	setsockopt(fd, IPPROTO_TCP, TCP_CORK, &on, sizeof(on));
+}
+
+} /* namespace */
+
+int main(int argc, char **argv)
+{
+	const std::string cert = option(argc, argv, "--cert", "");
+	const std::string key = option(argc, argv, "--key", "");
+	const std::string tls = option(argc, argv, "--tls", "1.3");
+	const uint64_t sendBytes = number(argc, argv, "--send", 0);
+	const uint64_t burstLines = number(argc, argv, "--burst", 0);
+	const uint64_t seed = number(argc, argv, "--seed", 1);
+	const uint64_t connections = number(argc, argv, "--connections", 1);
+	bool sink = false;
+	for (int i = 1; i < argc; i++)
+		sink = sink || std::string(argv[i]) == "--sink";
+
+	SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+	if (!ctx || SSL_CTX_use_certificate_chain_file(ctx, cert.c_str()) != 1 ||
+	    SSL_CTX_use_PrivateKey_file(ctx, key.c_str(), SSL_FILETYPE_PEM) != 1)
+		fail("cannot load the certificate and key");
+	if (tls == "1.2") {
+		SSL_CTX_set_max_proto_version(ctx, TLS1_2_VERSION);
+		SSL_CTX_set_cipher_list(ctx, "ECDHE-RSA-AES256-GCM-SHA384");
+	}
+
+	int port = 0;
+	int listener = listenOn(static_cast<int>(number(argc, argv, "--port", 0)), &port);
+	std::printf("port %d\n", port);
+	std::fflush(stdout);
+
+	for (uint64_t served = 0; served < connections; served++) {
+		int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+		if (fd < 0)
+			fail("accept");
+		SSL *ssl = SSL_new(ctx);
+		SSL_set_fd(ssl, fd);
+		if (SSL_accept(ssl) != 1) {
+			std::fprintf(stderr, "handshake failed\n");
+			SSL_free(ssl);
+			close(fd);
+			continue;
+		}
+
+		if (sendBytes) {
+			Pattern pattern(seed);
+			unsigned char chunk[16384];
+			for (uint64_t sent = 0; sent < sendBytes; sent += sizeof(chunk)) {
+				size_t n = static_cast<size_t>(std::min<uint64_t>(sizeof(chunk), sendBytes - sent));
+				pattern.fill(chunk, n);
+				writeAll(ssl, chunk, n);
+			}
+			SSL_shutdown(ssl);
+			drain(ssl, nullptr);
+		} else if (burstLines) {
+			cork(fd, 1);
+			for (uint64_t i = 0; i < burstLines; i++) {
+				char line[32];
+				int n = std::snprintf(line, sizeof(line), "line %06llu\n",
+						      static_cast<unsigned long long>(i));
+				writeAll(ssl, reinterpret_cast<unsigned char *>(line), static_cast<size_t>(n));
+			}
+			cork(fd, 0);
+			drain(ssl, nullptr);
+		} else if (sink) {
+			Sha256 digest;
+			uint64_t received = drain(ssl, &digest);
+			std::printf("received %llu sha256 %s\n", static_cast<unsigned long long>(received),
+				    digest.hex().c_str());
+			std::fflush(stdout);
+		}
+		SSL_shutdown(ssl);
+		SSL_free(ssl);
+		close(fd);
+	}
+	SSL_CTX_free(ctx);
+	return 0;
+}
