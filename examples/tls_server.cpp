@@ -43,6 +43,19 @@ uint64_t drain(SSL *ssl, Sha256 *digest)
 	return total;
 }
 
+/*
+ * Queue the records in 1 MiB writes, as a server with a large output buffer does, so the
+ * client's read sizes show its read buffer rather than the pace of our 16 KiB writes.
+ */
+void bufferWrites(SSL *ssl)
+{
+	BIO *socket = SSL_get_wbio(ssl);
+	BIO *buffer = BIO_new(BIO_f_buffer());
+	if (!buffer || !BIO_up_ref(socket) || BIO_set_write_buffer_size(buffer, 1 << 20) <= 0)
+		fail("cannot buffer the writes");
+	SSL_set0_wbio(ssl, BIO_push(buffer, socket));
+}
+
 void cork(int fd, int on)
 {
 	setsockopt(fd, IPPROTO_TCP, TCP_CORK, &on, sizeof(on));
@@ -91,6 +104,7 @@ int main(int argc, char **argv)
 		}
 
 		if (sendBytes) {
+			bufferWrites(ssl);
 			Pattern pattern(seed);
 			unsigned char chunk[16384];
 			for (uint64_t sent = 0; sent < sendBytes; sent += sizeof(chunk)) {
@@ -98,6 +112,7 @@ int main(int argc, char **argv)
 				pattern.fill(chunk, n);
 				writeAll(ssl, chunk, n);
 			}
+			BIO_flush(SSL_get_wbio(ssl));
 			SSL_shutdown(ssl);
 			drain(ssl, nullptr);
 		} else if (burstLines) {

@@ -1,0 +1,124 @@
+/* What libtlstune.so exports and loads: exactly the map, no OpenSSL of its own. */
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "tls_fixture.h"
+
+using namespace testsupport;
+
+namespace {
+
+std::set<std::string> mapSymbols()
+{
+	std::ifstream in(TLSTUNE_SHIM_MAP);
+	std::set<std::string> names;
+	bool global = false;
+	for (std::string line; std::getline(in, line);) {
+		if (line.find("global:") != std::string::npos)
+			global = true;
+		else if (line.find("local:") != std::string::npos)
+			global = false;
+		std::smatch match;
+		if (global && std::regex_match(line, match, std::regex(R"(\s*([A-Za-z_][A-Za-z0-9_]*);\s*)")))
+			names.insert(match[1]);
+	}
+	return names;
+}
+
+std::string output(const std::vector<std::string> &argv, const std::vector<std::string> &env = {},
+		   int *status = nullptr, std::string *errors = nullptr)
+{
+	TempDir dir;
+	Command command;
+	command.argv = argv;
+	command.env = env;
+	command.stderrPath = dir.file("stderr");
+	std::string out;
+	int code = run(command, 60000, &out);
+	if (status)
+		*status = code;
+	if (errors)
+		*errors = readFile(command.stderrPath);
+	return out;
+}
+
+} /* namespace */
+
+TEST(Abi, ExportsExactlyTheMap)
+{
+	std::set<std::string> exported;
+	std::istringstream nm(output({ "nm", "-D", "--defined-only", shimPath() }));
+	for (std::string address, type, name; nm >> address >> type >> name;)
+		exported.insert(name);
+	const std::set<std::string> expected = mapSymbols();
+	ASSERT_GT(expected.size(), 20u);
+	EXPECT_EQ(exported, expected);
+}
+
+TEST(Abi, DoesNotNeedOpenSslOrLibstdcxx)
+{
+	const std::string dynamic = output({ "readelf", "-d", shimPath() });
+	ASSERT_NE(dynamic.find("NEEDED"), std::string::npos);
+	EXPECT_EQ(dynamic.find("libssl"), std::string::npos) << dynamic;
+	EXPECT_EQ(dynamic.find("libcrypto"), std::string::npos) << dynamic;
+	EXPECT_EQ(dynamic.find("libstdc++"), std::string::npos) << dynamic;
+}
+
+TEST(Abi, LoadsNoOpenSslIntoProgramsWithout)
+{
+	int status = -1;
+	std::string errors;
+	output({ "sh", "-c", "true" }, shimEnv(), &status, &errors);
+	EXPECT_EQ(status, 0);
+	EXPECT_EQ(errors, "");
+
+	const std::string maps = output({ "cat", "/proc/self/maps" }, shimEnv(), &status, &errors);
+	EXPECT_EQ(status, 0);
+	EXPECT_EQ(errors, "");
+	EXPECT_NE(maps.find("libtlstune.so"), std::string::npos) << "the preload took effect";
+	EXPECT_EQ(maps.find("libssl"), std::string::npos);
+	EXPECT_EQ(maps.find("libcrypto"), std::string::npos);
+}
+
+TEST(Abi, ABadValueIsOneLineAndTheProgramRunsOn)
+{
+	int status = -1;
+	std::string errors;
+	const std::string out = output({ "sh", "-c", "echo ran" },
+				       shimEnv({ "TLSTUNE_READ_BUFFER=lots" }), &status, &errors);
+	EXPECT_EQ(status, 0);
+	EXPECT_EQ(out, "ran\n");
+	EXPECT_EQ(errors, "tlstune: TLSTUNE_READ_BUFFER=lots is not valid: expected bytes from 16KiB "
+			  "to 1MiB, suffix K, KiB, M or MiB; using the default, 65655\n");
+}
+
+TEST(Abi, VerboseShowsTheEffectiveSettingsOnce)
+{
+	int status = -1;
+	std::string errors;
+	output({ "true" }, shimEnv({ "TLSTUNE_VERBOSE=1", "TLSTUNE_READ_BUFFER=32K" }), &status, &errors);
+	EXPECT_EQ(status, 0);
+	EXPECT_NE(errors.find("read_ahead=on read_buffer=32768 readiness=on"), std::string::npos) << errors;
+	EXPECT_EQ(std::count(errors.begin(), errors.end(), '\n'), 1) << errors;
+}
+
+TEST(Abi, RealErrorsComeThroughUnchanged)
+{
+	/* poll on a closed fd reports POLLNVAL, read on it EBADF: as without the shim. */
+	int status = -1;
+	const std::string script =
+		"import os, select\n"
+		"p = select.poll(); p.register(97, select.POLLIN)\n"
+		"print(p.poll(0))\n"
+		"try:\n    os.read(97, 1)\nexcept OSError as e:\n    print(e.errno)\n";
+	const std::string plain = output({ "/usr/bin/python3", "-c", script }, {}, &status);
+	ASSERT_EQ(status, 0);
+	EXPECT_EQ(output({ "/usr/bin/python3", "-c", script }, shimEnv(), &status), plain);
+	EXPECT_EQ(status, 0);
+	EXPECT_EQ(plain, "[(97, 32)]\n9\n");
+}

@@ -1,0 +1,270 @@
+#include "process.h"
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sstream>
+#include <stdexcept>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/example.h"
+
+extern char **environ;
+
+namespace testsupport {
+
+namespace {
+
+std::vector<std::string> childEnvironment(const std::vector<std::string> &changes)
+{
+	std::map<std::string, std::string> env;
+	for (char **entry = environ; *entry; entry++) {
+		std::string text = *entry;
+		std::string::size_type equals = text.find('=');
+		if (equals != std::string::npos)
+			env[text.substr(0, equals)] = text;
+	}
+	env.erase("LD_PRELOAD");
+	for (const std::string &change : changes) {
+		std::string::size_type equals = change.find('=');
+		if (equals == std::string::npos)
+			env.erase(change);
+		else
+			env[change.substr(0, equals)] = change;
+	}
+	std::vector<std::string> out;
+	for (const auto &entry : env)
+		out.push_back(entry.second);
+	return out;
+}
+
+void redirect(const std::string &path, int target, int flags)
+{
+	int fd = open(path.c_str(), flags | O_CLOEXEC, 0644);
+	if (fd < 0)
+		_exit(126);
+	dup2(fd, target);
+}
+
+} /* namespace */
+
+Process::Process(const Command &command)
+{
+	std::vector<std::string> env = childEnvironment(command.env);
+	std::vector<char *> argv, envp;
+	for (const std::string &arg : command.argv)
+		argv.push_back(const_cast<char *>(arg.c_str()));
+	argv.push_back(nullptr);
+	for (const std::string &entry : env)
+		envp.push_back(const_cast<char *>(entry.c_str()));
+	envp.push_back(nullptr);
+
+	int out[2] = { -1, -1 };
+	if (command.stdoutPath.empty() && pipe2(out, O_CLOEXEC) != 0)
+		throw std::runtime_error("pipe");
+
+	pid_ = fork();
+	if (pid_ < 0)
+		throw std::runtime_error("fork");
+	if (pid_ == 0) {
+		redirect(command.stdinPath, STDIN_FILENO, O_RDONLY);
+		if (command.stdoutPath.empty())
+			dup2(out[1], STDOUT_FILENO);
+		else
+			redirect(command.stdoutPath, STDOUT_FILENO, O_WRONLY | O_CREAT | O_TRUNC);
+		if (!command.stderrPath.empty())
+			redirect(command.stderrPath, STDERR_FILENO, O_WRONLY | O_CREAT | O_TRUNC);
+		execvpe(argv[0], argv.data(), envp.data());
+		_exit(127);
+	}
+	if (out[1] >= 0)
+		close(out[1]);
+	stdout_ = out[0];
+	pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, pid_, 0));
+}
+
+Process::~Process()
+{
+	if (status_ < 0 && pid_ > 0) {
+		kill(SIGKILL);
+		wait(10000);
+	}
+	if (stdout_ >= 0)
+		close(stdout_);
+	if (pidfd_ >= 0)
+		close(pidfd_);
+}
+
+void Process::kill(int signal)
+{
+	if (status_ < 0 && pid_ > 0)
+		::kill(pid_, signal);
+}
+
+std::string Process::readLine(int timeoutMs)
+{
+	for (;;) {
+		std::string::size_type newline = pending_.find('\n');
+		if (newline != std::string::npos) {
+			std::string line = pending_.substr(0, newline);
+			pending_.erase(0, newline + 1);
+			return line;
+		}
+		struct pollfd pfd = { stdout_, POLLIN, 0 };
+		if (stdout_ < 0 || poll(&pfd, 1, timeoutMs) <= 0)
+			return "";
+		char buffer[4096];
+		ssize_t n = read(stdout_, buffer, sizeof(buffer));
+		if (n <= 0)
+			return "";
+		pending_.append(buffer, static_cast<size_t>(n));
+	}
+}
+
+std::string Process::readAll(int timeoutMs)
+{
+	std::string all = pending_;
+	pending_.clear();
+	for (;;) {
+		struct pollfd pfd = { stdout_, POLLIN, 0 };
+		if (stdout_ < 0 || poll(&pfd, 1, timeoutMs) <= 0)
+			return all;
+		char buffer[4096];
+		ssize_t n = read(stdout_, buffer, sizeof(buffer));
+		if (n <= 0)
+			return all;
+		all.append(buffer, static_cast<size_t>(n));
+	}
+}
+
+int Process::wait(int timeoutMs)
+{
+	if (status_ >= 0)
+		return status_;
+	struct pollfd pfd = { pidfd_, POLLIN, 0 };
+	if (pidfd_ >= 0 && poll(&pfd, 1, timeoutMs) == 0) {
+		::kill(pid_, SIGKILL);
+		int ignored;
+		waitpid(pid_, &ignored, 0);
+		status_ = 255;
+		return -1;
+	}
+	int status = 0;
+	while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+	}
+	status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+	return status_;
+}
+
+int run(const Command &command, int timeoutMs, std::string *out)
+{
+	Process process(command);
+	std::string text = process.readAll(timeoutMs);
+	if (out)
+		*out = text;
+	return process.wait(timeoutMs);
+}
+
+TempDir::TempDir()
+{
+	char pattern[] = "/tmp/tlstune-test.XXXXXX";
+	if (!mkdtemp(pattern))
+		throw std::runtime_error("mkdtemp");
+	path_ = pattern;
+}
+
+TempDir::~TempDir()
+{
+	std::error_code ignored;
+	std::filesystem::remove_all(path_, ignored);
+}
+
+std::string readFile(const std::string &path)
+{
+	std::ifstream in(path, std::ios::binary);
+	std::stringstream text;
+	text << in.rdbuf();
+	return text.str();
+}
+
+void writeFile(const std::string &path, const std::string &text)
+{
+	std::ofstream(path, std::ios::binary) << text;
+}
+
+int freePort()
+{
+	int chosen = 0;
+	int fd = example::listenOn(0, &chosen);
+	close(fd);
+	return chosen;
+}
+
+std::string fileSha256(const std::string &path)
+{
+	example::Sha256 digest;
+	std::ifstream in(path, std::ios::binary);
+	std::vector<char> buffer(1 << 20);
+	while (in) {
+		in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+		digest.update(buffer.data(), static_cast<size_t>(in.gcount()));
+	}
+	return digest.hex();
+}
+
+namespace {
+
+std::string pattern(std::ostream *out, unsigned long long bytes, unsigned long long seed)
+{
+	example::Pattern pattern(seed);
+	example::Sha256 digest;
+	std::vector<unsigned char> buffer(1 << 20);
+	for (unsigned long long done = 0; done < bytes;) {
+		size_t n = static_cast<size_t>(std::min<unsigned long long>(buffer.size(), bytes - done));
+		pattern.fill(buffer.data(), n);
+		if (out)
+			out->write(reinterpret_cast<const char *>(buffer.data()), static_cast<std::streamsize>(n));
+		digest.update(buffer.data(), n);
+		done += n;
+	}
+	return digest.hex();
+}
+
+} /* namespace */
+
+std::string writePattern(const std::string &path, unsigned long long bytes, unsigned long long seed)
+{
+	std::ofstream out(path, std::ios::binary);
+	return pattern(&out, bytes, seed);
+}
+
+std::string patternSha256(unsigned long long bytes, unsigned long long seed)
+{
+	return pattern(nullptr, bytes, seed);
+}
+
+bool haveProgram(const std::string &name)
+{
+	if (name.find('/') != std::string::npos)
+		return access(name.c_str(), X_OK) == 0;
+	const char *path = std::getenv("PATH");
+	std::stringstream dirs(path ? path : "/usr/bin:/bin");
+	for (std::string dir; std::getline(dirs, dir, ':');) {
+		if (access((dir + "/" + name).c_str(), X_OK) == 0)
+			return true;
+	}
+	return false;
+}
+
+} /* namespace testsupport */

@@ -1,0 +1,75 @@
+#pragma once
+/*
+ * Child processes for the tests: started by the test, waited for with a bound, and
+ * killed by their recorded pid when a test ends early.
+ */
+
+#include <string>
+#include <sys/types.h>
+#include <vector>
+
+namespace testsupport {
+
+struct Command {
+	std::vector<std::string> argv;
+	/* "NAME=value" set for the child; "NAME" alone removes it. LD_PRELOAD is never inherited. */
+	std::vector<std::string> env;
+	std::string stdinPath = "/dev/null";
+	/* Empty: a pipe the test reads with readLine()/readAll(). */
+	std::string stdoutPath;
+	std::string stderrPath;
+};
+
+class Process {
+public:
+	explicit Process(const Command &command);
+	~Process();
+	Process(const Process &) = delete;
+	Process &operator=(const Process &) = delete;
+
+	pid_t pid() const { return pid_; }
+	/* One line of stdout without its newline; empty at EOF or after timeoutMs. */
+	std::string readLine(int timeoutMs);
+	/* The rest of stdout, until EOF or timeoutMs. */
+	std::string readAll(int timeoutMs);
+	/* The exit status (or 128 + signal); on timeout kills the child and returns -1. */
+	int wait(int timeoutMs);
+	void kill(int signal);
+
+private:
+	pid_t pid_ = -1;
+	int pidfd_ = -1;
+	int stdout_ = -1;
+	std::string pending_;
+	int status_ = -1;
+};
+
+/* Runs a command to its end; stdout goes to *out when given. Status as Process::wait. */
+int run(const Command &command, int timeoutMs, std::string *out = nullptr);
+
+/* A private directory under /tmp, removed with everything in it. */
+class TempDir {
+public:
+	TempDir();
+	~TempDir();
+	const std::string &path() const { return path_; }
+	std::string file(const std::string &name) const { return path_ + "/" + name; }
+
+private:
+	std::string path_;
+};
+
+std::string readFile(const std::string &path);
+void writeFile(const std::string &path, const std::string &text);
+/* A free TCP port on 127.0.0.1 for a server that cannot pick its own (nginx, socat). */
+int freePort();
+/* sha256 of a file, hex. */
+std::string fileSha256(const std::string &path);
+/* Writes bytes of the examples' data pattern (seed) to path; returns its sha256. */
+std::string writePattern(const std::string &path, unsigned long long bytes, unsigned long long seed);
+/* The sha256 of that many bytes of the pattern, without writing them anywhere. */
+std::string patternSha256(unsigned long long bytes, unsigned long long seed);
+/* Is the program on PATH (or an absolute path that exists)? */
+bool haveProgram(const std::string &name);
+
+} /* namespace testsupport */

@@ -1,0 +1,92 @@
+#include "tls_fixture.h"
+
+#include <fstream>
+#include <memory>
+#include <stdexcept>
+
+namespace testsupport {
+
+std::string shimPath()
+{
+	return TLSTUNE_SHIM_PATH;
+}
+
+std::string examplePath(const std::string &name)
+{
+	return std::string(TLSTUNE_EXAMPLES_DIR) + "/" + name;
+}
+
+const Certificate &certificate()
+{
+	static TempDir dir;
+	static const Certificate made = [] {
+		Certificate c{ dir.file("cert.pem"), dir.file("key.pem") };
+		Command command;
+		command.argv = { "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes",
+				 "-keyout", c.key, "-out", c.cert, "-days", "2", "-subj", "/CN=localhost",
+				 "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1" };
+		command.stderrPath = dir.file("openssl.log");
+		if (run(command, 60000) != 0)
+			throw std::runtime_error("openssl req failed: " + readFile(command.stderrPath));
+		return c;
+	}();
+	return made;
+}
+
+namespace {
+
+Command serverCommand(const std::vector<std::string> &arguments, const std::vector<std::string> &env)
+{
+	Command command;
+	command.argv = { examplePath("tls_server"), "--cert", certificate().cert, "--key",
+			 certificate().key };
+	command.argv.insert(command.argv.end(), arguments.begin(), arguments.end());
+	command.env = env;
+	return command;
+}
+
+} /* namespace */
+
+ExampleServer::ExampleServer(const std::vector<std::string> &arguments,
+			     const std::vector<std::string> &env)
+	: process_(serverCommand(arguments, env))
+{
+	const std::string line = process_.readLine(30000);
+	if (line.rfind("port ", 0) != 0)
+		throw std::runtime_error("tls_server did not start: '" + line + "'");
+	port_ = std::stoi(line.substr(5));
+}
+
+TracedRun runTraced(const std::vector<std::string> &argv, bool withShim,
+		    const std::vector<std::string> &env, int timeoutMs)
+{
+	TempDir dir;
+	const std::string log = dir.file("strace.log");
+	Command command;
+	command.argv = { "strace", "-f", "-yy", "-qq", "-s", "0", "-e", "signal=none", "-e",
+			 "trace=read,readv,recvfrom,recvmsg,write,writev,sendto,sendmsg", "-o", log };
+	if (withShim)
+		command.argv.insert(command.argv.end(), { "-E", "LD_PRELOAD=" + shimPath() });
+	command.argv.push_back("--");
+	command.argv.insert(command.argv.end(), argv.begin(), argv.end());
+	command.env = env;
+
+	TracedRun result;
+	result.status = run(command, timeoutMs, &result.out);
+	std::ifstream in(log);
+	result.calls = tlstune::parseStraceLog(in);
+	return result;
+}
+
+double maxReadsPerMiB(const std::string &tls)
+{
+	return tls == "1.2" ? 24.0 : 26.0;
+}
+
+std::vector<std::string> shimEnv(std::vector<std::string> more)
+{
+	more.push_back("LD_PRELOAD=" + shimPath());
+	return more;
+}
+
+} /* namespace testsupport */

@@ -1,0 +1,63 @@
+#pragma once
+/* What the syscall and program tests share: certificates, the example server, strace runs. */
+
+#include <string>
+#include <vector>
+
+#include "process.h"
+#include "strace_log.h"
+
+namespace testsupport {
+
+/* Built by meson; see tests/meson.build. */
+std::string shimPath();
+std::string examplePath(const std::string &name);
+
+/* A CA-less self-signed certificate for localhost and 127.0.0.1, made once per binary. */
+struct Certificate {
+	std::string cert;
+	std::string key;
+};
+const Certificate &certificate();
+
+/* examples/tls_server with the given mode arguments, listening on a free port. */
+class ExampleServer {
+public:
+	explicit ExampleServer(const std::vector<std::string> &arguments,
+			       const std::vector<std::string> &env = {});
+	int port() const { return port_; }
+	std::string portText() const { return std::to_string(port_); }
+	Process &process() { return process_; }
+
+private:
+	Process process_;
+	int port_ = 0;
+};
+
+struct TracedRun {
+	int status = -1;
+	std::string out;
+	std::vector<tlstune::Syscall> calls;
+};
+
+/*
+ * Runs argv under `strace -f -yy`, with libtlstune.so preloaded into the traced program
+ * only when withShim. env is given to the program; stdout is captured.
+ */
+TracedRun runTraced(const std::vector<std::string> &argv, bool withShim,
+		    const std::vector<std::string> &env = {}, int timeoutMs = 300000);
+
+/*
+ * The most read syscalls per MiB the shim's default buffer may take on the TLS socket.
+ * TLS 1.2 AES-GCM records are 16,413 bytes: every read takes four whole ones (16/MiB).
+ * TLS 1.3 records are 16,406 bytes: a read takes four and 28 bytes of a fifth, and
+ * OpenSSL fetches the rest of a record whose header it holds with an exact read, so
+ * reads alternate 65,652 and 16,378 bytes: 2 per 5 records, 25.6/MiB. Without the shim
+ * both take 2 per record, 128/MiB.
+ */
+double maxReadsPerMiB(const std::string &tls);
+
+/* The environment that preloads the shim, for programs run without strace. */
+std::vector<std::string> shimEnv(std::vector<std::string> more = {});
+
+} /* namespace testsupport */

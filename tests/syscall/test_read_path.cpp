@@ -1,0 +1,151 @@
+/*
+ * The examples under strace, with and without the shim: the read pattern on the TLS
+ * socket, the bytes, and the poll-before-read client that read-ahead alone would stall.
+ */
+
+#include <gtest/gtest.h>
+
+#include "tls_fixture.h"
+
+using namespace testsupport;
+
+namespace {
+
+constexpr unsigned long long kDownload = 32ull << 20;
+
+std::string describe(const tlstune::SocketTraffic &traffic)
+{
+	std::string text = "reads " + std::to_string(traffic.reads) + ", header reads " +
+			   std::to_string(traffic.headerReads) + ", bytes " +
+			   std::to_string(traffic.readBytes) + ", reads/MiB " +
+			   std::to_string(traffic.readsPerMiB()) + "; sizes:";
+	for (const auto &size : traffic.readSizes)
+		text += " " + std::to_string(size.first) + "x" + std::to_string(size.second);
+	return text;
+}
+
+long long commonestReadSize(const tlstune::SocketTraffic &traffic)
+{
+	long long size = 0;
+	uint64_t most = 0;
+	for (const auto &entry : traffic.readSizes) {
+		if (entry.second > most) {
+			most = entry.second;
+			size = entry.first;
+		}
+	}
+	return size;
+}
+
+} /* namespace */
+
+class BulkDownload : public ::testing::TestWithParam<const char *> {};
+
+TEST_P(BulkDownload, ReadsWholeRecordsInLargeChunksWithTheShim)
+{
+	const std::string tls = GetParam();
+	ExampleServer server({ "--send", std::to_string(kDownload), "--seed", "7", "--tls", tls,
+			       "--connections", "2" });
+	const std::string expected =
+		"received " + std::to_string(kDownload) + " sha256 " + patternSha256(kDownload, 7) + "\n";
+	const std::vector<std::string> client = { examplePath("bulk_download"), "127.0.0.1",
+						  server.portText() };
+
+	TracedRun plain = runTraced(client, false);
+	ASSERT_EQ(plain.status, 0) << plain.out;
+	EXPECT_EQ(plain.out, expected);
+	tlstune::SocketTraffic before = tlstune::trafficOnPort(plain.calls, server.port());
+	EXPECT_GT(before.headerReads, 1000u) << describe(before);
+
+	TracedRun tuned = runTraced(client, true);
+	ASSERT_EQ(tuned.status, 0) << tuned.out;
+	EXPECT_EQ(tuned.out, expected);
+	tlstune::SocketTraffic after = tlstune::trafficOnPort(tuned.calls, server.port());
+	EXPECT_EQ(after.headerReads, 0u) << describe(after);
+	EXPECT_GE(after.readBytes, kDownload);
+	EXPECT_LE(after.readsPerMiB(), maxReadsPerMiB(tls)) << describe(after);
+	if (tls == "1.2") {
+		/* 16,413-byte records: the default buffer takes exactly four */
+		EXPECT_EQ(commonestReadSize(after), 4 * 16413) << describe(after);
+	}
+
+	EXPECT_EQ(server.process().wait(60000), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tls, BulkDownload, ::testing::Values("1.2", "1.3"));
+
+TEST(ReadBuffer, TheVariableSetsTheReadSize)
+{
+	ExampleServer server({ "--send", std::to_string(8ull << 20), "--tls", "1.2" });
+	TracedRun run = runTraced({ examplePath("bulk_download"), "127.0.0.1", server.portText() }, true,
+				  { "TLSTUNE_READ_BUFFER=32K" });
+	ASSERT_EQ(run.status, 0);
+	tlstune::SocketTraffic traffic = tlstune::trafficOnPort(run.calls, server.port());
+	EXPECT_EQ(traffic.headerReads, 0u);
+	for (const auto &size : traffic.readSizes)
+		EXPECT_LE(size.first, 32768 - 3) << describe(traffic);
+}
+
+TEST(ReadAhead, OffMeansTheProgramsOwnPattern)
+{
+	ExampleServer server({ "--send", std::to_string(4ull << 20) });
+	TracedRun run = runTraced({ examplePath("bulk_download"), "127.0.0.1", server.portText() }, true,
+				  { "TLSTUNE_READ_AHEAD=off" });
+	ASSERT_EQ(run.status, 0);
+	EXPECT_GT(tlstune::trafficOnPort(run.calls, server.port()).headerReads, 100u);
+}
+
+/*
+ * poll_reader waits for its socket before each SSL_read unless SSL_pending() > 0. The
+ * server sends 200 one-line records in one TCP segment, then waits without closing.
+ */
+class PollReader : public ::testing::TestWithParam<const char *> {
+protected:
+	Process *start(const std::vector<std::string> &env)
+	{
+		Command command;
+		command.argv = { examplePath("poll_reader"), "127.0.0.1", server_.portText(), "--lines",
+				 "200", "--wait", GetParam(), "--stall-ms", "5000" };
+		command.env = env;
+		reader_.reset(new Process(command));
+		return reader_.get();
+	}
+	std::string finish(int *status)
+	{
+		std::string out = reader_->readAll(60000);
+		*status = reader_->wait(60000);
+		return out;
+	}
+
+	ExampleServer server_{ { "--burst", "200", "--connections", "3" } };
+	std::unique_ptr<Process> reader_;
+};
+
+TEST_P(PollReader, FinishesWithoutTheShim)
+{
+	int status = -1;
+	start({});
+	EXPECT_EQ(finish(&status), "lines 200\n");
+	EXPECT_EQ(status, 0);
+}
+
+TEST_P(PollReader, FinishesWithTheShim)
+{
+	int status = -1;
+	start(shimEnv());
+	EXPECT_EQ(finish(&status), "lines 200\n");
+	EXPECT_EQ(status, 0);
+}
+
+TEST_P(PollReader, StallsWithReadAheadAndNoReadinessLayer)
+{
+	/* Proves the readiness layer is what lets the test above finish. */
+	int status = -1;
+	start(shimEnv({ "TLSTUNE_READINESS=off" }));
+	const std::string out = finish(&status);
+	EXPECT_EQ(status, 3) << out;
+	EXPECT_NE(out.find("stalled"), std::string::npos) << out;
+	EXPECT_NE(out.find("OpenSSL holds data: yes"), std::string::npos) << out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Wait, PollReader, ::testing::Values("poll", "select", "epoll"));

@@ -1,0 +1,134 @@
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "core/config.h"
+
+using namespace tlstune;
+
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+const char *lookup(const char *name, void *context)
+{
+	const Env &env = *static_cast<const Env *>(context);
+	auto it = env.find(name);
+	return it == env.end() ? nullptr : it->second.c_str();
+}
+
+ParsedConfig parse(const Env &env)
+{
+	return parseConfig(lookup, const_cast<Env *>(&env));
+}
+
+} /* namespace */
+
+TEST(Config, DefaultsWhenNothingIsSet)
+{
+	ParsedConfig parsed = parse({});
+	EXPECT_TRUE(parsed.errors.empty());
+	EXPECT_FALSE(parsed.config.disable);
+	EXPECT_TRUE(parsed.config.readAhead);
+	EXPECT_TRUE(parsed.config.readiness);
+	EXPECT_FALSE(parsed.config.stats);
+	EXPECT_FALSE(parsed.config.verbose);
+	EXPECT_EQ(parsed.config.logLevel, LogLevel::Warn);
+	EXPECT_EQ(parsed.config.readBuffer, 4u * 16413u + 3u);
+}
+
+TEST(Config, TableDefaultsMatchTheConfig)
+{
+	/* The table is what users read (README, --help): it must say what the code does. */
+	const Config defaults;
+	for (const OptionInfo &option : optionTable()) {
+		ParsedConfig parsed = parse({ { option.name, option.defaultValue } });
+		EXPECT_TRUE(parsed.errors.empty()) << option.name;
+		EXPECT_EQ(describeConfig(parsed.config), describeConfig(defaults)) << option.name;
+	}
+}
+
+TEST(Config, BooleansTakeTheUsualWords)
+{
+	for (const char *yes : { "1", "true", "yes", "on", "ON", "True" }) {
+		ParsedConfig parsed = parse({ { "TLSTUNE_STATS", yes } });
+		EXPECT_TRUE(parsed.errors.empty()) << yes;
+		EXPECT_TRUE(parsed.config.stats) << yes;
+	}
+	for (const char *no : { "0", "false", "no", "off", "OFF" }) {
+		ParsedConfig parsed = parse({ { "TLSTUNE_READ_AHEAD", no } });
+		EXPECT_TRUE(parsed.errors.empty()) << no;
+		EXPECT_FALSE(parsed.config.readAhead) << no;
+	}
+}
+
+TEST(Config, SizesTakeBinarySuffixes)
+{
+	const std::pair<const char *, size_t> cases[] = {
+		{ "65536", 65536 }, { "64K", 65536 }, { "64k", 65536 }, { "64KiB", 65536 },
+		{ "1M", 1048576 },  { "1MiB", 1048576 }, { "16K", 16384 }, { "20000b", 20000 },
+	};
+	for (const auto &c : cases) {
+		ParsedConfig parsed = parse({ { "TLSTUNE_READ_BUFFER", c.first } });
+		EXPECT_TRUE(parsed.errors.empty()) << c.first;
+		EXPECT_EQ(parsed.config.readBuffer, c.second) << c.first;
+	}
+}
+
+TEST(Config, EveryKindOfBadValueGetsOneLineAndTheDefault)
+{
+	const std::pair<const char *, const char *> cases[] = {
+		{ "TLSTUNE_READ_BUFFER", "abc" },
+		{ "TLSTUNE_READ_BUFFER", "-1" },
+		{ "TLSTUNE_READ_BUFFER", "15K" },        /* below the range */
+		{ "TLSTUNE_READ_BUFFER", "2M" },         /* above the range */
+		{ "TLSTUNE_READ_BUFFER", "64KB" },       /* not a binary suffix */
+		{ "TLSTUNE_READ_BUFFER", "64 K" },
+		{ "TLSTUNE_READ_BUFFER", "1.5M" },
+		{ "TLSTUNE_READ_BUFFER", "99999999999999999999" },
+		{ "TLSTUNE_READ_BUFFER", "18446744073709551616K" },
+		{ "TLSTUNE_STATS", "maybe" },
+		{ "TLSTUNE_STATS", "2" },
+		{ "TLSTUNE_DISABLE", "enabled" },
+		{ "TLSTUNE_LOG", "loud" },
+		{ "TLSTUNE_LOG", "3" },
+	};
+	const Config defaults;
+	for (const auto &c : cases) {
+		ParsedConfig parsed = parse({ { c.first, c.second } });
+		ASSERT_EQ(parsed.errors.size(), 1u) << c.first << "=" << c.second;
+		const std::string &error = parsed.errors[0];
+		EXPECT_NE(error.find(std::string(c.first) + "=" + c.second), std::string::npos) << error;
+		EXPECT_NE(error.find("expected"), std::string::npos) << error;
+		EXPECT_NE(error.find("using the default"), std::string::npos) << error;
+		EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+		EXPECT_EQ(describeConfig(parsed.config), describeConfig(defaults)) << error;
+	}
+}
+
+TEST(Config, OneBadValueLeavesTheOthersAlone)
+{
+	ParsedConfig parsed = parse({ { "TLSTUNE_READ_BUFFER", "huge" }, { "TLSTUNE_STATS", "on" },
+				      { "TLSTUNE_LOG", "debug" } });
+	EXPECT_EQ(parsed.errors.size(), 1u);
+	EXPECT_TRUE(parsed.config.stats);
+	EXPECT_EQ(parsed.config.logLevel, LogLevel::Debug);
+	EXPECT_EQ(parsed.config.readBuffer, kDefaultReadBuffer);
+}
+
+TEST(Config, EmptyMeansUnset)
+{
+	ParsedConfig parsed = parse({ { "TLSTUNE_READ_AHEAD", "" }, { "TLSTUNE_READ_BUFFER", "" } });
+	EXPECT_TRUE(parsed.errors.empty());
+	EXPECT_TRUE(parsed.config.readAhead);
+	EXPECT_EQ(parsed.config.readBuffer, kDefaultReadBuffer);
+}
+
+TEST(Config, DescribeShowsEffectiveSettings)
+{
+	ParsedConfig parsed = parse({ { "TLSTUNE_READ_BUFFER", "32K" }, { "TLSTUNE_READINESS", "off" } });
+	EXPECT_EQ(describeConfig(parsed.config),
+		  "read_ahead=on read_buffer=32768 readiness=off stats=off log=warn");
+	EXPECT_EQ(describeConfig(parse({ { "TLSTUNE_DISABLE", "1" } }).config), "disabled");
+}

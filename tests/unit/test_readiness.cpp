@@ -1,0 +1,388 @@
+/*
+ * The readiness layer without LD_PRELOAD: the buffered set, the connection state machine,
+ * the poll/select/epoll merging over real sockets and a real epoll instance, and the
+ * whole chain against real OpenSSL with read-ahead on.
+ */
+
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <openssl/err.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/buffered_fds.h"
+#include "core/connection.h"
+#include "core/openssl_api.h"
+#include "core/wait_merge.h"
+#include "tls_fixture.h"
+
+using namespace tlstune;
+
+namespace {
+
+struct SocketPair {
+	int fds[2] = { -1, -1 };
+	SocketPair() { EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0); }
+	~SocketPair()
+	{
+		for (int fd : fds)
+			if (fd >= 0)
+				close(fd);
+	}
+	void closeFirst()
+	{
+		close(fds[0]);
+		fds[0] = -1;
+	}
+};
+
+SocketId idOf(int fd)
+{
+	SocketId id;
+	EXPECT_TRUE(identifySocket(fd, &id));
+	return id;
+}
+
+const int kOwner = 0; /* any address serves as a connection's identity */
+
+} /* namespace */
+
+TEST(BufferedFds, HoldsWhatWasSetUntilForgotten)
+{
+	SocketPair pair;
+	BufferedFds buffered;
+	EXPECT_TRUE(buffered.empty());
+	EXPECT_FALSE(buffered.holds(pair.fds[0]));
+
+	buffered.set(&kOwner, pair.fds[0], idOf(pair.fds[0]), true);
+	EXPECT_FALSE(buffered.empty());
+	EXPECT_TRUE(buffered.holds(pair.fds[0]));
+	EXPECT_FALSE(buffered.holds(pair.fds[1]));
+
+	buffered.set(&kOwner, pair.fds[0], idOf(pair.fds[0]), false);
+	EXPECT_TRUE(buffered.empty());
+
+	buffered.set(&kOwner, pair.fds[0], idOf(pair.fds[0]), true);
+	buffered.forget(&kOwner);
+	EXPECT_TRUE(buffered.empty());
+	EXPECT_FALSE(buffered.holds(pair.fds[0]));
+}
+
+TEST(BufferedFds, AReusedFdNumberIsNotTheBufferedSocket)
+{
+	SocketPair old;
+	BufferedFds buffered;
+	const int number = old.fds[0];
+	buffered.set(&kOwner, number, idOf(number), true);
+	old.closeFirst();
+	EXPECT_FALSE(buffered.holds(number)) << "closed";
+
+	SocketPair reused; /* the lowest free number: the one just closed */
+	ASSERT_EQ(reused.fds[0], number);
+	EXPECT_FALSE(buffered.holds(number)) << "reused by another socket";
+}
+
+TEST(Connection, ReportsBufferedDataOnlyWhenARecordCanBeRead)
+{
+	SocketPair pair;
+	BufferedFds buffered;
+	Connection connection;
+
+	connection.afterCall(buffered, true, false, true);
+	EXPECT_FALSE(connection.buffered()) << "no socket learnt yet";
+
+	connection.noteSocketRead(pair.fds[0]);
+	EXPECT_EQ(connection.fd(), pair.fds[0]);
+	connection.afterCall(buffered, true, false, true);
+	EXPECT_TRUE(connection.buffered());
+	EXPECT_TRUE(buffered.holds(pair.fds[0]));
+
+	/* WANT_READ with part of a record buffered: wait for the socket, do not spin. */
+	connection.afterCall(buffered, false, true, true);
+	EXPECT_FALSE(connection.buffered());
+	EXPECT_TRUE(buffered.empty());
+	/* A call that makes no progress does not undo that. */
+	connection.afterCall(buffered, false, false, true);
+	EXPECT_FALSE(connection.buffered());
+	/* Progress does. */
+	connection.afterCall(buffered, true, false, true);
+	EXPECT_TRUE(connection.buffered());
+	connection.afterCall(buffered, true, false, false);
+	EXPECT_FALSE(connection.buffered());
+	EXPECT_TRUE(buffered.empty());
+}
+
+TEST(Connection, LearnsOnlySockets)
+{
+	int pipeFds[2];
+	ASSERT_EQ(pipe(pipeFds), 0);
+	Connection connection;
+	connection.noteSocketRead(pipeFds[0]);
+	EXPECT_EQ(connection.fd(), -1);
+	close(pipeFds[0]);
+	close(pipeFds[1]);
+}
+
+TEST(PollMerged, PassesTheProgramsTimeoutWhenNothingIsBuffered)
+{
+	SocketPair pair;
+	BufferedFds buffered;
+	struct pollfd pfd = { pair.fds[0], POLLIN, 0 };
+	int calls = 0;
+	bool zero = true;
+	int n = pollMerged(buffered, &pfd, 1, [&](bool z) {
+		calls++;
+		zero = z;
+		return 0;
+	});
+	EXPECT_EQ(n, 0);
+	EXPECT_EQ(calls, 1);
+	EXPECT_FALSE(zero);
+}
+
+TEST(PollMerged, ReportsABufferedSocketReadableAtOnce)
+{
+	SocketPair pair;
+	BufferedFds buffered;
+	buffered.set(&kOwner, pair.fds[0], idOf(pair.fds[0]), true);
+	ASSERT_EQ(write(pair.fds[1], "x", 1), 1); /* make the peer socket readable too */
+
+	struct pollfd pfds[3] = {
+		{ pair.fds[0], POLLIN, 0 },  /* buffered, socket empty */
+		{ pair.fds[1], POLLOUT, 0 }, /* writable: the real poll reports it */
+		{ pair.fds[0], POLLOUT, 0 }, /* asks only for output: left alone */
+	};
+	bool zero = false;
+	int n = pollMerged(buffered, pfds, 3, [&](bool z) {
+		zero = z;
+		return poll(pfds, 3, z ? 0 : -1);
+	});
+	EXPECT_TRUE(zero);
+	EXPECT_EQ(n, 3);
+	EXPECT_EQ(pfds[0].revents, POLLIN);
+	EXPECT_EQ(pfds[1].revents, POLLOUT);
+	EXPECT_EQ(pfds[2].revents, POLLOUT);
+}
+
+TEST(SelectMerged, ReportsABufferedSocketReadableAtOnce)
+{
+	SocketPair pair;
+	BufferedFds buffered;
+	buffered.set(&kOwner, pair.fds[0], idOf(pair.fds[0]), true);
+
+	fd_set readable;
+	FD_ZERO(&readable);
+	FD_SET(pair.fds[0], &readable);
+	FD_SET(pair.fds[1], &readable);
+	const int nfds = std::max(pair.fds[0], pair.fds[1]) + 1;
+	int n = selectMerged(buffered, nfds, &readable, [&](bool zero) {
+		struct timeval none = { 0, 0 };
+		EXPECT_TRUE(zero);
+		return select(nfds, &readable, nullptr, nullptr, &none);
+	});
+	EXPECT_EQ(n, 1);
+	EXPECT_TRUE(FD_ISSET(pair.fds[0], &readable));
+	EXPECT_FALSE(FD_ISSET(pair.fds[1], &readable));
+}
+
+TEST(EpollFdinfo, ParsesTheKernelsLines)
+{
+	EpollRegistration r;
+	ASSERT_TRUE(parseEpollFdinfoLine(
+		"tfd:        5 events:       19 data:     7f00deadbeef  pos:0 ino:3d1a sdev:8", &r));
+	EXPECT_EQ(r.fd, 5);
+	EXPECT_EQ(r.events, 0x19u);
+	EXPECT_EQ(r.data, 0x7f00deadbeefull);
+	EXPECT_EQ(r.ino, 0x3d1aul);
+	EXPECT_FALSE(parseEpollFdinfoLine("pos:\t0", &r));
+	EXPECT_FALSE(parseEpollFdinfoLine("flags:\t02", &r));
+}
+
+class EpollMerged : public ::testing::Test {
+protected:
+	void SetUp() override { epfd_ = epoll_create1(EPOLL_CLOEXEC); }
+	void TearDown() override { close(epfd_); }
+
+	void add(int fd, uint32_t events, uint64_t data)
+	{
+		struct epoll_event event = {};
+		event.events = events;
+		event.data.u64 = data;
+		ASSERT_EQ(epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &event), 0);
+	}
+	int wait(struct epoll_event *events, int max)
+	{
+		return epollMerged(buffered_, epfd_, events, max,
+				   [&](bool zero) { return epoll_wait(epfd_, events, max, zero ? 0 : 0); });
+	}
+
+	int epfd_ = -1;
+	BufferedFds buffered_;
+	SocketPair pair_;
+};
+
+TEST_F(EpollMerged, ReturnsTheDataTheProgramRegistered)
+{
+	add(pair_.fds[0], EPOLLIN | EPOLLRDHUP, 0x1234567890abcdefull);
+	buffered_.set(&kOwner, pair_.fds[0], idOf(pair_.fds[0]), true);
+	struct epoll_event events[4];
+	ASSERT_EQ(wait(events, 4), 1);
+	EXPECT_EQ(events[0].data.u64, 0x1234567890abcdefull);
+	EXPECT_EQ(events[0].events, static_cast<uint32_t>(EPOLLIN));
+}
+
+TEST_F(EpollMerged, JoinsAnEventTheKernelReportedToo)
+{
+	add(pair_.fds[0], EPOLLIN | EPOLLOUT, 7);
+	buffered_.set(&kOwner, pair_.fds[0], idOf(pair_.fds[0]), true);
+	struct epoll_event events[4];
+	ASSERT_EQ(wait(events, 4), 1);
+	EXPECT_EQ(events[0].data.u64, 7u);
+	EXPECT_EQ(events[0].events, static_cast<uint32_t>(EPOLLIN | EPOLLOUT));
+}
+
+TEST_F(EpollMerged, AddsNothingForAnFdNotRegisteredOrNotAskingForInput)
+{
+	add(pair_.fds[1], EPOLLIN, 1);
+	add(pair_.fds[0], EPOLLOUT, 2);
+	buffered_.set(&kOwner, pair_.fds[0], idOf(pair_.fds[0]), true);
+	struct epoll_event events[4];
+	ASSERT_EQ(wait(events, 4), 1); /* only the kernel's EPOLLOUT */
+	EXPECT_EQ(events[0].data.u64, 2u);
+	EXPECT_EQ(events[0].events, static_cast<uint32_t>(EPOLLOUT));
+}
+
+TEST_F(EpollMerged, OneShotFiresOnce)
+{
+	add(pair_.fds[0], EPOLLIN | EPOLLONESHOT, 9);
+	buffered_.set(&kOwner, pair_.fds[0], idOf(pair_.fds[0]), true);
+	struct epoll_event events[4];
+	ASSERT_EQ(wait(events, 4), 1);
+	EXPECT_EQ(wait(events, 4), 0);
+}
+
+TEST_F(EpollMerged, RespectsMaxevents)
+{
+	add(pair_.fds[0], EPOLLIN, 1);
+	add(pair_.fds[1], EPOLLOUT, 2);
+	buffered_.set(&kOwner, pair_.fds[0], idOf(pair_.fds[0]), true);
+	struct epoll_event events[1];
+	EXPECT_EQ(wait(events, 1), 1);
+}
+
+/* The chain against real OpenSSL: read-ahead takes several records in one read. */
+class RealOpenSsl : public ::testing::Test {
+protected:
+	void SetUp() override
+	{
+		api_.SSL_has_pending = ::SSL_has_pending;
+		api_.SSL_want = ::SSL_want;
+		api_.CRYPTO_get_ex_new_index = ::CRYPTO_get_ex_new_index;
+		api_.SSL_get_ex_data = ::SSL_get_ex_data;
+		api_.SSL_set_ex_data = ::SSL_set_ex_data;
+		ASSERT_TRUE(slot_.init(api_, &buffered_));
+
+		const auto &certificate = testsupport::certificate();
+		serverCtx_ = SSL_CTX_new(TLS_server_method());
+		ASSERT_EQ(SSL_CTX_use_certificate_chain_file(serverCtx_, certificate.cert.c_str()), 1);
+		ASSERT_EQ(SSL_CTX_use_PrivateKey_file(serverCtx_, certificate.key.c_str(), SSL_FILETYPE_PEM), 1);
+		clientCtx_ = SSL_CTX_new(TLS_client_method());
+		SSL_CTX_set_read_ahead(clientCtx_, 1);
+
+		for (int fd : pair_.fds)
+			fcntl(fd, F_SETFL, O_NONBLOCK);
+		server_ = SSL_new(serverCtx_);
+		client_ = SSL_new(clientCtx_);
+		SSL_set_fd(server_, pair_.fds[0]);
+		SSL_set_fd(client_, pair_.fds[1]);
+		SSL_set_accept_state(server_);
+		SSL_set_connect_state(client_);
+		/* Both ends in one thread: step each until both are done (bounded). */
+		bool serverDone = false, clientDone = false;
+		for (int step = 0; step < 100 && !(serverDone && clientDone); step++) {
+			serverDone = serverDone || SSL_do_handshake(server_) == 1;
+			clientDone = clientDone || call([&] { return SSL_do_handshake(client_); }) == 1;
+		}
+		ASSERT_TRUE(serverDone && clientDone);
+	}
+	void TearDown() override
+	{
+		SSL_free(client_); /* runs the ex_data free callback */
+		SSL_free(server_);
+		SSL_CTX_free(clientCtx_);
+		SSL_CTX_free(serverCtx_);
+	}
+
+	/* What the shim's wrapper does around a call on the client. */
+	template <typename Call>
+	int call(Call real)
+	{
+		Connection *connection = slot_.of(api_, client_);
+		CallScope scope(connection);
+		int result = real();
+		connection->afterCall(buffered_, result > 0, SSL_want(client_) == SSL_READING,
+				      SSL_has_pending(client_) == 1);
+		return result;
+	}
+
+	/* The read syscalls OpenSSL makes go to the client's socket: note them as the shim does. */
+	int readClient(char *buffer, int size)
+	{
+		return call([&] {
+			int n = SSL_read(client_, buffer, size);
+			connectionOf()->noteSocketRead(pair_.fds[1]);
+			return n;
+		});
+	}
+	Connection *connectionOf() { return slot_.of(api_, client_); }
+
+	bool pollSaysReadable()
+	{
+		struct pollfd pfd = { pair_.fds[1], POLLIN, 0 };
+		return pollMerged(buffered_, &pfd, 1, [&](bool) { return poll(&pfd, 1, 0); }) == 1;
+	}
+
+	OpenSslApi api_;
+	ConnectionSlot slot_;
+	BufferedFds buffered_;
+	SocketPair pair_;
+	SSL_CTX *serverCtx_ = nullptr, *clientCtx_ = nullptr;
+	SSL *server_ = nullptr, *client_ = nullptr;
+};
+
+TEST_F(RealOpenSsl, RecordsReadAheadMakeTheSocketReadable)
+{
+	for (const char *line : { "one\n", "two\n", "three\n" })
+		ASSERT_GT(SSL_write(server_, line, static_cast<int>(strlen(line))), 0);
+
+	char buffer[64];
+	ASSERT_EQ(readClient(buffer, sizeof(buffer)), 4); /* one record: "one\n" */
+	ASSERT_EQ(SSL_pending(client_), 0) << "the trap: nothing decrypted is pending";
+	struct pollfd raw = { pair_.fds[1], POLLIN, 0 };
+	ASSERT_EQ(poll(&raw, 1, 0), 0) << "the socket itself is empty";
+
+	EXPECT_TRUE(connectionOf()->buffered());
+	EXPECT_TRUE(pollSaysReadable());
+
+	ASSERT_EQ(readClient(buffer, sizeof(buffer)), 4);
+	ASSERT_EQ(readClient(buffer, sizeof(buffer)), 6);
+	EXPECT_FALSE(connectionOf()->buffered());
+	EXPECT_FALSE(pollSaysReadable());
+
+	EXPECT_LT(readClient(buffer, sizeof(buffer)), 0); /* WANT_READ */
+	EXPECT_FALSE(pollSaysReadable());
+	ERR_clear_error();
+}
+
+TEST_F(RealOpenSsl, FreeingTheSslForgetsItsBufferedFd)
+{
+	for (const char *line : { "a\n", "b\n" })
+		ASSERT_GT(SSL_write(server_, line, 2), 0);
+	char buffer[8];
+	ASSERT_EQ(readClient(buffer, sizeof(buffer)), 2);
+	ASSERT_FALSE(buffered_.empty());
+	SSL_free(client_);
+	client_ = nullptr;
+	EXPECT_TRUE(buffered_.empty());
+}
