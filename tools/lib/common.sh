@@ -1,0 +1,31 @@
+# Shared by tools/demo and tools/run-tests. Sourced, not run.
+
+# Installs the Debian packages in "$@" that are not installed yet (needs root and apt).
+need_packages() {
+	missing=""
+	for package in "$@"; do
+		dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
+			missing="$missing $package"
+	done
+	[ -z "$missing" ] && return 0
+	if [ "$(id -u)" != 0 ]; then
+		echo "tlstune: missing Debian packages:$missing; run as root or: apt-get install$missing" >&2
+		exit 1
+	fi
+	echo "tlstune: installing$missing" >&2
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq >&2
+	# shellcheck disable=SC2086
+	apt-get install -y -qq --no-install-recommends $missing >&2
+}
+
+BUILD_PACKAGES="meson ninja-build g++ pkg-config libssl-dev libgtest-dev openssl binutils"
+TEST_PACKAGES="strace curl nginx-light socat stunnel4 python3 ca-certificates"
+
+# Configures (once) and builds the tree in directory $1.
+build_tree() {
+	if [ ! -f "$1/build.ninja" ]; then
+		meson setup "$1" --buildtype=debugoptimized >/dev/null
+	fi
+	meson compile -C "$1" >/dev/null
+}
