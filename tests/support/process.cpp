@@ -83,7 +83,9 @@ Process::Process(const Command &command)
 			dup2(out[1], STDOUT_FILENO);
 		else
 			redirect(command.stdoutPath, STDOUT_FILENO, O_WRONLY | O_CREAT | O_TRUNC);
-		if (!command.stderrPath.empty())
+		if (command.stderrToStdout)
+			dup2(STDOUT_FILENO, STDERR_FILENO);
+		else if (!command.stderrPath.empty())
 			redirect(command.stderrPath, STDERR_FILENO, O_WRONLY | O_CREAT | O_TRUNC);
 		execvpe(argv[0], argv.data(), envp.data());
 		_exit(127);
@@ -112,24 +114,41 @@ void Process::kill(int signal)
 		::kill(pid_, signal);
 }
 
-std::string Process::readLine(int timeoutMs)
+bool Process::nextLine(std::string *line, int timeoutMs)
 {
 	for (;;) {
 		std::string::size_type newline = pending_.find('\n');
 		if (newline != std::string::npos) {
-			std::string line = pending_.substr(0, newline);
+			*line = pending_.substr(0, newline);
 			pending_.erase(0, newline + 1);
-			return line;
+			return true;
 		}
 		struct pollfd pfd = { stdout_, POLLIN, 0 };
 		if (stdout_ < 0 || poll(&pfd, 1, timeoutMs) <= 0)
-			return "";
+			return false;
 		char buffer[4096];
 		ssize_t n = read(stdout_, buffer, sizeof(buffer));
 		if (n <= 0)
-			return "";
+			return false;
 		pending_.append(buffer, static_cast<size_t>(n));
 	}
+}
+
+std::string Process::readLine(int timeoutMs)
+{
+	std::string line;
+	return nextLine(&line, timeoutMs) ? line : "";
+}
+
+std::string Process::readUntil(const std::string &needle, int timeoutMs)
+{
+	std::string seen;
+	for (std::string line; nextLine(&line, timeoutMs);) {
+		seen += line + "\n";
+		if (line.find(needle) != std::string::npos)
+			break;
+	}
+	return seen;
 }
 
 std::string Process::readAll(int timeoutMs)

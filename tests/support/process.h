@@ -18,6 +18,8 @@ struct Command {
 	/* Empty: a pipe the test reads with readLine()/readAll(). */
 	std::string stdoutPath;
 	std::string stderrPath;
+	/* Send stderr down the stdout pipe: for servers that announce readiness in their log. */
+	bool stderrToStdout = false;
 };
 
 class Process {
@@ -30,6 +32,8 @@ public:
 	pid_t pid() const { return pid_; }
 	/* One line of stdout without its newline; empty at EOF or after timeoutMs. */
 	std::string readLine(int timeoutMs);
+	/* Lines of stdout up to and including one containing needle (or EOF, or timeoutMs). */
+	std::string readUntil(const std::string &needle, int timeoutMs);
 	/* The rest of stdout, until EOF or timeoutMs. */
 	std::string readAll(int timeoutMs);
 	/* The exit status (or 128 + signal); on timeout kills the child and returns -1. */
@@ -37,6 +41,8 @@ public:
 	void kill(int signal);
 
 private:
+	bool nextLine(std::string *line, int timeoutMs);
+
 	pid_t pid_ = -1;
 	int pidfd_ = -1;
 	int stdout_ = -1;

@@ -1,0 +1,75 @@
+#include "servers.h"
+
+#include <signal.h>
+#include <stdexcept>
+
+#include "tls_fixture.h"
+
+namespace testsupport {
+
+Nginx::Nginx(const std::string &root, const std::string &tls, const std::vector<std::string> &env)
+	: port_(freePort())
+{
+	const std::string d = dir_.path();
+	const std::string protocols = tls == "1.2"
+		? "ssl_protocols TLSv1.2; ssl_ciphers ECDHE-RSA-AES256-GCM-SHA384;"
+		: "ssl_protocols TLSv1.3;";
+	writeFile(dir_.file("nginx.conf"),
+		  "daemon off; master_process on; worker_processes 1; user root;\n"
+		  "error_log stderr notice; pid " + d + "/nginx.pid;\n"
+		  "events { worker_connections 64; }\n"
+		  "http {\n"
+		  "  access_log off; sendfile on; tcp_nodelay on;\n"
+		  /* Longer than any test: a client stalled on a keep-alive connection fails by its
+		   * own --max-time instead of being rescued when nginx closes the idle connection. */
+		  "  keepalive_timeout 600s; keepalive_requests 10000;\n"
+		  "  client_body_temp_path " + d + "/body; proxy_temp_path " + d + "/proxy;\n"
+		  "  fastcgi_temp_path " + d + "/fastcgi; uwsgi_temp_path " + d + "/uwsgi;\n"
+		  "  scgi_temp_path " + d + "/scgi;\n"
+		  "  server {\n"
+		  "    listen 127.0.0.1:" + std::to_string(port_) + " ssl;\n"
+		  "    ssl_certificate " + certificate().cert + ";\n"
+		  "    ssl_certificate_key " + certificate().key + ";\n"
+		  "    " + protocols + "\n"
+		  "    root " + root + ";\n"
+		  "  }\n"
+		  "}\n");
+
+	Command command;
+	command.argv = { "nginx", "-p", d, "-c", dir_.file("nginx.conf"), "-e", "stderr" };
+	command.env = env;
+	command.stderrToStdout = true;
+	process_.reset(new Process(command));
+	const std::string log = process_->readUntil("start worker process", 30000);
+	if (log.find("start worker process") == std::string::npos)
+		throw std::runtime_error("nginx did not start:\n" + log);
+}
+
+Nginx::~Nginx()
+{
+	process_->kill(SIGTERM);
+	process_->wait(30000);
+}
+
+std::string Nginx::url(const std::string &path) const
+{
+	return "https://127.0.0.1:" + std::to_string(port_) + path;
+}
+
+Daemon::Daemon(const Command &command, const std::string &ready)
+{
+	Command withLog = command;
+	withLog.stderrToStdout = true;
+	process_.reset(new Process(withLog));
+	const std::string log = process_->readUntil(ready, 30000);
+	if (log.find(ready) == std::string::npos)
+		throw std::runtime_error(command.argv[0] + " did not start:\n" + log);
+}
+
+Daemon::~Daemon()
+{
+	process_->kill(SIGTERM);
+	process_->wait(30000);
+}
+
+} /* namespace testsupport */

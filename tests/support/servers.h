@@ -1,0 +1,41 @@
+#pragma once
+/* Real servers from Debian packages, started and stopped by the test that needs them. */
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "process.h"
+
+namespace testsupport {
+
+/* nginx serving root over HTTPS on 127.0.0.1 with the test certificate. */
+class Nginx {
+public:
+	/* tls: "1.2" (the seed's ECDHE-RSA-AES256-GCM-SHA384) or "1.3". */
+	Nginx(const std::string &root, const std::string &tls, const std::vector<std::string> &env = {});
+	~Nginx();
+	int port() const { return port_; }
+	std::string url(const std::string &path) const;
+
+private:
+	TempDir dir_;
+	int port_ = 0;
+	std::unique_ptr<Process> process_;
+};
+
+/*
+ * A long-running program (socat, stunnel) that logs a line containing `ready` once it
+ * listens; killed by its pid at the end of the test.
+ */
+class Daemon {
+public:
+	Daemon(const Command &command, const std::string &ready);
+	~Daemon();
+	Process &process() { return *process_; }
+
+private:
+	std::unique_ptr<Process> process_;
+};
+
+} /* namespace testsupport */
