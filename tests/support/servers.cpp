@@ -68,8 +68,15 @@ Daemon::Daemon(const Command &command, const std::string &ready)
 
 Daemon::~Daemon()
 {
+	stop();
+}
+
+std::string Daemon::stop()
+{
 	process_->kill(SIGTERM);
+	std::string log = process_->readAll(30000);
 	process_->wait(30000);
+	return log;
 }
 
 } /* namespace testsupport */

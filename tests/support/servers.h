@@ -33,6 +33,8 @@ public:
 	Daemon(const Command &command, const std::string &ready);
 	~Daemon();
 	Process &process() { return *process_; }
+	/* Stops it (SIGTERM) and returns what it logged since it became ready. */
+	std::string stop();
 
 private:
 	std::unique_ptr<Process> process_;
