@@ -98,10 +98,14 @@ CallScope::~CallScope()
 	innermost = previous_;
 }
 
-Connection *CallScope::current() noexcept
+bool CallScope::noteSocketRead(int fd) noexcept
 {
 	CallScope *scope = innermost;
-	return scope ? scope->connection_ : nullptr;
+	if (!scope)
+		return false;
+	for (; scope; scope = scope->previous_)
+		scope->connection_->noteSocketRead(fd);
+	return true;
 }
 
 } /* namespace tlstune */

@@ -75,7 +75,14 @@ public:
 
 	/* False when an enclosing scope is for the same connection: only the outer acts. */
 	bool outermost() const noexcept { return outermost_; }
-	static Connection *current() noexcept;
+
+	/*
+	 * This thread read fd: every connection inside a call on it is waiting for that
+	 * socket. Usually one; with TLS inside TLS (curl through an HTTPS proxy) the inner
+	 * connection reads through the outer one, and its program polls the same socket.
+	 * Returns false when the thread is inside no OpenSSL call.
+	 */
+	static bool noteSocketRead(int fd) noexcept;
 
 private:
 	Connection *connection_;

@@ -12,10 +12,8 @@ namespace tlstune {
  */
 inline void noteRead(int fd, ssize_t n) noexcept
 {
-	Connection *connection = CallScope::current();
-	if (!connection || n < 0)
+	if (!CallScope::noteSocketRead(fd) || n < 0)
 		return;
-	connection->noteSocketRead(fd);
 	Stats &stats = process().stats;
 	Stats::add(stats.socketReads, 1);
 	Stats::add(stats.socketReadBytes, static_cast<uint64_t>(n));

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 
 #include "core/config.h"
@@ -131,4 +133,16 @@ TEST(Config, DescribeShowsEffectiveSettings)
 	EXPECT_EQ(describeConfig(parsed.config),
 		  "read_ahead=on read_buffer=32768 readiness=off stats=off log=warn");
 	EXPECT_EQ(describeConfig(parse({ { "TLSTUNE_DISABLE", "1" } }).config), "disabled");
+}
+
+TEST(Config, TheReadmeShowsTheTable)
+{
+	std::ifstream in(TLSTUNE_README);
+	std::stringstream readme;
+	readme << in.rdbuf();
+	for (const OptionInfo &option : optionTable()) {
+		const std::string row = std::string("| `") + option.name + "` | " + option.accepted + " | " +
+					option.defaultValue + " | " + option.help + " |";
+		EXPECT_NE(readme.str().find(row), std::string::npos) << "README.md lacks the row\n" << row;
+	}
 }
