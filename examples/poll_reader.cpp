@@ -4,13 +4,21 @@
  * already decrypted. SSL_pending() ignores records OpenSSL has read but not decrypted,
  * so with read-ahead and no help the wait never ends (the seed's curl IMAPS stall).
  *
- * Usage: poll_reader HOST PORT --lines N [--wait poll|select|epoll] [--stall-ms MS]
+ * With --hangup-check it also does what stunnel does to spot a peer that went away: a
+ * socket that polls POLLRDHUP with FIONREAD 0 is closed. With read-ahead the kernel's
+ * queue is empty while OpenSSL still holds the peer's last records.
+ *
+ * Usage: poll_reader HOST PORT --lines N [--wait poll|poll_chk|ppoll|ppoll_chk|select|pselect|
+ *                    epoll|epoll_pwait]
+ *                    [--stall-ms MS] [--hangup-check]
  * Prints "lines N" and exits 0 once N lines arrived; when one wait sees nothing for
- * MS milliseconds while the server has gone quiet, prints "stalled ..." and exits 3.
+ * MS milliseconds while the server has gone quiet, prints "stalled ..." and exits 3;
+ * when the hangup check closes early, prints "hung up ..." and exits 4.
  */
 
 #include <cerrno>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
 #include <unistd.h>
@@ -21,20 +29,30 @@ using namespace example;
 
 namespace {
 
-/* Waits until fd is readable (or writable); false on timeout. */
-bool waitFor(const std::string &how, int fd, bool forWrite, int timeoutMs)
+bool failed(int n, const char *what)
 {
-	if (how == "select") {
+	if (n < 0 && errno != EINTR)
+		fail(what);
+	return n > 0;
+}
+
+/* Waits until fd is readable (or writable); false on timeout. *hangup: POLLRDHUP seen. */
+bool waitFor(const std::string &how, int fd, bool forWrite, int timeoutMs, bool *hangup)
+{
+	*hangup = false;
+	if (how == "select" || how == "pselect") {
 		fd_set set;
 		FD_ZERO(&set);
 		FD_SET(fd, &set);
-		struct timeval tv = { timeoutMs / 1000, (timeoutMs % 1000) * 1000 };
-		int n = select(fd + 1, forWrite ? nullptr : &set, forWrite ? &set : nullptr, nullptr, &tv);
-		if (n < 0 && errno != EINTR)
-			fail("select");
-		return n > 0;
+		fd_set *readable = forWrite ? nullptr : &set, *writable = forWrite ? &set : nullptr;
+		if (how == "select") {
+			struct timeval tv = { timeoutMs / 1000, (timeoutMs % 1000) * 1000 };
+			return failed(select(fd + 1, readable, writable, nullptr, &tv), "select");
+		}
+		struct timespec ts = { timeoutMs / 1000, (timeoutMs % 1000) * 1000000L };
+		return failed(pselect(fd + 1, readable, writable, nullptr, &ts, nullptr), "pselect");
 	}
-	if (how == "epoll") {
+	if (how == "epoll" || how == "epoll_pwait") {
 		static int epfd = -1;
 		static bool registeredForWrite = false;
 		struct epoll_event event = {};
@@ -48,18 +66,26 @@ bool waitFor(const std::string &how, int fd, bool forWrite, int timeoutMs)
 		}
 		registeredForWrite = forWrite;
 		struct epoll_event out[4];
-		int n = epoll_wait(epfd, out, 4, timeoutMs);
-		if (n < 0 && errno != EINTR)
-			fail("epoll_wait");
+		int n = how == "epoll" ? epoll_wait(epfd, out, 4, timeoutMs)
+				       : epoll_pwait(epfd, out, 4, timeoutMs, nullptr);
 		if (n > 0 && out[0].data.u64 != event.data.u64)
-			fail("epoll_wait returned data that was never registered");
-		return n > 0;
+			fail("epoll returned data that was never registered");
+		return failed(n, "epoll");
 	}
-	struct pollfd pfd = { fd, static_cast<short>(forWrite ? POLLOUT : POLLIN), 0 };
-	int n = poll(&pfd, 1, timeoutMs);
-	if (n < 0 && errno != EINTR)
-		fail("poll");
-	return n > 0;
+	struct pollfd pfd = { fd, static_cast<short>(forWrite ? POLLOUT : POLLIN | POLLRDHUP), 0 };
+	struct timespec ts = { timeoutMs / 1000, (timeoutMs % 1000) * 1000000L };
+	int n;
+	/* The _chk forms are what _FORTIFY_SOURCE makes of calls whose nfds is not a constant. */
+	if (how == "ppoll")
+		n = ppoll(&pfd, 1, &ts, nullptr);
+	else if (how == "ppoll_chk")
+		n = __ppoll_chk(&pfd, 1, &ts, nullptr, sizeof(pfd));
+	else if (how == "poll_chk")
+		n = __poll_chk(&pfd, 1, timeoutMs, sizeof(pfd));
+	else
+		n = poll(&pfd, 1, timeoutMs);
+	*hangup = n > 0 && (pfd.revents & POLLRDHUP);
+	return failed(n, "poll");
 }
 
 } /* namespace */
@@ -71,6 +97,10 @@ int main(int argc, char **argv)
 	const uint64_t wanted = number(argc, argv, "--lines", 1);
 	const std::string how = option(argc, argv, "--wait", "poll");
 	const int stallMs = static_cast<int>(number(argc, argv, "--stall-ms", 3000));
+	bool hangupCheck = false;
+	for (int i = 1; i < argc; i++)
+		hangupCheck = hangupCheck || std::string(argv[i]) == "--hangup-check";
+	bool hangup = false;
 
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	SSL *ssl = SSL_new(ctx);
@@ -82,17 +112,25 @@ int main(int argc, char **argv)
 		int error = SSL_get_error(ssl, r);
 		if (error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE)
 			fail("handshake");
-		waitFor(how, fd, error == SSL_ERROR_WANT_WRITE, stallMs);
+		waitFor(how, fd, error == SSL_ERROR_WANT_WRITE, stallMs, &hangup);
 	}
 
 	uint64_t lines = 0;
 	char buffer[64];
 	while (lines < wanted) {
-		if (SSL_pending(ssl) == 0 && !waitFor(how, fd, false, stallMs)) {
+		if (SSL_pending(ssl) == 0 && !waitFor(how, fd, false, stallMs, &hangup)) {
 			std::printf("stalled: %s waited %d ms after %llu lines; OpenSSL holds data: %s\n",
 				    how.c_str(), stallMs, static_cast<unsigned long long>(lines),
 				    SSL_has_pending(ssl) ? "yes" : "no");
 			return 3;
+		}
+		int queued = 0;
+		if (hangupCheck && hangup && SSL_pending(ssl) == 0 &&
+		    ioctl(fd, FIONREAD, &queued) == 0 && queued == 0) {
+			std::printf("hung up: POLLRDHUP and nothing queued after %llu lines; "
+				    "OpenSSL holds data: %s\n",
+				    static_cast<unsigned long long>(lines), SSL_has_pending(ssl) ? "yes" : "no");
+			return 4;
 		}
 		int n = SSL_read(ssl, buffer, sizeof(buffer));
 		if (n <= 0) {

@@ -2,7 +2,8 @@
  * A small TLS server for the tests, serving --connections clients one after another:
  *   --send BYTES [--seed S]  send the data pattern, then close_notify
  *   --burst LINES            send LINES short lines, one record each, in one TCP segment
- *                            (TCP_CORK), then wait for the client to close
+ *                            (TCP_CORK), then wait for the client to close; with
+ *                            --hangup, close_notify and FIN go in the same segment
  *   --sink                   read until the client closes; print "received N sha256 H"
  * Prints "port N" on stdout once it listens (--port 0 picks a free one).
  */
@@ -72,9 +73,11 @@ int main(int argc, char **argv)
 	const uint64_t burstLines = number(argc, argv, "--burst", 0);
 	const uint64_t seed = number(argc, argv, "--seed", 1);
 	const uint64_t connections = number(argc, argv, "--connections", 1);
-	bool sink = false;
-	for (int i = 1; i < argc; i++)
+	bool sink = false, hangup = false;
+	for (int i = 1; i < argc; i++) {
 		sink = sink || std::string(argv[i]) == "--sink";
+		hangup = hangup || std::string(argv[i]) == "--hangup";
+	}
 
 	SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
 	if (!ctx || SSL_CTX_use_certificate_chain_file(ctx, cert.c_str()) != 1 ||
@@ -122,6 +125,10 @@ int main(int argc, char **argv)
 				int n = std::snprintf(line, sizeof(line), "line %06llu\n",
 						      static_cast<unsigned long long>(i));
 				writeAll(ssl, reinterpret_cast<unsigned char *>(line), static_cast<size_t>(n));
+			}
+			if (hangup) {
+				SSL_shutdown(ssl);
+				shutdown(fd, SHUT_WR);
 			}
 			cork(fd, 0);
 			drain(ssl, nullptr);

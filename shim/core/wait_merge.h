@@ -79,6 +79,18 @@ int selectMerged(const BufferedFds &buffered, int nfds, fd_set *readfds, RealSel
 }
 
 /*
+ * FIONREAD (SIOCINQ) answered *bytes for fd. Programs use it to tell a peer that hung up
+ * from one whose data is still queued (stunnel: POLLRDHUP and FIONREAD 0 means closed).
+ * With read-ahead that data may sit in OpenSSL, not the kernel: then say at least one
+ * byte is readable, as the kernel would have.
+ */
+inline void countBufferedBytes(const BufferedFds &buffered, int fd, int *bytes) noexcept
+{
+	if (*bytes == 0 && buffered.holds(fd))
+		*bytes = 1;
+}
+
+/*
  * One registration of an epoll set, as the kernel reports it in /proc/self/fdinfo/EPFD:
  * the program's own events mask and data, and the inode of the file registered.
  */

@@ -3,6 +3,9 @@
  * the real call; otherwise core/wait_merge.h adds the connections OpenSSL holds data for.
  */
 
+#include <cstdarg>
+#include <sys/ioctl.h>
+
 #include "core/wait_merge.h"
 #include "runtime/runtime.h"
 
@@ -114,4 +117,20 @@ TLSTUNE_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxeve
 		return p.libc.epoll_pwait2(epfd, events, maxevents, zero ? &kZeroSpec : timeout,
 					   sigmask);
 	});
+}
+
+/* Every ioctl takes at most one argument, an int or a pointer: pass it on as a pointer. */
+TLSTUNE_EXPORT int ioctl(int fd, unsigned long request, ...)
+{
+	va_list args;
+	va_start(args, request);
+	void *argument = va_arg(args, void *);
+	va_end(args);
+
+	Process &p = process();
+	int result = p.libc.ioctl(fd, request, argument);
+	if (request != FIONREAD || result != 0 || p.buffered.empty())
+		return result;
+	countBufferedBytes(p.buffered, fd, static_cast<int *>(argument));
+	return result;
 }

@@ -34,6 +34,7 @@ struct LibcApi {
 	ssize_t (*recvfrom_chk)(int, void *, size_t, size_t, int, struct sockaddr *,
 				socklen_t *) = nullptr;
 	ssize_t (*recvmsg)(int, struct msghdr *, int) = nullptr;
+	int (*ioctl)(int, unsigned long, void *) = nullptr;
 };
 
 } /* namespace tlstune */

@@ -76,6 +76,7 @@ void resolveLibc(LibcApi *libc) noexcept
 	next(&libc->recvfrom, "recvfrom");
 	next(&libc->recvfrom_chk, "__recvfrom_chk");
 	next(&libc->recvmsg, "recvmsg");
+	next(&libc->ioctl, "ioctl");
 }
 
 bool resolveOpenSsl(OpenSslApi *api) noexcept

@@ -186,6 +186,25 @@ TEST(SelectMerged, ReportsABufferedSocketReadableAtOnce)
 	EXPECT_FALSE(FD_ISSET(pair.fds[1], &readable));
 }
 
+TEST(Fionread, SaysABufferedSocketHasBytes)
+{
+	SocketPair pair;
+	BufferedFds buffered;
+	int bytes = 0;
+	countBufferedBytes(buffered, pair.fds[0], &bytes);
+	EXPECT_EQ(bytes, 0);
+
+	buffered.set(&kOwner, pair.fds[0], idOf(pair.fds[0]), true);
+	countBufferedBytes(buffered, pair.fds[0], &bytes);
+	EXPECT_EQ(bytes, 1);
+	bytes = 0;
+	countBufferedBytes(buffered, pair.fds[1], &bytes);
+	EXPECT_EQ(bytes, 0) << "another socket";
+	bytes = 7;
+	countBufferedBytes(buffered, pair.fds[0], &bytes);
+	EXPECT_EQ(bytes, 7) << "the kernel's own count stands";
+}
+
 TEST(EpollFdinfo, ParsesTheKernelsLines)
 {
 	EpollRegistration r;
