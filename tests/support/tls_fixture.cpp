@@ -80,7 +80,7 @@ TracedRun runTraced(const std::vector<std::string> &argv, bool withShim,
 
 double maxReadsPerMiB(const std::string &tls)
 {
-	return tls == "1.2" ? 24.0 : 26.0;
+	return 1.5 * (tls == "1.2" ? 16.0 : 25.6);
 }
 
 std::vector<std::string> shimEnv(std::vector<std::string> more)
