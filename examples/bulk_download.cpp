@@ -1,7 +1,8 @@
 /*
  * Downloads everything a TLS server sends, with blocking SSL_read calls of 16 KiB, and
  * prints "received N sha256 H". The plain client whose read syscalls the shim changes.
- * Usage: bulk_download HOST PORT
+ * Usage: bulk_download HOST PORT [--no-read-ahead]
+ * --no-read-ahead: the program turns read-ahead off on its context, as some do on purpose.
  */
 
 #include <unistd.h>
@@ -16,6 +17,8 @@ int main(int argc, char **argv)
 		fail("usage: bulk_download HOST PORT");
 
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	if (argc > 3 && std::string(argv[3]) == "--no-read-ahead")
+		SSL_CTX_set_read_ahead(ctx, 0);
 	SSL *ssl = SSL_new(ctx);
 	int fd = connectTo(argv[1], argv[2]);
 	SSL_set_fd(ssl, fd);

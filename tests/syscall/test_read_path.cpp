@@ -95,6 +95,16 @@ TEST(ReadAhead, OffMeansTheProgramsOwnPattern)
 	EXPECT_GT(tlstune::trafficOnPort(run.calls, server.port()).headerReads, 100u);
 }
 
+TEST(ReadAhead, AProgramThatTurnsItOffKeepsItOff)
+{
+	ExampleServer server({ "--send", std::to_string(4ull << 20) });
+	TracedRun run = runTraced({ examplePath("bulk_download"), "127.0.0.1", server.portText(),
+				    "--no-read-ahead" },
+				  true);
+	ASSERT_EQ(run.status, 0);
+	EXPECT_GT(tlstune::trafficOnPort(run.calls, server.port()).headerReads, 100u);
+}
+
 /*
  * poll_reader waits for its socket before each SSL_read unless SSL_pending() > 0. The
  * server sends 200 one-line records in one TCP segment, then waits without closing.

@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <fcntl.h>
+#include <thread>
 #include <openssl/err.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -290,7 +292,11 @@ TEST_F(EpollMerged, RespectsMaxevents)
 	EXPECT_EQ(wait(events, 1), 1);
 }
 
-/* The chain against real OpenSSL: read-ahead takes several records in one read. */
+/*
+ * The chain against real OpenSSL: read-ahead takes several records in one read. The
+ * server's bytes pass through the test (serverWire -> clientWire), so it can hand the
+ * client part of a record.
+ */
 class RealOpenSsl : public ::testing::Test {
 protected:
 	void SetUp() override
@@ -309,21 +315,24 @@ protected:
 		clientCtx_ = SSL_CTX_new(TLS_client_method());
 		SSL_CTX_set_read_ahead(clientCtx_, 1);
 
-		for (int fd : pair_.fds)
+		for (int fd : { serverWire_.fds[0], serverWire_.fds[1], clientWire_.fds[0], clientWire_.fds[1] })
 			fcntl(fd, F_SETFL, O_NONBLOCK);
 		server_ = SSL_new(serverCtx_);
 		client_ = SSL_new(clientCtx_);
-		SSL_set_fd(server_, pair_.fds[0]);
-		SSL_set_fd(client_, pair_.fds[1]);
+		SSL_set_fd(server_, serverWire_.fds[0]);
+		SSL_set_fd(client_, clientSocket());
 		SSL_set_accept_state(server_);
 		SSL_set_connect_state(client_);
 		/* Both ends in one thread: step each until both are done (bounded). */
 		bool serverDone = false, clientDone = false;
 		for (int step = 0; step < 100 && !(serverDone && clientDone); step++) {
 			serverDone = serverDone || SSL_do_handshake(server_) == 1;
+			forwardToClient(SIZE_MAX);
 			clientDone = clientDone || call([&] { return SSL_do_handshake(client_); }) == 1;
+			forward(clientWire_.fds[0], serverWire_.fds[1]);
 		}
 		ASSERT_TRUE(serverDone && clientDone);
+		ERR_clear_error();
 	}
 	void TearDown() override
 	{
@@ -331,6 +340,28 @@ protected:
 		SSL_free(server_);
 		SSL_CTX_free(clientCtx_);
 		SSL_CTX_free(serverCtx_);
+	}
+
+	int clientSocket() const { return clientWire_.fds[1]; }
+
+	/* Moves what `from` has to `to`. */
+	static void forward(int from, int to)
+	{
+		char buffer[65536];
+		for (ssize_t n; (n = ::read(from, buffer, sizeof(buffer))) > 0;)
+			ASSERT_EQ(::write(to, buffer, static_cast<size_t>(n)), n);
+	}
+	/* Hands the client at most n of the bytes the server has written. */
+	void forwardToClient(size_t n)
+	{
+		char buffer[65536];
+		for (ssize_t got; (got = ::read(serverWire_.fds[1], buffer, sizeof(buffer))) > 0;)
+			held_.append(buffer, static_cast<size_t>(got));
+		const size_t now = std::min(n, held_.size());
+		if (now) {
+			ASSERT_EQ(::write(clientWire_.fds[0], held_.data(), now), static_cast<ssize_t>(now));
+			held_.erase(0, now);
+		}
 	}
 
 	/* What the shim's wrapper does around a call on the client. */
@@ -350,7 +381,7 @@ protected:
 	{
 		return call([&] {
 			int n = SSL_read(client_, buffer, size);
-			connectionOf()->noteSocketRead(pair_.fds[1]);
+			CallScope::noteSocketRead(clientSocket());
 			return n;
 		});
 	}
@@ -358,14 +389,15 @@ protected:
 
 	bool pollSaysReadable()
 	{
-		struct pollfd pfd = { pair_.fds[1], POLLIN, 0 };
+		struct pollfd pfd = { clientSocket(), POLLIN, 0 };
 		return pollMerged(buffered_, &pfd, 1, [&](bool) { return poll(&pfd, 1, 0); }) == 1;
 	}
 
 	OpenSslApi api_;
 	ConnectionSlot slot_;
 	BufferedFds buffered_;
-	SocketPair pair_;
+	SocketPair serverWire_, clientWire_;
+	std::string held_;
 	SSL_CTX *serverCtx_ = nullptr, *clientCtx_ = nullptr;
 	SSL *server_ = nullptr, *client_ = nullptr;
 };
@@ -374,11 +406,12 @@ TEST_F(RealOpenSsl, RecordsReadAheadMakeTheSocketReadable)
 {
 	for (const char *line : { "one\n", "two\n", "three\n" })
 		ASSERT_GT(SSL_write(server_, line, static_cast<int>(strlen(line))), 0);
+	forwardToClient(SIZE_MAX);
 
 	char buffer[64];
 	ASSERT_EQ(readClient(buffer, sizeof(buffer)), 4); /* one record: "one\n" */
 	ASSERT_EQ(SSL_pending(client_), 0) << "the trap: nothing decrypted is pending";
-	struct pollfd raw = { pair_.fds[1], POLLIN, 0 };
+	struct pollfd raw = { clientSocket(), POLLIN, 0 };
 	ASSERT_EQ(poll(&raw, 1, 0), 0) << "the socket itself is empty";
 
 	EXPECT_TRUE(connectionOf()->buffered());
@@ -398,10 +431,61 @@ TEST_F(RealOpenSsl, FreeingTheSslForgetsItsBufferedFd)
 {
 	for (const char *line : { "a\n", "b\n" })
 		ASSERT_GT(SSL_write(server_, line, 2), 0);
+	forwardToClient(SIZE_MAX);
 	char buffer[8];
 	ASSERT_EQ(readClient(buffer, sizeof(buffer)), 2);
 	ASSERT_FALSE(buffered_.empty());
 	SSL_free(client_);
 	client_ = nullptr;
 	EXPECT_TRUE(buffered_.empty());
+}
+
+TEST_F(RealOpenSsl, APartialRecordWaitsForTheSocket)
+{
+	ASSERT_EQ(SSL_write(server_, "one\n", 4), 4);
+	forwardToClient(SIZE_MAX);
+	ASSERT_EQ(SSL_write(server_, "two\n", 4), 4);
+	forwardToClient(10); /* the header and 5 of the record's 21 other bytes */
+
+	char buffer[64];
+	ASSERT_EQ(readClient(buffer, sizeof(buffer)), 4);
+	EXPECT_EQ(std::string(buffer, 4), "one\n");
+	ASSERT_LT(readClient(buffer, sizeof(buffer)), 0);
+	ASSERT_EQ(SSL_get_error(client_, -1), SSL_ERROR_WANT_READ);
+	EXPECT_EQ(SSL_has_pending(client_), 1) << "OpenSSL holds part of a record";
+	EXPECT_FALSE(connectionOf()->buffered());
+	EXPECT_FALSE(pollSaysReadable()) << "reporting it would spin the program's poll loop";
+
+	forwardToClient(SIZE_MAX);
+	EXPECT_TRUE(pollSaysReadable()) << "the kernel's own readiness";
+	ASSERT_EQ(readClient(buffer, sizeof(buffer)), 4);
+	EXPECT_EQ(std::string(buffer, 4), "two\n");
+	ERR_clear_error();
+}
+
+TEST(BufferedFds, ManyThreadsEachWithTheirOwnConnections)
+{
+	/* For ThreadSanitizer: the set is shared, each thread's connections are its own. */
+	BufferedFds buffered;
+	std::vector<std::thread> threads;
+	std::atomic<int> wrong{0};
+	for (int t = 0; t < 8; t++) {
+		threads.emplace_back([&] {
+			SocketPair pair;
+			const SocketId id = idOf(pair.fds[0]);
+			int owner = 0;
+			for (int i = 0; i < 300; i++) {
+				buffered.set(&owner, pair.fds[0], id, true);
+				struct pollfd pfd = { pair.fds[0], POLLIN, 0 };
+				int n = pollMerged(buffered, &pfd, 1, [&](bool) { return poll(&pfd, 1, 0); });
+				wrong += n != 1 || pfd.revents != POLLIN;
+				buffered.set(&owner, pair.fds[0], id, false);
+				wrong += buffered.holds(pair.fds[0]);
+			}
+		});
+	}
+	for (std::thread &thread : threads)
+		thread.join();
+	EXPECT_EQ(wrong.load(), 0);
+	EXPECT_TRUE(buffered.empty());
 }
