@@ -116,13 +116,15 @@ int main(int argc, char **argv)
 	}
 
 	uint64_t lines = 0;
+	int status = 0;
 	char buffer[64];
-	while (lines < wanted) {
+	while (lines < wanted && status == 0) {
 		if (SSL_pending(ssl) == 0 && !waitFor(how, fd, false, stallMs, &hangup)) {
 			std::printf("stalled: %s waited %d ms after %llu lines; OpenSSL holds data: %s\n",
 				    how.c_str(), stallMs, static_cast<unsigned long long>(lines),
 				    SSL_has_pending(ssl) ? "yes" : "no");
-			return 3;
+			status = 3;
+			break;
 		}
 		int queued = 0;
 		if (hangupCheck && hangup && SSL_pending(ssl) == 0 &&
@@ -130,7 +132,8 @@ int main(int argc, char **argv)
 			std::printf("hung up: POLLRDHUP and nothing queued after %llu lines; "
 				    "OpenSSL holds data: %s\n",
 				    static_cast<unsigned long long>(lines), SSL_has_pending(ssl) ? "yes" : "no");
-			return 4;
+			status = 4;
+			break;
 		}
 		int n = SSL_read(ssl, buffer, sizeof(buffer));
 		if (n <= 0) {
@@ -142,10 +145,12 @@ int main(int argc, char **argv)
 		for (int i = 0; i < n; i++)
 			lines += buffer[i] == '\n';
 	}
-	std::printf("lines %llu\n", static_cast<unsigned long long>(lines));
-	SSL_shutdown(ssl);
+	if (status == 0) {
+		std::printf("lines %llu\n", static_cast<unsigned long long>(lines));
+		SSL_shutdown(ssl);
+	}
 	SSL_free(ssl);
 	close(fd);
 	SSL_CTX_free(ctx);
-	return 0;
+	return status;
 }

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -23,9 +22,12 @@ std::set<std::string> mapSymbols()
 			global = true;
 		else if (line.find("local:") != std::string::npos)
 			global = false;
-		std::smatch match;
-		if (global && std::regex_match(line, match, std::regex(R"(\s*([A-Za-z_][A-Za-z0-9_]*);\s*)")))
-			names.insert(match[1]);
+		/* "\tSSL_read;" */
+		const std::string::size_type start = line.find_first_not_of(" \t");
+		const std::string::size_type end = line.find(';');
+		if (global && start != std::string::npos && end != std::string::npos &&
+		    line.find(':') == std::string::npos)
+			names.insert(line.substr(start, end - start));
 	}
 	return names;
 }
@@ -71,6 +73,7 @@ TEST(Abi, DoesNotNeedOpenSslOrLibstdcxx)
 
 TEST(Abi, LoadsNoOpenSslIntoProgramsWithout)
 {
+	SKIP_IN_SANITIZER_BUILD();
 	int status = -1;
 	std::string errors;
 	output({ "sh", "-c", "true" }, shimEnv(), &status, &errors);
@@ -87,6 +90,7 @@ TEST(Abi, LoadsNoOpenSslIntoProgramsWithout)
 
 TEST(Abi, ABadValueIsOneLineAndTheProgramRunsOn)
 {
+	SKIP_IN_SANITIZER_BUILD();
 	int status = -1;
 	std::string errors;
 	const std::string out = output({ "sh", "-c", "echo ran" },
@@ -99,6 +103,7 @@ TEST(Abi, ABadValueIsOneLineAndTheProgramRunsOn)
 
 TEST(Abi, VerboseShowsTheEffectiveSettingsOnce)
 {
+	SKIP_IN_SANITIZER_BUILD();
 	int status = -1;
 	std::string errors;
 	output({ "true" }, shimEnv({ "TLSTUNE_VERBOSE=1", "TLSTUNE_READ_BUFFER=32K" }), &status, &errors);
@@ -109,6 +114,7 @@ TEST(Abi, VerboseShowsTheEffectiveSettingsOnce)
 
 TEST(Abi, RealErrorsComeThroughUnchanged)
 {
+	SKIP_IN_SANITIZER_BUILD();
 	/* poll on a closed fd reports POLLNVAL, read on it EBADF: as without the shim. */
 	int status = -1;
 	const std::string script =

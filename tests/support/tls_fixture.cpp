@@ -1,6 +1,8 @@
 #include "tls_fixture.h"
 
+#include <cstring>
 #include <fstream>
+#include <link.h>
 #include <memory>
 #include <stdexcept>
 
@@ -9,6 +11,48 @@ namespace testsupport {
 std::string shimPath()
 {
 	return TLSTUNE_SHIM_PATH;
+}
+
+namespace {
+
+int findSanitizerRuntime(struct dl_phdr_info *info, size_t, void *data)
+{
+	const char *name = info->dlpi_name;
+	if (name && (std::strstr(name, "/libasan.so") || std::strstr(name, "/libtsan.so"))) {
+		*static_cast<std::string *>(data) = name;
+		return 1;
+	}
+	return 0;
+}
+
+} /* namespace */
+
+namespace {
+
+const std::string &sanitizerRuntime()
+{
+	static const std::string runtime = [] {
+		std::string path;
+		dl_iterate_phdr(findSanitizerRuntime, &path);
+		return path;
+	}();
+	return runtime;
+}
+
+} /* namespace */
+
+bool sanitizerBuild()
+{
+	return !sanitizerRuntime().empty();
+}
+
+std::string preloadValue()
+{
+	/*
+	 * A sanitizer build of the shim needs its runtime loaded first in a program that was
+	 * built without one: the runtime this test binary runs with, ahead of the shim.
+	 */
+	return sanitizerBuild() ? sanitizerRuntime() + ":" + shimPath() : shimPath();
 }
 
 std::string examplePath(const std::string &name)
@@ -66,10 +110,12 @@ TracedRun runTraced(const std::vector<std::string> &argv, bool withShim,
 	command.argv = { "strace", "-f", "-yy", "-qq", "-s", "0", "-e", "signal=none", "-e",
 			 "trace=read,readv,recvfrom,recvmsg,write,writev,sendto,sendmsg", "-o", log };
 	if (withShim)
-		command.argv.insert(command.argv.end(), { "-E", "LD_PRELOAD=" + shimPath() });
+		command.argv.insert(command.argv.end(), { "-E", "LD_PRELOAD=" + preloadValue() });
 	command.argv.push_back("--");
 	command.argv.insert(command.argv.end(), argv.begin(), argv.end());
 	command.env = env;
+	if (sanitizerBuild()) /* LeakSanitizer refuses to run under ptrace */
+		command.env.push_back("ASAN_OPTIONS=detect_leaks=0");
 
 	TracedRun result;
 	result.status = run(command, timeoutMs, &result.out);
@@ -85,7 +131,7 @@ double maxReadsPerMiB(const std::string &tls)
 
 std::vector<std::string> shimEnv(std::vector<std::string> more)
 {
-	more.push_back("LD_PRELOAD=" + shimPath());
+	more.push_back("LD_PRELOAD=" + preloadValue());
 	return more;
 }
 

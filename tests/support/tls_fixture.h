@@ -12,6 +12,20 @@ namespace testsupport {
 /* Built by meson; see tests/meson.build. */
 std::string shimPath();
 std::string examplePath(const std::string &name);
+/* What LD_PRELOAD holds to put the shim in front of a program. */
+std::string preloadValue();
+/*
+ * This is a sanitizer build. Its runtime must come first in a program, so it is preloaded
+ * ahead of the shim; preloaded alone into Debian's curl, libasan deadlocks in setlocale
+ * (measured), so tests of programs built without a sanitizer skip themselves.
+ */
+bool sanitizerBuild();
+#define SKIP_IN_SANITIZER_BUILD()                                                           \
+	do {                                                                                 \
+		if (testsupport::sanitizerBuild())                                           \
+			GTEST_SKIP() << "a sanitizer runtime cannot be preloaded into programs " \
+					"built without one";                                     \
+	} while (0)
 
 /* A CA-less self-signed certificate for localhost and 127.0.0.1, made once per binary. */
 struct Certificate {

@@ -1,7 +1,7 @@
 #include "strace_log.h"
 
+#include <cctype>
 #include <cstdlib>
-#include <regex>
 
 namespace tlstune {
 
@@ -25,13 +25,32 @@ bool among(const std::string &name, const char *const (&names)[N])
 /* "name(fd<target>, ..." with the leading "pid " already removed. */
 bool parseCall(const std::string &text, Syscall *call)
 {
-	static const std::regex head(R"(^([a-z0-9_]+)\((\d+)(?:<(.*?)>)?, )");
-	std::smatch match;
-	if (!std::regex_search(text, match, head))
+	std::string::size_type at = 0;
+	while (at < text.size() && (std::islower(static_cast<unsigned char>(text[at])) ||
+				    std::isdigit(static_cast<unsigned char>(text[at])) || text[at] == '_'))
+		at++;
+	if (at == 0 || at >= text.size() || text[at] != '(')
 		return false;
-	call->name = match[1];
-	call->fd = std::atoi(match[2].str().c_str());
-	call->target = match[3];
+	call->name = text.substr(0, at++);
+
+	const std::string::size_type digits = at;
+	while (at < text.size() && std::isdigit(static_cast<unsigned char>(text[at])))
+		at++;
+	if (at == digits)
+		return false;
+	call->fd = std::atoi(text.c_str() + digits);
+
+	/* -yy: "<TCP:[127.0.0.1:1->127.0.0.1:2]>", which may itself hold "->". */
+	if (at < text.size() && text[at] == '<') {
+		const std::string::size_type end = text.find(">, ", at);
+		if (end == std::string::npos)
+			return false;
+		call->target = text.substr(at + 1, end - at - 1);
+		at = end + 1;
+	}
+	if (text.compare(at, 2, ", ") != 0)
+		return false;
+	at += 2;
 
 	/* The result: the last ") = N" on the line (a buffer could contain the text). */
 	std::string::size_type equals = text.rfind(") = ");
@@ -44,7 +63,6 @@ bool parseCall(const std::string &text, Syscall *call)
 		 * Third argument, after the buffer: a string ("" with -s 0, perhaps followed by
 		 * ...) when the call moved data, an address when it failed.
 		 */
-		std::string::size_type at = static_cast<std::string::size_type>(match.length(0));
 		if (at < text.size() && text[at] == '"')
 			at = text.find('"', at + 1);
 		std::string::size_type comma = text.find(", ", at);
