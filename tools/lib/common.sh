@@ -22,10 +22,12 @@ need_packages() {
 BUILD_PACKAGES="meson ninja-build g++ pkg-config libssl-dev libgtest-dev openssl binutils"
 TEST_PACKAGES="strace curl nginx-light socat stunnel4 python3 ca-certificates"
 
-# Configures (once) and builds the tree in directory $1.
+# Configures (once) and builds the tree in directory $1; $2 names sanitizers (or none).
 build_tree() {
 	if [ ! -f "$1/build.ninja" ]; then
-		meson setup "$1" --buildtype=debugoptimized >/dev/null
+		# Sanitizer runtimes resolve the shim's instrumentation symbols at load time.
+		meson setup "$1" --buildtype=debugoptimized -Db_sanitize="${2:-none}" \
+			-Db_lundef="$([ "${2:-none}" = none ] && echo true || echo false)" >/dev/null
 	fi
 	meson compile -C "$1" >/dev/null
 }

@@ -1,9 +1,10 @@
-"""Prints "tests: N passed, N failed, N skipped" from meson's JUnit log (gtest cases included)."""
+"""Prints "tests: N passed, N failed, N skipped" from meson's JUnit logs (gtest cases included)."""
 import sys
 import xml.etree.ElementTree as ET
 
 passed = failed = skipped = 0
-for case in ET.parse(sys.argv[1]).getroot().iter("testcase"):
+cases = [case for log in sys.argv[1:] for case in ET.parse(log).getroot().iter("testcase")]
+for case in cases:
     if case.find("failure") is not None or case.find("error") is not None:
         failed += 1
     elif case.find("skipped") is not None:
