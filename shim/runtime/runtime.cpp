@@ -69,7 +69,9 @@ OpenSsl *buildOpenSsl() noexcept
 			"read tuning off");
 		return &instance;
 	}
-	instance.tracking = p.config.readiness && instance.slot.init(instance.api, &p.buffered);
+	/* With read-ahead off by configuration the shim changes nothing, readiness included. */
+	instance.tracking = p.config.readAhead && p.config.readiness &&
+			    instance.slot.init(instance.api, &p.buffered);
 	/*
 	 * Read-ahead without the readiness layer stalls programs that poll before reading;
 	 * only TLSTUNE_READINESS=off, set to show exactly that, asks for it anyway.

@@ -114,24 +114,29 @@ void Process::kill(int signal)
 		::kill(pid_, signal);
 }
 
+bool Process::fill(int timeoutMs)
+{
+	struct pollfd pfd = { stdout_, POLLIN, 0 };
+	if (stdout_ < 0 || poll(&pfd, 1, timeoutMs) <= 0)
+		return false;
+	char buffer[4096];
+	ssize_t n = read(stdout_, buffer, sizeof(buffer));
+	if (n <= 0)
+		return false;
+	pending_.append(buffer, static_cast<size_t>(n));
+	return true;
+}
+
 bool Process::nextLine(std::string *line, int timeoutMs)
 {
-	for (;;) {
-		std::string::size_type newline = pending_.find('\n');
-		if (newline != std::string::npos) {
-			*line = pending_.substr(0, newline);
-			pending_.erase(0, newline + 1);
-			return true;
-		}
-		struct pollfd pfd = { stdout_, POLLIN, 0 };
-		if (stdout_ < 0 || poll(&pfd, 1, timeoutMs) <= 0)
+	std::string::size_type newline;
+	while ((newline = pending_.find('\n')) == std::string::npos) {
+		if (!fill(timeoutMs))
 			return false;
-		char buffer[4096];
-		ssize_t n = read(stdout_, buffer, sizeof(buffer));
-		if (n <= 0)
-			return false;
-		pending_.append(buffer, static_cast<size_t>(n));
 	}
+	*line = pending_.substr(0, newline);
+	pending_.erase(0, newline + 1);
+	return true;
 }
 
 std::string Process::readLine(int timeoutMs)
@@ -153,18 +158,11 @@ std::string Process::readUntil(const std::string &needle, int timeoutMs)
 
 std::string Process::readAll(int timeoutMs)
 {
-	std::string all = pending_;
-	pending_.clear();
-	for (;;) {
-		struct pollfd pfd = { stdout_, POLLIN, 0 };
-		if (stdout_ < 0 || poll(&pfd, 1, timeoutMs) <= 0)
-			return all;
-		char buffer[4096];
-		ssize_t n = read(stdout_, buffer, sizeof(buffer));
-		if (n <= 0)
-			return all;
-		all.append(buffer, static_cast<size_t>(n));
+	while (fill(timeoutMs)) {
 	}
+	std::string all;
+	all.swap(pending_);
+	return all;
 }
 
 int Process::wait(int timeoutMs)

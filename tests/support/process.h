@@ -41,6 +41,8 @@ public:
 	void kill(int signal);
 
 private:
+	/* Reads what stdout has into pending_; false at EOF or after timeoutMs. */
+	bool fill(int timeoutMs);
 	bool nextLine(std::string *line, int timeoutMs);
 
 	pid_t pid_ = -1;
