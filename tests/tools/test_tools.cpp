@@ -1,0 +1,119 @@
+/* The user's tools: the tlstune wrapper and tlstune-check. */
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "tls_fixture.h"
+
+using namespace testsupport;
+
+namespace {
+
+const std::string kWrapper = std::string(TLSTUNE_TOOLS_DIR) + "/tlstune";
+const std::string kCheck = std::string(TLSTUNE_TOOLS_DIR) + "/tlstune-check";
+
+struct Result {
+	int status = -1;
+	std::string out;
+	std::string err;
+};
+
+Result wrapper(const std::vector<std::string> &args, const std::vector<std::string> &env = {})
+{
+	TempDir dir;
+	Command command;
+	command.argv = { kWrapper };
+	command.argv.insert(command.argv.end(), args.begin(), args.end());
+	command.env = env;
+	command.stderrPath = dir.file("stderr");
+	Result result;
+	result.status = run(command, 60000, &result.out);
+	result.err = readFile(command.stderrPath);
+	return result;
+}
+
+} /* namespace */
+
+TEST(Wrapper, HelpAndVersion)
+{
+	Result version = wrapper({ "--version" });
+	EXPECT_EQ(version.status, 0);
+	EXPECT_EQ(version.out, "tlstune " TLSTUNE_VERSION "\n");
+	Result help = wrapper({ "--help" });
+	EXPECT_EQ(help.status, 0);
+	EXPECT_NE(help.out.find("Usage: tlstune [OPTION]... [--] COMMAND [ARG]..."), std::string::npos);
+}
+
+TEST(Wrapper, ItsOwnErrorsAre125AndTheCommandsAre126And127)
+{
+	Result none = wrapper({});
+	EXPECT_EQ(none.status, 125);
+	EXPECT_NE(none.err.find("tlstune: no command given"), std::string::npos) << none.err;
+
+	Result unknown = wrapper({ "--frobnicate", "true" });
+	EXPECT_EQ(unknown.status, 125);
+	EXPECT_NE(unknown.err.find("unknown option '--frobnicate'"), std::string::npos) << unknown.err;
+
+	Result missing = wrapper({ "tlstune-no-such-command" });
+	EXPECT_EQ(missing.status, 127);
+	EXPECT_EQ(missing.err, "tlstune: tlstune-no-such-command: command not found\n");
+
+	Result notExecutable = wrapper({ TLSTUNE_SHIM_MAP });
+	EXPECT_EQ(notExecutable.status, 126);
+	EXPECT_NE(notExecutable.err.find("not an executable file"), std::string::npos);
+}
+
+TEST(Wrapper, OptionsBecomeVariablesAndTheStatusPassesThrough)
+{
+	SKIP_IN_SANITIZER_BUILD();
+	Result r = wrapper({ "--read-buffer=32K", "--no-read-ahead", "--no-ca-cache", "--no-coalesce",
+			     "--stats", "--log=debug", "--", "sh", "-c",
+			     "env | grep ^TLSTUNE_ | sort; exit 3" });
+	EXPECT_EQ(r.status, 3);
+	EXPECT_EQ(r.out, "TLSTUNE_CA_CACHE=off\nTLSTUNE_COALESCE=off\nTLSTUNE_LOG=debug\n"
+			 "TLSTUNE_READ_AHEAD=off\nTLSTUNE_READ_BUFFER=32K\nTLSTUNE_STATS=1\n");
+
+	Result verbose = wrapper({ "--verbose", "true" });
+	EXPECT_EQ(verbose.status, 0);
+	EXPECT_NE(verbose.err.find("tlstune: version " TLSTUNE_VERSION), std::string::npos)
+		<< "the library is really loaded: " << verbose.err;
+}
+
+TEST(Wrapper, AddsTheLibraryToLdPreloadOnceAndLast)
+{
+	SKIP_IN_SANITIZER_BUILD();
+	const std::string print = "echo \"$LD_PRELOAD\"";
+	EXPECT_EQ(wrapper({ "sh", "-c", print }).out, shimPath() + "\n");
+	/* The loader complains about the missing other library on stderr; the order is ours. */
+	EXPECT_EQ(wrapper({ "sh", "-c", print }, { "LD_PRELOAD=libother.so" }).out,
+		  "libother.so:" + shimPath() + "\n");
+	EXPECT_EQ(wrapper({ "sh", "-c", print }, { "LD_PRELOAD=libother.so " + shimPath() }).out,
+		  "libother.so " + shimPath() + "\n");
+	EXPECT_EQ(wrapper({ "sh", "-c", print }, { "LD_PRELOAD=" + shimPath() + ":libother.so" }).out,
+		  shimPath() + ":libother.so\n");
+}
+
+TEST(Check, ShowsTheHeaderReadsGoAway)
+{
+	ExampleServer server({ "--send", std::to_string(4ull << 20), "--tls", "1.2", "--connections", "2" });
+	Command command;
+	command.argv = { kCheck, "--library", preloadValue(), "--", examplePath("bulk_download"),
+			 "127.0.0.1", server.portText() };
+	if (sanitizerBuild())
+		command.env.push_back("ASAN_OPTIONS=detect_leaks=0");
+	std::string out;
+	ASSERT_EQ(run(command, 120000, &out), 0) << out;
+
+	EXPECT_NE(out.find("TCP peer 127.0.0.1:" + server.portText()), std::string::npos) << out;
+	std::string::size_type headers = out.find("5-byte header reads");
+	ASSERT_NE(headers, std::string::npos) << out;
+	const std::string line = out.substr(headers, out.find('\n', headers) - headers);
+	std::istringstream fields(line.substr(std::string("5-byte header reads").size()));
+	unsigned long without = 0, with = 1;
+	fields >> without >> with;
+	EXPECT_GT(without, 200u) << line;
+	EXPECT_EQ(with, 0u) << line;
+	EXPECT_NE(line.find("<- record header, then body"), std::string::npos) << line;
+	EXPECT_NE(out.find("65652 x"), std::string::npos) << "four whole records per read\n" << out;
+}

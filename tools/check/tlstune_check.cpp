@@ -1,0 +1,214 @@
+/*
+ * tlstune-check: runs a command under strace without and with libtlstune.so and shows,
+ * per TCP peer, the read and write syscalls side by side, so users can see the effect on
+ * their own program. It runs the command twice: mind its side effects.
+ *
+ * Usage: tlstune-check [--library PATH] [--keep-logs DIR] [--] COMMAND [ARGS...]
+ */
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+#include "strace_log.h"
+
+using namespace tlstune;
+
+namespace {
+
+/* Writes smaller than this count as small: a burst of them is what coalescing saves. */
+constexpr long long kSmallWrite = 1024;
+
+struct Peer {
+	SocketTraffic traffic;
+	uint64_t smallWrites = 0;
+};
+
+/* "TCP:[127.0.0.1:41442->127.0.0.1:9443]" -> "127.0.0.1:9443": the same in both runs. */
+std::string peerOf(const std::string &target)
+{
+	std::string::size_type arrow = target.find("->");
+	std::string::size_type end = target.rfind(']');
+	if (arrow == std::string::npos || end == std::string::npos || end < arrow)
+		return target;
+	return target.substr(arrow + 2, end - arrow - 2);
+}
+
+std::map<std::string, Peer> byPeer(const std::vector<Syscall> &calls)
+{
+	std::map<std::string, Peer> peers;
+	for (const auto &socket : tcpTraffic(calls)) {
+		Peer &peer = peers[peerOf(socket.first)];
+		const SocketTraffic &t = socket.second;
+		peer.traffic.reads += t.reads;
+		peer.traffic.readBytes += t.readBytes;
+		peer.traffic.headerReads += t.headerReads;
+		peer.traffic.writes += t.writes;
+		peer.traffic.writeBytes += t.writeBytes;
+		for (const auto &size : t.readSizes)
+			peer.traffic.readSizes[size.first] += size.second;
+		for (const auto &size : t.writeSizes) {
+			peer.traffic.writeSizes[size.first] += size.second;
+			if (size.first < kSmallWrite)
+				peer.smallWrites += size.second;
+		}
+	}
+	return peers;
+}
+
+/* "65652 x4096, 16378 x4095": the commonest sizes first. */
+std::string commonest(const std::map<long long, uint64_t> &sizes, size_t count)
+{
+	std::vector<std::pair<uint64_t, long long>> order;
+	for (const auto &size : sizes)
+		order.push_back({ size.second, size.first });
+	std::sort(order.rbegin(), order.rend());
+	std::string text;
+	for (size_t i = 0; i < order.size() && i < count; i++)
+		text += (i ? ", " : "") + std::to_string(order[i].second) + " x" + std::to_string(order[i].first);
+	return text.empty() ? "-" : text;
+}
+
+struct Run {
+	int status = -1;
+	std::map<std::string, Peer> peers;
+};
+
+Run trace(const std::vector<std::string> &command, const std::string &library, const std::string &log)
+{
+	std::vector<std::string> argv = { "strace", "-f", "-yy", "-qq", "-s", "0", "-e", "signal=none",
+					  "-e", "trace=read,readv,recvfrom,recvmsg,write,writev,sendto,sendmsg",
+					  "-o", log };
+	if (!library.empty())
+		argv.insert(argv.end(), { "-E", "LD_PRELOAD=" + library });
+	argv.push_back("--");
+	argv.insert(argv.end(), command.begin(), command.end());
+
+	Run run;
+	pid_t pid = fork();
+	if (pid == 0) {
+		std::vector<char *> args;
+		for (std::string &arg : argv)
+			args.push_back(&arg[0]);
+		args.push_back(nullptr);
+		unsetenv("LD_PRELOAD");
+		execvp(args[0], args.data());
+		std::fprintf(stderr, "tlstune-check: cannot run strace: %s\n", std::strerror(errno));
+		_exit(127);
+	}
+	int status = 0;
+	if (pid < 0 || waitpid(pid, &status, 0) < 0)
+		return run;
+	run.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+	std::ifstream in(log);
+	run.peers = byPeer(parseStraceLog(in));
+	return run;
+}
+
+void row(const char *what, const std::string &without, const std::string &with, const char *note = "")
+{
+	std::printf("  %-22s %26s %26s  %s\n", what, without.c_str(), with.c_str(), note);
+}
+
+std::string perMiB(const SocketTraffic &t)
+{
+	char text[32];
+	std::snprintf(text, sizeof(text), "%.1f", t.readsPerMiB());
+	return text;
+}
+
+std::string defaultLibrary()
+{
+	if (const char *env = std::getenv("TLSTUNE_LIBRARY"))
+		return env;
+	/* Run from the build tree: the library built beside it; installed: the installed one. */
+	char self[4096];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	std::string exe = n > 0 ? std::string(self, static_cast<size_t>(n)) : "";
+	const std::string buildRoot = TLSTUNE_BUILD_ROOT;
+	if (exe.compare(0, buildRoot.size() + 1, buildRoot + "/") == 0)
+		return TLSTUNE_BUILD_LIBRARY;
+	return TLSTUNE_INSTALLED_LIBRARY;
+}
+
+int usage(FILE *out, int status)
+{
+	std::fprintf(out, "Usage: tlstune-check [--library PATH] [--keep-logs DIR] [--] COMMAND [ARG]...\n"
+			  "Runs COMMAND under strace without and with libtlstune.so and compares, per TCP\n"
+			  "peer, the read and write syscalls. COMMAND runs twice.\n");
+	return status;
+}
+
+} /* namespace */
+
+int main(int argc, char **argv)
+{
+	std::string library = defaultLibrary();
+	std::string keep;
+	int i = 1;
+	for (; i < argc && argv[i][0] == '-'; i++) {
+		const std::string arg = argv[i];
+		if (arg == "--") {
+			i++;
+			break;
+		}
+		if (arg == "-h" || arg == "--help")
+			return usage(stdout, 0);
+		if ((arg == "--library" || arg == "--keep-logs") && i + 1 < argc)
+			(arg == "--library" ? library : keep) = argv[++i];
+		else
+			return std::fprintf(stderr, "tlstune-check: unknown option '%s'\n", arg.c_str()),
+			       usage(stderr, 125);
+	}
+	if (i >= argc)
+		return std::fprintf(stderr, "tlstune-check: no command given\n"), usage(stderr, 125);
+	if (access(library.c_str(), R_OK) != 0)
+		return std::fprintf(stderr, "tlstune-check: cannot read the library %s\n", library.c_str()), 125;
+	const std::vector<std::string> command(argv + i, argv + argc);
+
+	char dir[] = "/tmp/tlstune-check.XXXXXX";
+	const std::string logs = keep.empty() ? (mkdtemp(dir) ? dir : "/tmp") : keep;
+	const Run without = trace(command, "", logs + "/without.strace");
+	const Run with = trace(command, library, logs + "/with.strace");
+	if (keep.empty()) {
+		unlink((logs + "/without.strace").c_str());
+		unlink((logs + "/with.strace").c_str());
+		rmdir(logs.c_str());
+	}
+
+	std::printf("%-24s %26s %26s\n", "", "without tlstune", "with tlstune");
+	row("exit status", std::to_string(without.status), std::to_string(with.status));
+	std::map<std::string, bool> peers;
+	for (const auto &p : without.peers)
+		peers[p.first] = true;
+	for (const auto &p : with.peers)
+		peers[p.first] = true;
+	for (const auto &p : peers) {
+		static const Peer none;
+		auto a = without.peers.find(p.first), b = with.peers.find(p.first);
+		const Peer &x = a == without.peers.end() ? none : a->second;
+		const Peer &y = b == with.peers.end() ? none : b->second;
+		std::printf("TCP peer %s\n", p.first.c_str());
+		row("read syscalls", std::to_string(x.traffic.reads), std::to_string(y.traffic.reads));
+		row("bytes read", std::to_string(x.traffic.readBytes), std::to_string(y.traffic.readBytes));
+		row("reads per MiB", perMiB(x.traffic), perMiB(y.traffic));
+		row("5-byte header reads", std::to_string(x.traffic.headerReads),
+		    std::to_string(y.traffic.headerReads),
+		    x.traffic.headerReads > y.traffic.headerReads ? "<- record header, then body" : "");
+		row("commonest read sizes", commonest(x.traffic.readSizes, 2), commonest(y.traffic.readSizes, 2));
+		row("write syscalls", std::to_string(x.traffic.writes), std::to_string(y.traffic.writes));
+		row("writes < 1 KiB", std::to_string(x.smallWrites), std::to_string(y.smallWrites),
+		    x.smallWrites >= 100 && x.smallWrites * 2 > x.traffic.writes ? "<- small-write burst" : "");
+	}
+	if (peers.empty())
+		std::printf("no TCP traffic seen\n");
+	return without.status == 0 && with.status == 0 ? 0 : 1;
+}
