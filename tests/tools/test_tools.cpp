@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "core/config.h"
 #include "tls_fixture.h"
 
 using namespace testsupport;
@@ -116,4 +117,30 @@ TEST(Check, ShowsTheHeaderReadsGoAway)
 	EXPECT_EQ(with, 0u) << line;
 	EXPECT_NE(line.find("<- record header, then body"), std::string::npos) << line;
 	EXPECT_NE(out.find("65652 x"), std::string::npos) << "four whole records per read\n" << out;
+}
+
+TEST(Install, PutsTheLibraryToolsAndManPageInPlace)
+{
+	TempDir dest;
+	Command install;
+	install.argv = { "meson", "install", "-C", TLSTUNE_BUILD_ROOT, "--destdir", dest.path(),
+			 "--no-rebuild", "--quiet" };
+	install.stderrPath = dest.file("install.log");
+	ASSERT_EQ(run(install, 120000), 0) << readFile(install.stderrPath);
+
+	std::string found;
+	Command list;
+	list.argv = { "find", dest.path(), "-type", "f", "-printf", "%P\n" };
+	run(list, 60000, &found);
+	for (const char *file : { "bin/tlstune", "bin/tlstune-check", "/libtlstune.so", "man1/tlstune.1" })
+		EXPECT_NE(found.find(file), std::string::npos) << file << " not in\n" << found;
+	EXPECT_EQ(found.find("test-"), std::string::npos) << "tests are not installed\n" << found;
+
+	/* The page names every variable the library reads. */
+	std::string page;
+	Command man;
+	man.argv = { "find", dest.path(), "-name", "tlstune.1", "-exec", "cat", "{}", ";" };
+	run(man, 60000, &page);
+	for (const tlstune::OptionInfo &option : tlstune::optionTable())
+		EXPECT_NE(page.find(std::string(".B ") + option.name + "\n"), std::string::npos) << option.name;
 }
