@@ -144,3 +144,24 @@ TEST(Install, PutsTheLibraryToolsAndManPageInPlace)
 	for (const tlstune::OptionInfo &option : tlstune::optionTable())
 		EXPECT_NE(page.find(std::string(".B ") + option.name + "\n"), std::string::npos) << option.name;
 }
+
+TEST(Bench, QuickRunsEndToEnd)
+{
+	SKIP_IN_SANITIZER_BUILD();
+	TempDir out;
+	Command bench;
+	bench.argv = { std::string(TLSTUNE_SOURCE_ROOT) + "/tools/tlstune-bench", "--quick", "--out",
+		       out.path(), "--build", TLSTUNE_BUILD_ROOT };
+	bench.stderrPath = out.file("progress");
+	std::string report;
+	ASSERT_EQ(run(bench, 300000, &report), 0) << readFile(bench.stderrPath);
+
+	EXPECT_EQ(readFile(out.file("report.md")), report);
+	for (const char *part : { "## Download time", "### TLS 1.2", "### TLS 1.3", "x without-1.3",
+				  "+ with-1.3", "Per pair, with/without: median ratio",
+				  "## Read buffer sweep", "| off (no read-ahead) |", "| 4 x 16,413 + 3 |",
+				  "| 8 x 16,413 + 3 |" })
+		EXPECT_NE(report.find(part), std::string::npos) << part << " not in\n" << report;
+	for (const char *chart : { "ab.svg", "sweep.svg" })
+		EXPECT_NE(readFile(out.file(chart)).find("<svg"), std::string::npos) << chart;
+}

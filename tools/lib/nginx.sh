@@ -1,0 +1,43 @@
+# A local nginx for tools/demo and tools/tlstune-bench. Sourced, not run.
+# Needs: $work (a private directory holding cert.pem, key.pem and the files to serve).
+
+nginx_pid=""
+
+# start_nginx TLS: serves $work over TLS 1.2 (the seed's cipher) or 1.3 on a free port of
+# 127.0.0.1; sets port and nginx_pid.
+start_nginx() {
+	local protocols="ssl_protocols TLSv1.3;"
+	[ "$1" = 1.2 ] && protocols="ssl_protocols TLSv1.2; ssl_ciphers ECDHE-RSA-AES256-GCM-SHA384;"
+	port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+	cat >"$work/nginx.conf" <<CONF
+daemon off; master_process on; worker_processes 1; user root;
+error_log stderr notice; pid $work/nginx.pid;
+events { }
+http {
+  access_log off; sendfile on; tcp_nodelay on; keepalive_timeout 600s; keepalive_requests 100000;
+  client_body_temp_path $work/body; proxy_temp_path $work/proxy; fastcgi_temp_path $work/fcgi;
+  uwsgi_temp_path $work/uwsgi; scgi_temp_path $work/scgi;
+  server {
+    listen 127.0.0.1:$port ssl; $protocols
+    ssl_certificate $work/cert.pem; ssl_certificate_key $work/key.pem; root $work;
+  }
+}
+CONF
+	nginx -p "$work" -c "$work/nginx.conf" -e stderr 2>"$work/nginx.log" &
+	nginx_pid=$!
+	timeout 30 grep -q -m1 "start worker process" <(tail -f "$work/nginx.log")
+}
+
+stop_nginx() {
+	if [ -n "$nginx_pid" ]; then
+		kill "$nginx_pid" 2>/dev/null || true
+		wait "$nginx_pid" 2>/dev/null || true
+		nginx_pid=""
+	fi
+}
+
+# make_certificate: a self-signed certificate for 127.0.0.1 in $work.
+make_certificate() {
+	openssl req -x509 -newkey rsa:2048 -nodes -keyout "$work/key.pem" -out "$work/cert.pem" \
+		-days 2 -subj /CN=localhost -addext subjectAltName=IP:127.0.0.1 2>/dev/null
+}
