@@ -39,7 +39,7 @@ void BufferedFds::set(const void *owner, int fd, const SocketId &id, bool buffer
 			/* Out of memory: this connection goes without readiness help. */
 		}
 	}
-	count_.store(entries_.size(), std::memory_order_relaxed);
+	publishCount();
 }
 
 void BufferedFds::forget(const void *owner) noexcept
@@ -57,35 +57,37 @@ const BufferedFds::Entry *BufferedFds::find(int fd) const noexcept
 	return nullptr;
 }
 
-bool BufferedFds::holds(int fd) const noexcept
+bool BufferedFds::lookup(int fd, SocketId *id) const noexcept
 {
 	if (fd < 0 || empty())
 		return false;
+	std::lock_guard<std::mutex> lock(mutex_);
+	const Entry *entry = find(fd);
+	if (entry)
+		*id = entry->id;
+	return entry != nullptr;
+}
 
-	SocketId wanted;
-	{
-		std::lock_guard<std::mutex> lock(mutex_);
-		const Entry *entry = find(fd);
-		if (!entry)
-			return false;
-		wanted = entry->id;
-	}
-	SocketId now;
-	return identifySocket(fd, &now) && now == wanted;
+bool BufferedFds::holds(int fd) const noexcept
+{
+	SocketId ignored;
+	return lookup(fd, &ignored);
 }
 
 bool BufferedFds::holds(int fd, ino_t ino) const noexcept
 {
-	if (fd < 0 || empty())
-		return false;
+	SocketId registered;
+	return lookup(fd, &registered) && registered.ino == ino;
+}
 
-	{
-		std::lock_guard<std::mutex> lock(mutex_);
-		const Entry *entry = find(fd);
-		if (!entry || entry->id.ino != ino)
-			return false;
-	}
-	return holds(fd);
+void BufferedFds::closed(int first, int last) noexcept
+{
+	std::lock_guard<std::mutex> lock(mutex_);
+	entries_.erase(std::remove_if(entries_.begin(), entries_.end(),
+				      [&](const Entry &e) { return e.fd >= first && e.fd <= last; }),
+		       entries_.end());
+	publishCount();
+	closings_.fetch_add(1, std::memory_order_relaxed);
 }
 
 } /* namespace tlstune */

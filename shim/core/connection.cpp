@@ -43,9 +43,11 @@ void Connection::afterCall(BufferedFds &buffered, bool progressed, bool wantsRea
 		partial_ = false;
 
 	const bool now = fd_ >= 0 && !partial_ && hasPending;
-	if (now == buffered_)
+	const unsigned closings = buffered.closings();
+	if (now == buffered_ && (!now || closings == closings_))
 		return;
 	buffered_ = now;
+	closings_ = closings;
 	buffered.set(this, fd_, id_, now);
 }
 

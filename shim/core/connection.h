@@ -42,6 +42,7 @@ private:
 	 */
 	bool partial_ = false;
 	bool buffered_ = false;
+	unsigned closings_ = 0; /* BufferedFds::closings() when buffered_ was registered */
 };
 
 /*

@@ -1,10 +1,9 @@
 /* Connections: every call that may read from the socket goes through onConnection(). */
 
+#include "interpose/export.h"
 #include "runtime/connection_call.h"
 
 using namespace tlstune;
-
-#define TLSTUNE_EXPORT extern "C" __attribute__((visibility("default")))
 
 TLSTUNE_EXPORT SSL *SSL_new(SSL_CTX *ctx)
 {

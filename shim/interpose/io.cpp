@@ -1,15 +1,15 @@
 /*
- * The read family, only to learn which socket a connection reads: the innermost OpenSSL
- * call on this thread owns the read. Outside OpenSSL calls this is one thread-local load.
+ * The read family, only to learn which socket a connection reads: a read made while this
+ * thread is inside an OpenSSL call is that connection's. Outside OpenSSL calls this is one
+ * thread-local load.
  */
 
 #include <cerrno>
 
+#include "interpose/export.h"
 #include "runtime/socket_read.h"
 
 using namespace tlstune;
-
-#define TLSTUNE_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace {
 

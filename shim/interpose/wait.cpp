@@ -7,11 +7,10 @@
 #include <sys/ioctl.h>
 
 #include "core/wait_merge.h"
+#include "interpose/export.h"
 #include "runtime/runtime.h"
 
 using namespace tlstune;
-
-#define TLSTUNE_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace {
 const struct timespec kZeroSpec = { 0, 0 };

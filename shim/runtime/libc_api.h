@@ -35,6 +35,10 @@ struct LibcApi {
 				socklen_t *) = nullptr;
 	ssize_t (*recvmsg)(int, struct msghdr *, int) = nullptr;
 	int (*ioctl)(int, unsigned long, void *) = nullptr;
+	int (*close)(int) = nullptr;
+	int (*dup2)(int, int) = nullptr;
+	int (*dup3)(int, int, int) = nullptr;
+	int (*close_range)(unsigned, unsigned, int) = nullptr; /* glibc 2.34+ */
 };
 
 } /* namespace tlstune */

@@ -77,6 +77,10 @@ void resolveLibc(LibcApi *libc) noexcept
 	next(&libc->recvfrom_chk, "__recvfrom_chk");
 	next(&libc->recvmsg, "recvmsg");
 	next(&libc->ioctl, "ioctl");
+	next(&libc->close, "close");
+	next(&libc->dup2, "dup2");
+	next(&libc->dup3, "dup3");
+	next(&libc->close_range, "close_range");
 }
 
 bool resolveOpenSsl(OpenSslApi *api) noexcept

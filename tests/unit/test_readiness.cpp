@@ -71,18 +71,48 @@ TEST(BufferedFds, HoldsWhatWasSetUntilForgotten)
 	EXPECT_FALSE(buffered.holds(pair.fds[0]));
 }
 
-TEST(BufferedFds, AReusedFdNumberIsNotTheBufferedSocket)
+TEST(BufferedFds, AClosedFdNumberIsForgotten)
 {
 	SocketPair old;
 	BufferedFds buffered;
 	const int number = old.fds[0];
 	buffered.set(&kOwner, number, idOf(number), true);
 	old.closeFirst();
-	EXPECT_FALSE(buffered.holds(number)) << "closed";
+	buffered.closed(number, number); /* what the close() wrapper does */
+	EXPECT_FALSE(buffered.holds(number));
+	EXPECT_TRUE(buffered.empty());
 
 	SocketPair reused; /* the lowest free number: the one just closed */
 	ASSERT_EQ(reused.fds[0], number);
 	EXPECT_FALSE(buffered.holds(number)) << "reused by another socket";
+}
+
+TEST(BufferedFds, ClosingARangeLeavesTheOthers)
+{
+	BufferedFds buffered;
+	const int a = 0, b = 0, c = 0;
+	buffered.set(&a, 10, SocketId{}, true);
+	buffered.set(&b, 20, SocketId{}, true);
+	buffered.set(&c, 30, SocketId{}, true);
+	buffered.closed(15, 25);
+	EXPECT_TRUE(buffered.holds(10));
+	EXPECT_FALSE(buffered.holds(20));
+	EXPECT_TRUE(buffered.holds(30));
+}
+
+TEST(Connection, RegistersAgainAfterAClosingDroppedItsEntry)
+{
+	SocketPair pair;
+	BufferedFds buffered;
+	Connection connection;
+	connection.noteSocketRead(pair.fds[0]);
+	connection.afterCall(buffered, true, false, true);
+	ASSERT_TRUE(buffered.holds(pair.fds[0]));
+
+	buffered.closed(pair.fds[0], pair.fds[0]); /* say, dup2 onto it, then dup2 back */
+	EXPECT_FALSE(buffered.holds(pair.fds[0]));
+	connection.afterCall(buffered, true, false, true);
+	EXPECT_TRUE(buffered.holds(pair.fds[0]));
 }
 
 TEST(Connection, ReportsBufferedDataOnlyWhenARecordCanBeRead)
