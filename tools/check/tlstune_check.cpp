@@ -77,6 +77,28 @@ std::string commonest(const std::map<long long, uint64_t> &sizes, size_t count)
 	return text.empty() ? "-" : text;
 }
 
+/* Counts of syscalls by size: the distribution shown side by side. */
+struct Bucket {
+	const char *label;
+	long long upTo; /* inclusive */
+};
+const Bucket kBuckets[] = {
+	{ "  1-5 B", 5 },         { "  6 B-1 KiB", 1024 },      { "  1-16 KiB", 16 * 1024 },
+	{ "  16-64 KiB", 64 * 1024 }, { "  over 64 KiB", -1 },
+};
+
+uint64_t inBucket(const std::map<long long, uint64_t> &sizes, size_t bucket)
+{
+	const long long low = bucket ? kBuckets[bucket - 1].upTo + 1 : 1;
+	const long long high = kBuckets[bucket].upTo;
+	uint64_t count = 0;
+	for (const auto &size : sizes) {
+		if (size.first >= low && (high < 0 || size.first <= high))
+			count += size.second;
+	}
+	return count;
+}
+
 struct Run {
 	int status = -1;
 	std::map<std::string, Peer> peers;
@@ -204,7 +226,14 @@ int main(int argc, char **argv)
 		    std::to_string(y.traffic.headerReads),
 		    x.traffic.headerReads > y.traffic.headerReads ? "<- record header, then body" : "");
 		row("commonest read sizes", commonest(x.traffic.readSizes, 2), commonest(y.traffic.readSizes, 2));
+		for (size_t b = 0; b < sizeof(kBuckets) / sizeof(kBuckets[0]); b++)
+			row(kBuckets[b].label, std::to_string(inBucket(x.traffic.readSizes, b)),
+			    std::to_string(inBucket(y.traffic.readSizes, b)));
 		row("write syscalls", std::to_string(x.traffic.writes), std::to_string(y.traffic.writes));
+		row("commonest write sizes", commonest(x.traffic.writeSizes, 2), commonest(y.traffic.writeSizes, 2));
+		for (size_t b = 0; b < sizeof(kBuckets) / sizeof(kBuckets[0]); b++)
+			row(kBuckets[b].label, std::to_string(inBucket(x.traffic.writeSizes, b)),
+			    std::to_string(inBucket(y.traffic.writeSizes, b)));
 		row("writes < 1 KiB", std::to_string(x.smallWrites), std::to_string(y.smallWrites),
 		    x.smallWrites >= 100 && x.smallWrites * 2 > x.traffic.writes ? "<- small-write burst" : "");
 	}
