@@ -4,6 +4,7 @@
  * their own program. It runs the command twice: mind its side effects.
  *
  * Usage: tlstune-check [--library PATH] [--keep-logs DIR] [--] COMMAND [ARGS...]
+ * PATH may be a list as LD_PRELOAD takes it (colons or spaces).
  */
 
 #include <algorithm>
@@ -192,8 +193,15 @@ int main(int argc, char **argv)
 	}
 	if (i >= argc)
 		return std::fprintf(stderr, "tlstune-check: no command given\n"), usage(stderr, 125);
-	if (access(library.c_str(), R_OK) != 0)
-		return std::fprintf(stderr, "tlstune-check: cannot read the library %s\n", library.c_str()), 125;
+	/* --library is what LD_PRELOAD gets: a list, when a sanitizer runtime must go first. */
+	std::string::size_type start = 0;
+	while (start < library.size()) {
+		std::string::size_type end = library.find_first_of(": ", start);
+		const std::string entry = library.substr(start, end - start);
+		if (!entry.empty() && access(entry.c_str(), R_OK) != 0)
+			return std::fprintf(stderr, "tlstune-check: cannot read the library %s\n", entry.c_str()), 125;
+		start = end == std::string::npos ? end : end + 1;
+	}
 	const std::vector<std::string> command(argv + i, argv + argc);
 
 	char dir[] = "/tmp/tlstune-check.XXXXXX";
