@@ -87,6 +87,8 @@ Process::Process(const Command &command)
 			dup2(STDOUT_FILENO, STDERR_FILENO);
 		else if (!command.stderrPath.empty())
 			redirect(command.stderrPath, STDERR_FILENO, O_WRONLY | O_CREAT | O_TRUNC);
+		if (!command.cwd.empty() && chdir(command.cwd.c_str()) != 0)
+			_exit(126);
 		execvpe(argv[0], argv.data(), envp.data());
 		_exit(127);
 	}

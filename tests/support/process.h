@@ -20,6 +20,8 @@ struct Command {
 	std::string stderrPath;
 	/* Send stderr down the stdout pipe: for servers that announce readiness in their log. */
 	bool stderrToStdout = false;
+	/* The child's working directory; empty: the test's. */
+	std::string cwd;
 };
 
 class Process {

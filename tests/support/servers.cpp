@@ -47,8 +47,15 @@ Nginx::Nginx(const std::string &root, const std::string &tls, const std::vector<
 
 Nginx::~Nginx()
 {
+	stop();
+}
+
+std::string Nginx::stop()
+{
 	process_->kill(SIGTERM);
+	std::string log = process_->readAll(30000);
 	process_->wait(30000);
+	return log;
 }
 
 std::string Nginx::url(const std::string &path) const

@@ -16,6 +16,8 @@ public:
 	Nginx(const std::string &root, const std::string &tls, const std::vector<std::string> &env = {});
 	~Nginx();
 	int port() const { return port_; }
+	/* Stops it (SIGTERM) and returns what it logged since it started. */
+	std::string stop();
 	std::string url(const std::string &path) const;
 
 private:

@@ -20,7 +20,7 @@ need_packages() {
 }
 
 BUILD_PACKAGES="meson ninja-build g++ pkg-config libssl-dev libgtest-dev openssl binutils"
-TEST_PACKAGES="strace curl nginx-light socat stunnel4 python3 ca-certificates ministat gnuplot-nox"
+TEST_PACKAGES="strace curl nginx-light socat stunnel4 python3 ca-certificates ministat gnuplot-nox wget"
 
 # Configures (once) and builds the tree in directory $1; $2 names sanitizers (or none).
 build_tree() {

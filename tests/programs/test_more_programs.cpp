@@ -1,0 +1,118 @@
+/*
+ * More of the programs a user puts tlstune in front of: openssl s_client and s_server,
+ * nginx itself as the TLS server, and wget, which is built on GnuTLS and must be left
+ * exactly as it is. Bytes are checked by sha256; TLSTUNE_STATS shows whether the shim
+ * tuned the program.
+ */
+
+#include <gtest/gtest.h>
+
+#include "servers.h"
+#include "tls_fixture.h"
+
+using namespace testsupport;
+
+namespace {
+
+constexpr unsigned long long kBytes = 64ull << 20;
+constexpr int kTimeoutMs = 120000;
+
+class MorePrograms : public ::testing::Test {
+protected:
+	void SetUp() override
+	{
+		SKIP_IN_SANITIZER_BUILD();
+		expected_ = writePattern(dir_.file("data"), kBytes, 17);
+	}
+
+	/* Runs argv with its stdout in `out` and its stderr returned. */
+	int runTo(const std::vector<std::string> &argv, const std::vector<std::string> &env,
+		  std::string *errors)
+	{
+		Command command;
+		command.argv = argv;
+		command.env = env;
+		command.stdoutPath = dir_.file("out");
+		command.stderrPath = dir_.file("err");
+		int status = run(command, kTimeoutMs);
+		*errors = readFile(command.stderrPath);
+		return status;
+	}
+
+	TempDir dir_;
+	std::string expected_;
+};
+
+} /* namespace */
+
+TEST_F(MorePrograms, OpensslSClientReadsThroughTheShim)
+{
+	ExampleServer server({ "--send", std::to_string(kBytes), "--seed", "17" });
+	std::string errors;
+	ASSERT_EQ(runTo({ "openssl", "s_client", "-connect", "127.0.0.1:" + server.portText(), "-quiet",
+			  "-ign_eof" },
+			shimEnv({ "TLSTUNE_STATS=1" }), &errors),
+		  0)
+		<< errors;
+	EXPECT_EQ(fileSha256(dir_.file("out")), expected_);
+	EXPECT_NE(errors.find("tlstune: stats: contexts_tuned=1 connections=1"), std::string::npos) << errors;
+}
+
+TEST_F(MorePrograms, OpensslSServerServesThroughTheShim)
+{
+	const int port = freePort();
+	Command command;
+	command.argv = { "openssl", "s_server", "-accept", "127.0.0.1:" + std::to_string(port), "-cert",
+			 certificate().cert, "-key", certificate().key, "-WWW", "-naccept", "1" };
+	command.env = shimEnv({ "TLSTUNE_STATS=1" });
+	command.cwd = dir_.path();
+	Daemon server(command, "ACCEPT");
+
+	std::string errors;
+	ASSERT_EQ(runTo({ "curl", "--silent", "--show-error", "--fail", "--cacert", certificate().cert,
+			  "https://127.0.0.1:" + std::to_string(port) + "/data" },
+			{}, &errors),
+		  0)
+		<< errors;
+	EXPECT_EQ(fileSha256(dir_.file("out")), expected_);
+	/* -naccept 1: it exits by itself, through exit(), where the stats line is printed. */
+	const std::string log = server.process().readAll(kTimeoutMs);
+	EXPECT_EQ(server.process().wait(kTimeoutMs), 0);
+	EXPECT_NE(log.find("tlstune: stats: contexts_tuned=1 connections=1"), std::string::npos) << log;
+}
+
+TEST_F(MorePrograms, NginxServesThroughTheShim)
+{
+	for (const char *tls : { "1.2", "1.3" }) {
+		Nginx nginx(dir_.path(), tls, shimEnv({ "TLSTUNE_STATS=1" }));
+		std::vector<std::string> argv = { "curl", "--silent", "--show-error", "--fail",
+						  "--cacert", certificate().cert, "--max-time", "120" };
+		for (int i = 0; i < 4; i++)
+			argv.insert(argv.end(), { "--output", dir_.file("out" + std::to_string(i)),
+						  nginx.url("/data") });
+		std::string errors;
+		ASSERT_EQ(runTo(argv, {}, &errors), 0) << tls << ": " << errors;
+		for (int i = 0; i < 4; i++)
+			EXPECT_EQ(fileSha256(dir_.file("out" + std::to_string(i))), expected_) << tls;
+
+		const std::string log = nginx.stop();
+		/* The worker served the connection; the master made the context. */
+		EXPECT_NE(log.find("tlstune: stats: contexts_tuned="), std::string::npos) << log;
+		EXPECT_NE(log.find("connections=1 "), std::string::npos) << log;
+	}
+}
+
+TEST_F(MorePrograms, WgetOnGnuTlsIsUntouched)
+{
+	Nginx nginx(dir_.path(), "1.3");
+	std::string errors;
+	ASSERT_EQ(runTo({ "wget", "-q", "-O", "-", "--ca-certificate=" + certificate().cert,
+			  nginx.url("/data") },
+			shimEnv({ "TLSTUNE_STATS=1", "TLSTUNE_VERBOSE=1" }), &errors),
+		  0)
+		<< errors;
+	EXPECT_EQ(fileSha256(dir_.file("out")), expected_);
+	/* Loaded (the verbose line) but no OpenSSL to tune: no stats line. */
+	EXPECT_NE(errors.find("tlstune: version"), std::string::npos) << errors;
+	EXPECT_EQ(errors.find("tlstune: stats"), std::string::npos) << errors;
+}
