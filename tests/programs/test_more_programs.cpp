@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "servers.h"
 #include "tls_fixture.h"
 
@@ -115,4 +117,51 @@ TEST_F(MorePrograms, WgetOnGnuTlsIsUntouched)
 	/* Loaded (the verbose line) but no OpenSSL to tune: no stats line. */
 	EXPECT_NE(errors.find("tlstune: version"), std::string::npos) << errors;
 	EXPECT_EQ(errors.find("tlstune: stats"), std::string::npos) << errors;
+}
+
+/*
+ * curl's IMAPS client, the seed's stall: it polls before reading the tagged OK that
+ * read-ahead already moved into OpenSSL. With the shim it finishes; with read-ahead and
+ * no readiness layer it waits until its --max-time.
+ */
+class CurlImaps : public ::testing::Test {
+protected:
+	void SetUp() override { SKIP_IN_SANITIZER_BUILD(); }
+
+	int fetch(const std::vector<std::string> &env, int maxTime, std::string *out)
+	{
+		Command command;
+		command.argv = { "/usr/bin/python3", std::string(TLSTUNE_SOURCE_ROOT) + "/tests/programs/imap_server.py",
+				 certificate().cert, certificate().key, "300" };
+		Process server(command);
+		const std::string line = server.readLine(30000);
+		EXPECT_EQ(line.rfind("port ", 0), 0u) << line;
+		Command curl;
+		curl.argv = { "curl", "--silent", "--cacert", certificate().cert, "--max-time",
+			      std::to_string(maxTime), "-u", "user:pass",
+			      "imaps://127.0.0.1:" + line.substr(5) + "/INBOX;MAILINDEX=1" };
+		curl.env = env;
+		return run(curl, 120000, out);
+	}
+};
+
+TEST_F(CurlImaps, FinishesWithoutTheShim)
+{
+	std::string out;
+	EXPECT_EQ(fetch({}, 60, &out), 0);
+	EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 300);
+}
+
+TEST_F(CurlImaps, FinishesThroughTheShim)
+{
+	std::string out;
+	EXPECT_EQ(fetch(shimEnv(), 60, &out), 0);
+	EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 300) << out.substr(0, 200);
+	EXPECT_NE(out.find("line 000299 of the message"), std::string::npos);
+}
+
+TEST_F(CurlImaps, StallsWithReadAheadAndNoReadinessLayer)
+{
+	std::string out;
+	EXPECT_EQ(fetch(shimEnv({ "TLSTUNE_READINESS=off" }), 5, &out), 28) << "curl's timeout";
 }
