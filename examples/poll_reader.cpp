@@ -8,9 +8,13 @@
  * socket that polls POLLRDHUP with FIONREAD 0 is closed. With read-ahead the kernel's
  * queue is empty while OpenSSL still holds the peer's last records.
  *
+ * With --reuse-check it reads one line (the rest stays in OpenSSL), closes its socket without
+ * freeing the SSL, gets the same fd number for a new, empty socket and polls it: a reused
+ * number must not inherit the old connection's readiness ("reuse ok", or exit 5).
+ *
  * Usage: poll_reader HOST PORT --lines N [--wait poll|poll_chk|ppoll|ppoll_chk|select|pselect|
  *                    epoll|epoll_pwait]
- *                    [--stall-ms MS] [--hangup-check]
+ *                    [--stall-ms MS] [--hangup-check] [--reuse-check]
  * Prints "lines N" and exits 0 once N lines arrived; when one wait sees nothing for
  * MS milliseconds while the server has gone quiet, prints "stalled ..." and exits 3;
  * when the hangup check closes early, prints "hung up ..." and exits 4.
@@ -19,6 +23,7 @@
 #include <cerrno>
 #include <poll.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
 #include <unistd.h>
@@ -97,9 +102,11 @@ int main(int argc, char **argv)
 	const uint64_t wanted = number(argc, argv, "--lines", 1);
 	const std::string how = option(argc, argv, "--wait", "poll");
 	const int stallMs = static_cast<int>(number(argc, argv, "--stall-ms", 3000));
-	bool hangupCheck = false;
-	for (int i = 1; i < argc; i++)
+	bool hangupCheck = false, reuseCheck = false;
+	for (int i = 1; i < argc; i++) {
 		hangupCheck = hangupCheck || std::string(argv[i]) == "--hangup-check";
+		reuseCheck = reuseCheck || std::string(argv[i]) == "--reuse-check";
+	}
 	bool hangup = false;
 
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
@@ -144,6 +151,23 @@ int main(int argc, char **argv)
 		}
 		for (int i = 0; i < n; i++)
 			lines += buffer[i] == '\n';
+	}
+	if (reuseCheck && status == 0) {
+		/* One more line, so that OpenSSL holds the rest, then the socket goes away. */
+		while (SSL_read(ssl, buffer, sizeof(buffer)) <= 0 && waitFor(how, fd, false, stallMs, &hangup)) {
+		}
+		int pair[2];
+		close(fd);
+		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
+			fail("socketpair");
+		if (pair[0] != fd && dup2(pair[0], fd) != fd) /* make it the same number */
+			fail("dup2");
+		struct pollfd pfd = { fd, POLLIN, 0 };
+		int n = poll(&pfd, 1, 0);
+		std::printf("%s\n", n == 0 ? "reuse ok" : "the reused fd was reported readable");
+		SSL_free(ssl);
+		SSL_CTX_free(ctx);
+		return n == 0 ? 0 : 5;
 	}
 	if (status == 0) {
 		std::printf("lines %llu\n", static_cast<unsigned long long>(lines));

@@ -207,3 +207,15 @@ TEST_F(HangupCheck, LosesTheEndWithReadAheadAndNoReadinessLayer)
 	EXPECT_EQ(status, 4) << out;
 	EXPECT_NE(out.find("OpenSSL holds data: yes"), std::string::npos) << out;
 }
+
+TEST(FdReuse, ANewSocketOnTheSameNumberIsNotReadable)
+{
+	ExampleServer server({ "--burst", "200" });
+	Command command;
+	command.argv = { examplePath("poll_reader"), "127.0.0.1", server.portText(), "--lines", "1",
+			 "--reuse-check" };
+	command.env = shimEnv();
+	std::string out;
+	EXPECT_EQ(run(command, 60000, &out), 0) << out;
+	EXPECT_EQ(out, "reuse ok\n");
+}
