@@ -39,7 +39,11 @@ int onConnection(SSL *ssl, Function OpenSslApi::*function, Args... args)
 /* Counts data the program read through OpenSSL, for TLSTUNE_STATS. */
 inline void countSslRead(size_t bytes) noexcept
 {
-	Stats &stats = process().stats;
+	Process &p = process();
+	/* Only when asked: threads reading at once would share the counters' cache line. */
+	if (!p.config.stats)
+		return;
+	Stats &stats = p.stats;
 	Stats::add(stats.sslReads, 1);
 	Stats::add(stats.sslReadBytes, bytes);
 }

@@ -14,7 +14,10 @@ inline void noteRead(int fd, ssize_t n) noexcept
 {
 	if (!CallScope::noteSocketRead(fd) || n < 0)
 		return;
-	Stats &stats = process().stats;
+	Process &p = process();
+	if (!p.config.stats)
+		return;
+	Stats &stats = p.stats;
 	Stats::add(stats.socketReads, 1);
 	Stats::add(stats.socketReadBytes, static_cast<uint64_t>(n));
 }

@@ -38,24 +38,7 @@ Nginx::Nginx(const std::string &root, const std::string &tls, const std::vector<
 	Command command;
 	command.argv = { "nginx", "-p", d, "-c", dir_.file("nginx.conf"), "-e", "stderr" };
 	command.env = env;
-	command.stderrToStdout = true;
-	process_.reset(new Process(command));
-	const std::string log = process_->readUntil("start worker process", 30000);
-	if (log.find("start worker process") == std::string::npos)
-		throw std::runtime_error("nginx did not start:\n" + log);
-}
-
-Nginx::~Nginx()
-{
-	stop();
-}
-
-std::string Nginx::stop()
-{
-	process_->kill(SIGTERM);
-	std::string log = process_->readAll(30000);
-	process_->wait(30000);
-	return log;
+	daemon_.reset(new Daemon(command, "start worker process"));
 }
 
 std::string Nginx::url(const std::string &path) const

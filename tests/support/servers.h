@@ -9,25 +9,8 @@
 
 namespace testsupport {
 
-/* nginx serving root over HTTPS on 127.0.0.1 with the test certificate. */
-class Nginx {
-public:
-	/* tls: "1.2" (the seed's ECDHE-RSA-AES256-GCM-SHA384) or "1.3". */
-	Nginx(const std::string &root, const std::string &tls, const std::vector<std::string> &env = {});
-	~Nginx();
-	int port() const { return port_; }
-	/* Stops it (SIGTERM) and returns what it logged since it started. */
-	std::string stop();
-	std::string url(const std::string &path) const;
-
-private:
-	TempDir dir_;
-	int port_ = 0;
-	std::unique_ptr<Process> process_;
-};
-
 /*
- * A long-running program (socat, stunnel) that logs a line containing `ready` once it
+ * A long-running program (socat, stunnel, nginx) that logs a line containing `ready` once it
  * listens; killed by its pid at the end of the test.
  */
 class Daemon {
@@ -40,6 +23,22 @@ public:
 
 private:
 	std::unique_ptr<Process> process_;
+};
+
+/* nginx serving root over HTTPS on 127.0.0.1 with the test certificate. */
+class Nginx {
+public:
+	/* tls: "1.2" (the seed's ECDHE-RSA-AES256-GCM-SHA384) or "1.3". */
+	Nginx(const std::string &root, const std::string &tls, const std::vector<std::string> &env = {});
+	int port() const { return port_; }
+	/* Stops it (SIGTERM) and returns what it logged since it started. */
+	std::string stop() { return daemon_->stop(); }
+	std::string url(const std::string &path) const;
+
+private:
+	TempDir dir_;
+	int port_ = 0;
+	std::unique_ptr<Daemon> daemon_;
 };
 
 } /* namespace testsupport */
