@@ -63,10 +63,17 @@ TEST_P(BulkDownload, ReadsWholeRecordsInLargeChunksWithTheShim)
 	tlstune::SocketTraffic after = tlstune::trafficOnPort(tuned.calls, server.port());
 	EXPECT_EQ(after.headerReads, 0u) << describe(after);
 	EXPECT_GE(after.readBytes, kDownload);
-	EXPECT_LE(after.readsPerMiB(), maxReadsPerMiB(tls)) << describe(after);
-	if (tls == "1.2") {
-		/* 16,413-byte records: the default buffer takes exactly four */
-		EXPECT_EQ(commonestReadSize(after), 4 * 16413) << describe(after);
+	/*
+	 * Read sizes also depend on how fast the server writes: a reader that catches up reads
+	 * what has arrived. An instrumented server is slow enough for that to dominate, so the
+	 * sanitizer builds check the bytes and the header reads only.
+	 */
+	if (!sanitizerBuild()) {
+		EXPECT_LE(after.readsPerMiB(), maxReadsPerMiB(tls)) << describe(after);
+		if (tls == "1.2") {
+			/* 16,413-byte records: the default buffer takes exactly four */
+			EXPECT_EQ(commonestReadSize(after), 4 * 16413) << describe(after);
+		}
 	}
 
 	EXPECT_EQ(server.process().wait(60000), 0);
