@@ -7,7 +7,7 @@
 
 namespace tlstune {
 
-bool identifySocket(int fd, SocketId *id) noexcept
+bool socketInode(int fd, ino_t *ino) noexcept
 {
 	int savedErrno = errno;
 	struct stat st;
@@ -15,12 +15,11 @@ bool identifySocket(int fd, SocketId *id) noexcept
 	errno = savedErrno;
 	if (!ok)
 		return false;
-	id->dev = st.st_dev;
-	id->ino = st.st_ino;
+	*ino = st.st_ino;
 	return true;
 }
 
-void BufferedFds::set(const void *owner, int fd, const SocketId &id, bool buffered) noexcept
+void BufferedFds::set(const void *owner, int fd, ino_t ino, bool buffered) noexcept
 {
 	std::lock_guard<std::mutex> lock(mutex_);
 
@@ -31,10 +30,10 @@ void BufferedFds::set(const void *owner, int fd, const SocketId &id, bool buffer
 			entries_.erase(it);
 	} else if (it != entries_.end()) {
 		it->fd = fd;
-		it->id = id;
+		it->ino = ino;
 	} else {
 		try {
-			entries_.push_back({ owner, fd, id });
+			entries_.push_back({ owner, fd, ino });
 		} catch (const std::bad_alloc &) {
 			/* Out of memory: this connection goes without readiness help. */
 		}
@@ -44,7 +43,7 @@ void BufferedFds::set(const void *owner, int fd, const SocketId &id, bool buffer
 
 void BufferedFds::forget(const void *owner) noexcept
 {
-	set(owner, -1, SocketId{}, false);
+	set(owner, -1, 0, false);
 }
 
 const BufferedFds::Entry *BufferedFds::find(int fd) const noexcept
@@ -57,27 +56,27 @@ const BufferedFds::Entry *BufferedFds::find(int fd) const noexcept
 	return nullptr;
 }
 
-bool BufferedFds::lookup(int fd, SocketId *id) const noexcept
+bool BufferedFds::lookup(int fd, ino_t *ino) const noexcept
 {
 	if (fd < 0 || empty())
 		return false;
 	std::lock_guard<std::mutex> lock(mutex_);
 	const Entry *entry = find(fd);
 	if (entry)
-		*id = entry->id;
+		*ino = entry->ino;
 	return entry != nullptr;
 }
 
 bool BufferedFds::holds(int fd) const noexcept
 {
-	SocketId ignored;
+	ino_t ignored;
 	return lookup(fd, &ignored);
 }
 
 bool BufferedFds::holds(int fd, ino_t ino) const noexcept
 {
-	SocketId registered;
-	return lookup(fd, &registered) && registered.ino == ino;
+	ino_t registered;
+	return lookup(fd, &registered) && registered == ino;
 }
 
 void BufferedFds::closed(int first, int last) noexcept

@@ -9,14 +9,11 @@
 
 namespace tlstune {
 
-/* Which socket an fd number refers to: fd numbers are reused after close(). */
-struct SocketId {
-	dev_t dev = 0;
-	ino_t ino = 0;
-	bool operator==(const SocketId &other) const { return dev == other.dev && ino == other.ino; }
-};
-/* False when fd is not an open socket. */
-bool identifySocket(int fd, SocketId *id) noexcept;
+/*
+ * The inode of the socket fd names: what an epoll registration is matched by, since
+ * /proc/self/fdinfo gives each registration's inode. False when fd is not a socket.
+ */
+bool socketInode(int fd, ino_t *ino) noexcept;
 
 /*
  * The fds whose connection holds data in OpenSSL's buffers: records read ahead from the
@@ -34,7 +31,7 @@ public:
 	bool empty() const noexcept { return count_.load(std::memory_order_relaxed) == 0; }
 
 	/* Records whether owner (one connection) holds buffered data for the socket fd. */
-	void set(const void *owner, int fd, const SocketId &id, bool buffered) noexcept;
+	void set(const void *owner, int fd, ino_t ino, bool buffered) noexcept;
 	void forget(const void *owner) noexcept;
 
 	/* True when fd has buffered data. */
@@ -58,12 +55,12 @@ private:
 	struct Entry {
 		const void *owner;
 		int fd;
-		SocketId id;
+		ino_t ino;
 	};
 
 	const Entry *find(int fd) const noexcept;
-	/* The socket registered for fd, if any. */
-	bool lookup(int fd, SocketId *id) const noexcept;
+	/* The inode registered for fd, if any. */
+	bool lookup(int fd, ino_t *ino) const noexcept;
 	void publishCount() noexcept { count_.store(entries_.size(), std::memory_order_relaxed); }
 
 	mutable std::mutex mutex_;

@@ -27,11 +27,11 @@ void Connection::noteSocketRead(int fd) noexcept
 {
 	if (fd == fd_)
 		return;
-	SocketId id;
-	if (!identifySocket(fd, &id))
+	ino_t ino;
+	if (!socketInode(fd, &ino))
 		return;
 	fd_ = fd;
-	id_ = id;
+	ino_ = ino;
 }
 
 void Connection::afterCall(BufferedFds &buffered, bool progressed, bool wantsRead,
@@ -48,7 +48,7 @@ void Connection::afterCall(BufferedFds &buffered, bool progressed, bool wantsRea
 		return;
 	buffered_ = now;
 	closings_ = closings;
-	buffered.set(this, fd_, id_, now);
+	buffered.set(this, fd_, ino_, now);
 }
 
 bool ConnectionSlot::init(const OpenSslApi &api, BufferedFds *buffered) noexcept

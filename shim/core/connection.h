@@ -34,7 +34,7 @@ public:
 
 private:
 	int fd_ = -1;
-	SocketId id_;
+	ino_t ino_ = 0;
 	/*
 	 * OpenSSL asked for more of a record it holds only part of. Reporting the fd
 	 * readable then would make a poll loop spin (poll answers at once, SSL_read says

@@ -13,13 +13,16 @@ namespace tlstune {
  * forever for records read-ahead already moved into OpenSSL (the seeds' curl IMAPS stall).
  * Each wait call first asks the buffered set; when a connection it waits for holds data,
  * the real call runs with a zero timeout and those fds are added as readable.
- * Otherwise the real call runs untouched, with the program's own timeout.
+ * Otherwise the real call runs untouched, with the program's own timeout: with nothing
+ * buffered anywhere (the normal case) after one relaxed load.
  */
 
 /* realPoll(zeroTimeout) runs the real poll/ppoll over the same fds. */
 template <typename RealPoll>
 int pollMerged(const BufferedFds &buffered, struct pollfd *fds, nfds_t nfds, RealPoll realPoll)
 {
+	if (buffered.empty())
+		return realPoll(false);
 	constexpr short kReadable = POLLIN | POLLRDNORM;
 	auto bufferedAt = [&](nfds_t i) {
 		return (fds[i].events & kReadable) && buffered.holds(fds[i].fd);
@@ -48,6 +51,8 @@ int pollMerged(const BufferedFds &buffered, struct pollfd *fds, nfds_t nfds, Rea
 template <typename RealSelect>
 int selectMerged(const BufferedFds &buffered, int nfds, fd_set *readfds, RealSelect realSelect)
 {
+	if (buffered.empty())
+		return realSelect(false);
 	/* Only the fixed-size fd_set is ours to read; above FD_SETSIZE the program is alone. */
 	const int limit = nfds < FD_SETSIZE ? nfds : FD_SETSIZE;
 	auto isSet = [](const fd_set *set, int fd) {

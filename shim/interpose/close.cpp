@@ -14,11 +14,11 @@ using namespace tlstune;
 
 namespace {
 
-/* After the real call succeeded: fds first..last no longer name what they did. */
-void forgetClosed(int result, int first, int last)
+/* After the real call: fds first..last no longer name what they did (unless it failed). */
+void forgetClosed(bool closed, int first, int last)
 {
 	BufferedFds &buffered = process().buffered;
-	if (result < 0 || buffered.empty())
+	if (!closed || buffered.empty())
 		return;
 	int savedErrno = errno;
 	buffered.closed(first, last);
@@ -30,23 +30,22 @@ void forgetClosed(int result, int first, int last)
 TLSTUNE_EXPORT int close(int fd)
 {
 	int result = process().libc.close(fd);
-	/* Linux frees the number even when close reports an error (EINTR, EIO). */
-	forgetClosed(result < 0 && errno == EBADF ? -1 : 0, fd, fd);
+	/* Linux frees the number even when close reports an error (EINTR, EIO), not for EBADF. */
+	forgetClosed(result == 0 || errno != EBADF, fd, fd);
 	return result;
 }
 
 TLSTUNE_EXPORT int dup2(int oldfd, int newfd)
 {
 	int result = process().libc.dup2(oldfd, newfd);
-	if (oldfd != newfd)
-		forgetClosed(result, newfd, newfd);
+	forgetClosed(result >= 0 && oldfd != newfd, newfd, newfd);
 	return result;
 }
 
 TLSTUNE_EXPORT int dup3(int oldfd, int newfd, int flags)
 {
 	int result = process().libc.dup3(oldfd, newfd, flags);
-	forgetClosed(result, newfd, newfd);
+	forgetClosed(result >= 0, newfd, newfd);
 	return result;
 }
 
@@ -59,7 +58,7 @@ TLSTUNE_EXPORT int close_range(unsigned first, unsigned last, int flags)
 	}
 	int result = p.libc.close_range(first, last, flags);
 	/* CLOSE_RANGE_CLOEXEC only marks them; they stay open. */
-	if (!(flags & CLOSE_RANGE_CLOEXEC) && first <= INT_MAX)
-		forgetClosed(result, static_cast<int>(first), last > INT_MAX ? INT_MAX : static_cast<int>(last));
+	forgetClosed(result == 0 && !(flags & CLOSE_RANGE_CLOEXEC) && first <= INT_MAX,
+		     static_cast<int>(first), last > INT_MAX ? INT_MAX : static_cast<int>(last));
 	return result;
 }

@@ -1,6 +1,6 @@
 /*
- * The wait family. With nothing buffered (the normal case) each is one relaxed load and
- * the real call; otherwise core/wait_merge.h adds the connections OpenSSL holds data for.
+ * The wait family: core/wait_merge.h calls the real function, adding the connections
+ * OpenSSL holds data for (with nothing buffered, after one relaxed load).
  */
 
 #include <cstdarg>
@@ -19,8 +19,6 @@ const struct timespec kZeroSpec = { 0, 0 };
 TLSTUNE_EXPORT int poll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
 	Process &p = process();
-	if (p.buffered.empty())
-		return p.libc.poll(fds, nfds, timeout);
 	return pollMerged(p.buffered, fds, nfds,
 			  [&](bool zero) { return p.libc.poll(fds, nfds, zero ? 0 : timeout); });
 }
@@ -28,8 +26,6 @@ TLSTUNE_EXPORT int poll(struct pollfd *fds, nfds_t nfds, int timeout)
 TLSTUNE_EXPORT int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout, size_t fdslen)
 {
 	Process &p = process();
-	if (p.buffered.empty())
-		return p.libc.poll_chk(fds, nfds, timeout, fdslen);
 	return pollMerged(p.buffered, fds, nfds, [&](bool zero) {
 		return p.libc.poll_chk(fds, nfds, zero ? 0 : timeout, fdslen);
 	});
@@ -39,8 +35,6 @@ TLSTUNE_EXPORT int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec 
 			 const sigset_t *sigmask)
 {
 	Process &p = process();
-	if (p.buffered.empty())
-		return p.libc.ppoll(fds, nfds, timeout, sigmask);
 	return pollMerged(p.buffered, fds, nfds, [&](bool zero) {
 		return p.libc.ppoll(fds, nfds, zero ? &kZeroSpec : timeout, sigmask);
 	});
@@ -50,8 +44,6 @@ TLSTUNE_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct tim
 			       const sigset_t *sigmask, size_t fdslen)
 {
 	Process &p = process();
-	if (p.buffered.empty())
-		return p.libc.ppoll_chk(fds, nfds, timeout, sigmask, fdslen);
 	return pollMerged(p.buffered, fds, nfds, [&](bool zero) {
 		return p.libc.ppoll_chk(fds, nfds, zero ? &kZeroSpec : timeout, sigmask, fdslen);
 	});
@@ -61,8 +53,6 @@ TLSTUNE_EXPORT int select(int nfds, fd_set *readfds, fd_set *writefds, fd_set *e
 			  struct timeval *timeout)
 {
 	Process &p = process();
-	if (p.buffered.empty())
-		return p.libc.select(nfds, readfds, writefds, exceptfds, timeout);
 	return selectMerged(p.buffered, nfds, readfds, [&](bool zero) {
 		struct timeval zeroTime = { 0, 0 };
 		return p.libc.select(nfds, readfds, writefds, exceptfds, zero ? &zeroTime : timeout);
@@ -73,8 +63,6 @@ TLSTUNE_EXPORT int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *
 			   const struct timespec *timeout, const sigset_t *sigmask)
 {
 	Process &p = process();
-	if (p.buffered.empty())
-		return p.libc.pselect(nfds, readfds, writefds, exceptfds, timeout, sigmask);
 	return selectMerged(p.buffered, nfds, readfds, [&](bool zero) {
 		return p.libc.pselect(nfds, readfds, writefds, exceptfds,
 				      zero ? &kZeroSpec : timeout, sigmask);
@@ -84,8 +72,6 @@ TLSTUNE_EXPORT int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *
 TLSTUNE_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
 {
 	Process &p = process();
-	if (p.buffered.empty())
-		return p.libc.epoll_wait(epfd, events, maxevents, timeout);
 	return epollMerged(p.buffered, epfd, events, maxevents, [&](bool zero) {
 		return p.libc.epoll_wait(epfd, events, maxevents, zero ? 0 : timeout);
 	});
@@ -95,8 +81,6 @@ TLSTUNE_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxeven
 			       const sigset_t *sigmask)
 {
 	Process &p = process();
-	if (p.buffered.empty())
-		return p.libc.epoll_pwait(epfd, events, maxevents, timeout, sigmask);
 	return epollMerged(p.buffered, epfd, events, maxevents, [&](bool zero) {
 		return p.libc.epoll_pwait(epfd, events, maxevents, zero ? 0 : timeout, sigmask);
 	});
@@ -110,8 +94,6 @@ TLSTUNE_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxeve
 		errno = ENOSYS;
 		return -1;
 	}
-	if (p.buffered.empty())
-		return p.libc.epoll_pwait2(epfd, events, maxevents, timeout, sigmask);
 	return epollMerged(p.buffered, epfd, events, maxevents, [&](bool zero) {
 		return p.libc.epoll_pwait2(epfd, events, maxevents, zero ? &kZeroSpec : timeout,
 					   sigmask);
@@ -128,8 +110,7 @@ TLSTUNE_EXPORT int ioctl(int fd, unsigned long request, ...)
 
 	Process &p = process();
 	int result = p.libc.ioctl(fd, request, argument);
-	if (request != FIONREAD || result != 0 || p.buffered.empty())
-		return result;
-	countBufferedBytes(p.buffered, fd, static_cast<int *>(argument));
+	if (request == FIONREAD && result == 0)
+		countBufferedBytes(p.buffered, fd, static_cast<int *>(argument));
 	return result;
 }

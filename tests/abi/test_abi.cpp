@@ -35,18 +35,15 @@ std::set<std::string> mapSymbols()
 std::string output(const std::vector<std::string> &argv, const std::vector<std::string> &env = {},
 		   int *status = nullptr, std::string *errors = nullptr)
 {
-	TempDir dir;
 	Command command;
 	command.argv = argv;
 	command.env = env;
-	command.stderrPath = dir.file("stderr");
-	std::string out;
-	int code = run(command, 60000, &out);
+	Captured captured = runCaptured(command, 60000);
 	if (status)
-		*status = code;
+		*status = captured.status;
 	if (errors)
-		*errors = readFile(command.stderrPath);
-	return out;
+		*errors = captured.err;
+	return captured.out;
 }
 
 } /* namespace */

@@ -195,6 +195,16 @@ int run(const Command &command, int timeoutMs, std::string *out)
 	return process.wait(timeoutMs);
 }
 
+Captured runCaptured(Command command, int timeoutMs)
+{
+	TempDir dir;
+	command.stderrPath = dir.file("stderr");
+	Captured captured;
+	captured.status = run(command, timeoutMs, &captured.out);
+	captured.err = readFile(command.stderrPath);
+	return captured;
+}
+
 TempDir::TempDir()
 {
 	char pattern[] = "/tmp/tlstune-test.XXXXXX";

@@ -57,6 +57,15 @@ private:
 /* Runs a command to its end; stdout goes to *out when given. Status as Process::wait. */
 int run(const Command &command, int timeoutMs, std::string *out = nullptr);
 
+/* What a command printed on each stream, and its status. */
+struct Captured {
+	int status = -1;
+	std::string out;
+	std::string err;
+};
+/* run() with stderr captured too (command.stderrPath is ignored). */
+Captured runCaptured(Command command, int timeoutMs);
+
 /* A private directory under /tmp, removed with everything in it. */
 class TempDir {
 public:

@@ -14,53 +14,42 @@ namespace {
 const std::string kWrapper = std::string(TLSTUNE_TOOLS_DIR) + "/tlstune";
 const std::string kCheck = std::string(TLSTUNE_TOOLS_DIR) + "/tlstune-check";
 
-struct Result {
-	int status = -1;
-	std::string out;
-	std::string err;
-};
-
-Result wrapper(const std::vector<std::string> &args, const std::vector<std::string> &env = {})
+Captured wrapper(const std::vector<std::string> &args, const std::vector<std::string> &env = {})
 {
-	TempDir dir;
 	Command command;
 	command.argv = { kWrapper };
 	command.argv.insert(command.argv.end(), args.begin(), args.end());
 	command.env = env;
-	command.stderrPath = dir.file("stderr");
-	Result result;
-	result.status = run(command, 60000, &result.out);
-	result.err = readFile(command.stderrPath);
-	return result;
+	return runCaptured(command, 60000);
 }
 
 } /* namespace */
 
 TEST(Wrapper, HelpAndVersion)
 {
-	Result version = wrapper({ "--version" });
+	Captured version = wrapper({ "--version" });
 	EXPECT_EQ(version.status, 0);
 	EXPECT_EQ(version.out, "tlstune " TLSTUNE_VERSION "\n");
-	Result help = wrapper({ "--help" });
+	Captured help = wrapper({ "--help" });
 	EXPECT_EQ(help.status, 0);
 	EXPECT_NE(help.out.find("Usage: tlstune [OPTION]... [--] COMMAND [ARG]..."), std::string::npos);
 }
 
 TEST(Wrapper, ItsOwnErrorsAre125AndTheCommandsAre126And127)
 {
-	Result none = wrapper({});
+	Captured none = wrapper({});
 	EXPECT_EQ(none.status, 125);
 	EXPECT_NE(none.err.find("tlstune: no command given"), std::string::npos) << none.err;
 
-	Result unknown = wrapper({ "--frobnicate", "true" });
+	Captured unknown = wrapper({ "--frobnicate", "true" });
 	EXPECT_EQ(unknown.status, 125);
 	EXPECT_NE(unknown.err.find("unknown option '--frobnicate'"), std::string::npos) << unknown.err;
 
-	Result missing = wrapper({ "tlstune-no-such-command" });
+	Captured missing = wrapper({ "tlstune-no-such-command" });
 	EXPECT_EQ(missing.status, 127);
 	EXPECT_EQ(missing.err, "tlstune: tlstune-no-such-command: command not found\n");
 
-	Result notExecutable = wrapper({ TLSTUNE_SHIM_MAP });
+	Captured notExecutable = wrapper({ TLSTUNE_SHIM_MAP });
 	EXPECT_EQ(notExecutable.status, 126);
 	EXPECT_NE(notExecutable.err.find("not an executable file"), std::string::npos);
 }
@@ -68,14 +57,14 @@ TEST(Wrapper, ItsOwnErrorsAre125AndTheCommandsAre126And127)
 TEST(Wrapper, OptionsBecomeVariablesAndTheStatusPassesThrough)
 {
 	SKIP_IN_SANITIZER_BUILD();
-	Result r = wrapper({ "--read-buffer=32K", "--no-read-ahead", "--no-ca-cache", "--no-coalesce",
+	Captured r = wrapper({ "--read-buffer=32K", "--no-read-ahead", "--no-ca-cache", "--no-coalesce",
 			     "--stats", "--log=debug", "--", "sh", "-c",
 			     "env | grep ^TLSTUNE_ | sort; exit 3" });
 	EXPECT_EQ(r.status, 3);
 	EXPECT_EQ(r.out, "TLSTUNE_CA_CACHE=off\nTLSTUNE_COALESCE=off\nTLSTUNE_LOG=debug\n"
 			 "TLSTUNE_READ_AHEAD=off\nTLSTUNE_READ_BUFFER=32K\nTLSTUNE_STATS=1\n");
 
-	Result verbose = wrapper({ "--verbose", "true" });
+	Captured verbose = wrapper({ "--verbose", "true" });
 	EXPECT_EQ(verbose.status, 0);
 	EXPECT_NE(verbose.err.find("tlstune: version " TLSTUNE_VERSION), std::string::npos)
 		<< "the library is really loaded: " << verbose.err;
