@@ -12,8 +12,9 @@ namespace {
 
 constexpr std::size_t kMinReadBuffer = 16 * 1024;
 constexpr std::size_t kMaxReadBuffer = 1024 * 1024;
+constexpr unsigned long kMaxDuration = 365ul * 24 * 60 * 60;
 
-enum class Kind { Bool, Size, Level };
+enum class Kind { Bool, Size, Level, Duration };
 
 struct Option {
 	OptionInfo info;
@@ -21,31 +22,39 @@ struct Option {
 	bool Config::*flag;
 	std::size_t Config::*size;
 	LogLevel Config::*level;
+	unsigned long Config::*seconds;
 };
 
 const Option kOptions[] = {
 	{ { "TLSTUNE_DISABLE", "1/true/yes/on or 0/false/no/off", "off",
 	    "Turn every feature off: each call goes straight to OpenSSL or libc." },
-	  Kind::Bool, &Config::disable, nullptr, nullptr },
+	  Kind::Bool, &Config::disable, nullptr, nullptr, nullptr },
 	{ { "TLSTUNE_READ_AHEAD", "1/true/yes/on or 0/false/no/off", "on",
 	    "Turn read-ahead on and size the read buffer of every new SSL_CTX." },
-	  Kind::Bool, &Config::readAhead, nullptr, nullptr },
+	  Kind::Bool, &Config::readAhead, nullptr, nullptr, nullptr },
 	{ { "TLSTUNE_READ_BUFFER", "bytes from 16KiB to 1MiB, suffix K, KiB, M or MiB", "65655",
 	    "Read buffer length: the default holds four whole 16 KiB TLS records." },
-	  Kind::Size, nullptr, &Config::readBuffer, nullptr },
+	  Kind::Size, nullptr, &Config::readBuffer, nullptr, nullptr },
 	{ { "TLSTUNE_READINESS", "1/true/yes/on or 0/false/no/off", "on",
 	    "Make poll/select/epoll report a connection readable while OpenSSL holds its data. "
 	    "Turning it off brings back the read-ahead stalls; it exists to show them." },
-	  Kind::Bool, &Config::readiness, nullptr, nullptr },
+	  Kind::Bool, &Config::readiness, nullptr, nullptr, nullptr },
+	{ { "TLSTUNE_CA_CACHE", "1/true/yes/on or 0/false/no/off", "on",
+	    "Parse each CA file once per process and fill every new store from that parse; "
+	    "a changed file (device, inode, size, mtime or ctime) is parsed again." },
+	  Kind::Bool, &Config::caCache, nullptr, nullptr, nullptr },
+	{ { "TLSTUNE_CA_CACHE_TTL", "seconds from 0 to 365 days, suffix s, m, h or d", "24h",
+	    "Parse a cached CA file again once its entry is this old; 0 parses every time." },
+	  Kind::Duration, nullptr, nullptr, nullptr, &Config::caCacheTtl },
 	{ { "TLSTUNE_VERBOSE", "1/true/yes/on or 0/false/no/off", "off",
 	    "Print the effective settings once on stderr when the library loads." },
-	  Kind::Bool, &Config::verbose, nullptr, nullptr },
+	  Kind::Bool, &Config::verbose, nullptr, nullptr, nullptr },
 	{ { "TLSTUNE_LOG", "off, error, warn, info or debug", "warn",
 	    "Which messages reach stderr." },
-	  Kind::Level, nullptr, nullptr, &Config::logLevel },
+	  Kind::Level, nullptr, nullptr, &Config::logLevel, nullptr },
 	{ { "TLSTUNE_STATS", "1/true/yes/on or 0/false/no/off", "off",
 	    "Print one summary line on stderr at exit." },
-	  Kind::Bool, &Config::stats, nullptr, nullptr },
+	  Kind::Bool, &Config::stats, nullptr, nullptr, nullptr },
 };
 
 std::string lower(std::string text)
@@ -123,6 +132,32 @@ bool parseSize(const std::string &text, std::size_t *value)
 	return true;
 }
 
+bool parseDuration(const std::string &text, unsigned long *seconds)
+{
+	std::size_t digits = 0;
+	while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits])))
+		digits++;
+	if (digits == 0 || digits > 9)
+		return false;
+	const std::string unit = lower(text.substr(digits));
+	unsigned long multiplier;
+	if (unit.empty() || unit == "s")
+		multiplier = 1;
+	else if (unit == "m")
+		multiplier = 60;
+	else if (unit == "h")
+		multiplier = 60 * 60;
+	else if (unit == "d")
+		multiplier = 24 * 60 * 60;
+	else
+		return false;
+	const unsigned long value = std::stoul(text.substr(0, digits)) * multiplier;
+	if (value > kMaxDuration)
+		return false;
+	*seconds = value;
+	return true;
+}
+
 bool parseLogLevel(const std::string &text, LogLevel *value)
 {
 	static const LogLevel levels[] = { LogLevel::Off, LogLevel::Error, LogLevel::Warn,
@@ -160,6 +195,9 @@ ParsedConfig parseConfig(EnvLookup lookup, void *context)
 		case Kind::Level:
 			ok = parseLogLevel(text, &(config.*option.level));
 			break;
+		case Kind::Duration:
+			ok = parseDuration(text, &(config.*option.seconds));
+			break;
 		}
 		if (!ok)
 			parsed.errors.push_back(std::string(option.info.name) + "=" + text +
@@ -177,6 +215,8 @@ std::string describeConfig(const Config &config)
 	return std::string("read_ahead=") + onOff(config.readAhead) +
 	       " read_buffer=" + std::to_string(config.readBuffer) +
 	       " readiness=" + onOff(config.readiness) +
+	       " ca_cache=" + onOff(config.caCache) +
+	       " ca_cache_ttl=" + std::to_string(config.caCacheTtl) +
 	       " stats=" + onOff(config.stats) +
 	       " log=" + levelName(config.logLevel);
 }

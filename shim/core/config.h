@@ -19,11 +19,16 @@ namespace tlstune {
 constexpr std::size_t kRecordOnWire = 16413;
 constexpr std::size_t kDefaultReadBuffer = 4 * kRecordOnWire + 3;
 
+/* As curl's CURLOPT_CA_CACHE_TIMEOUT. */
+constexpr unsigned long kDefaultCaCacheTtl = 24 * 60 * 60;
+
 struct Config {
 	bool disable = false;
 	bool readAhead = true;
 	std::size_t readBuffer = kDefaultReadBuffer;
 	bool readiness = true;
+	bool caCache = true;
+	unsigned long caCacheTtl = kDefaultCaCacheTtl; /* seconds */
 	bool verbose = false;
 	bool stats = false;
 	LogLevel logLevel = LogLevel::Warn;
@@ -57,5 +62,6 @@ std::string describeConfig(const Config &config);
 bool parseBool(const std::string &text, bool *value);
 bool parseSize(const std::string &text, std::size_t *value);
 bool parseLogLevel(const std::string &text, LogLevel *value);
+bool parseDuration(const std::string &text, unsigned long *seconds);
 
 } /* namespace tlstune */

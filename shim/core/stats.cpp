@@ -10,7 +10,14 @@ std::string Stats::summary() const
 	return "stats: " + field("contexts_tuned", contextsTuned) + " " +
 	       field("connections", connections) + " " + field("ssl_reads", sslReads) + " " +
 	       field("ssl_read_bytes", sslReadBytes) + " " + field("socket_reads", socketReads) + " " +
-	       field("socket_read_bytes", socketReadBytes);
+	       field("socket_read_bytes", socketReadBytes) + " " + field("ca_hits", caHits) + " " +
+	       field("ca_misses", caMisses) + " " + field("ca_reloads", caReloads);
+}
+
+bool Stats::any() const noexcept
+{
+	return contextsTuned.load() || connections.load() || sslReads.load() || caHits.load() ||
+	       caMisses.load() || caReloads.load();
 }
 
 } /* namespace tlstune */

@@ -14,12 +14,17 @@ struct Stats {
 	std::atomic<uint64_t> sslReadBytes{0};
 	std::atomic<uint64_t> socketReads{0};    /* read syscalls OpenSSL made on its socket */
 	std::atomic<uint64_t> socketReadBytes{0};
+	std::atomic<uint64_t> caHits{0};         /* CA file loads served from the cache */
+	std::atomic<uint64_t> caMisses{0};       /* CA files parsed for the first time */
+	std::atomic<uint64_t> caReloads{0};      /* parsed again: changed, or older than the TTL */
 
 	static void add(std::atomic<uint64_t> &counter, uint64_t n) noexcept
 	{
 		counter.fetch_add(n, std::memory_order_relaxed);
 	}
 	std::string summary() const;
+	/* Anything counted: the process used OpenSSL. */
+	bool any() const noexcept;
 };
 
 } /* namespace tlstune */

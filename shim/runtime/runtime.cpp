@@ -25,20 +25,27 @@ void printStats()
 	 * that used OpenSSL: `tlstune --stats sh -c 'curl ...'` wants curl's line, not sh's.
 	 */
 	const Stats &stats = process().stats;
-	if (stats.contextsTuned.load() || stats.connections.load() || stats.sslReads.load())
+	if (stats.any())
 		printLine("%s", stats.summary().c_str());
 }
 
-void lockForFork() { process().buffered.lockForFork(); }
-void unlockAfterFork() { process().buffered.unlockAfterFork(); }
+void lockForFork()
+{
+	process().caCache.lockForFork();
+	process().buffered.lockForFork();
+}
+void unlockAfterFork()
+{
+	process().buffered.unlockAfterFork();
+	process().caCache.unlockAfterFork();
+}
 
 Process *buildProcess() noexcept
 {
 	/* Never destroyed: threads and the host's destructors may still call in at exit. */
 	alignas(Process) static unsigned char storage[sizeof(Process)];
-	Process &instance = *new (storage) Process;
 	ParsedConfig parsed = parseConfig(environment, nullptr);
-	instance.config = parsed.config;
+	Process &instance = *new (storage) Process(parsed.config);
 	setLogLevel(instance.config.logLevel);
 	for (const std::string &error : parsed.errors)
 		logLine(LogLevel::Error, "%s", error.c_str());
@@ -80,6 +87,18 @@ OpenSsl *buildOpenSsl() noexcept
 	return &instance;
 }
 
+Crypto *buildCrypto() noexcept
+{
+	alignas(Crypto) static unsigned char storage[sizeof(Crypto)];
+	Crypto &instance = *new (storage) Crypto;
+	const Config &config = process().config;
+	const bool found = resolveCrypto(&instance.api);
+	instance.caching = found && instance.api.complete() && config.caCache && !config.disable;
+	if (found && !instance.api.complete())
+		logLine(LogLevel::Warn, "this libcrypto lacks functions the CA cache needs: CA cache off");
+	return &instance;
+}
+
 } /* namespace */
 
 Process &process() noexcept
@@ -91,6 +110,12 @@ Process &process() noexcept
 const OpenSsl &openssl() noexcept
 {
 	static OpenSsl *instance = buildOpenSsl();
+	return *instance;
+}
+
+const Crypto &crypto() noexcept
+{
+	static Crypto *instance = buildCrypto();
 	return *instance;
 }
 

@@ -1,6 +1,8 @@
 #pragma once
 
 #include "core/buffered_fds.h"
+#include "core/ca_api.h"
+#include "core/ca_cache.h"
 #include "core/config.h"
 #include "core/connection.h"
 #include "core/openssl_api.h"
@@ -15,10 +17,14 @@ namespace tlstune {
  * Built once; never torn down (the host may call in from its own destructors).
  */
 struct Process {
-	Config config;
+	explicit Process(const Config &parsed) noexcept
+		: config(parsed), caCache(std::chrono::seconds(parsed.caCacheTtl)) {}
+
+	const Config config;
 	LibcApi libc;
 	Stats stats;
 	BufferedFds buffered;
+	CaCache caCache;
 };
 Process &process() noexcept;
 
@@ -35,5 +41,13 @@ struct OpenSsl {
 	bool tuning = false;
 };
 const OpenSsl &openssl() noexcept;
+
+/* libcrypto's CA loading, resolved on the first load of a CA file. */
+struct Crypto {
+	CaApi api;
+	/* CA files are served from Process::caCache. */
+	bool caching = false;
+};
+const Crypto &crypto() noexcept;
 
 } /* namespace tlstune */

@@ -22,37 +22,43 @@ void from(void *handle, Function *slot, const char *name)
 	*slot = reinterpret_cast<Function>(dlsym(handle, name));
 }
 
-int findLoadedLibssl(struct dl_phdr_info *info, size_t, void *data)
+struct Wanted {
+	const char *prefix; /* "libssl.so": matches "libssl.so.3", not NSS's "libssl3.so" */
+	void *handle;
+};
+
+int findLoaded(struct dl_phdr_info *info, size_t, void *data)
 {
+	Wanted *wanted = static_cast<Wanted *>(data);
 	const char *path = info->dlpi_name;
 	if (!path || !*path)
 		return 0;
 	const char *base = std::strrchr(path, '/');
 	base = base ? base + 1 : path;
-	/* "libssl.so.3", "libssl.so.1.1"; not NSS's "libssl3.so". */
-	if (std::strncmp(base, "libssl.so", 9) != 0)
+	if (std::strncmp(base, wanted->prefix, std::strlen(wanted->prefix)) != 0)
 		return 0;
-	*static_cast<void **>(data) = dlopen(path, RTLD_NOLOAD | RTLD_LAZY);
-	return *static_cast<void **>(data) != nullptr;
+	wanted->handle = dlopen(path, RTLD_NOLOAD | RTLD_LAZY);
+	return wanted->handle != nullptr;
 }
 
 /*
- * A handle on the program's libssl. dlsym(RTLD_NEXT) sees only the global scope; python
- * loads _ssl, and with it libssl, RTLD_LOCAL, so there it finds nothing (measured: see
- * the design notes). The list of loaded objects has it either way.
+ * A handle on the program's copy of a library, found by one of its symbols. dlsym(RTLD_NEXT)
+ * sees only the global scope; python loads _ssl, and with it libssl and libcrypto,
+ * RTLD_LOCAL, so there it finds nothing (measured: see the design notes). The list of
+ * loaded objects has it either way.
  */
-void *findLibssl() noexcept
+void *findLibrary(const char *prefix, const char *symbol) noexcept
 {
 	Dl_info info;
-	void *symbol = dlsym(RTLD_NEXT, "SSL_CTX_new");
-	if (symbol && dladdr(symbol, &info) && info.dli_fname) {
+	void *address = dlsym(RTLD_NEXT, symbol);
+	if (address && dladdr(address, &info) && info.dli_fname) {
 		void *handle = dlopen(info.dli_fname, RTLD_NOLOAD | RTLD_LAZY);
 		if (handle)
 			return handle;
 	}
-	void *handle = nullptr;
-	dl_iterate_phdr(findLoadedLibssl, &handle);
-	return handle;
+	Wanted wanted = { prefix, nullptr };
+	dl_iterate_phdr(findLoaded, &wanted);
+	return wanted.handle;
 }
 
 } /* namespace */
@@ -85,7 +91,7 @@ void resolveLibc(LibcApi *libc) noexcept
 
 bool resolveOpenSsl(OpenSslApi *api) noexcept
 {
-	void *handle = findLibssl();
+	void *handle = findLibrary("libssl.so", "SSL_CTX_new");
 	if (!handle)
 		return false;
 
@@ -110,6 +116,44 @@ bool resolveOpenSsl(OpenSslApi *api) noexcept
 	from(handle, &api->CRYPTO_get_ex_new_index, "CRYPTO_get_ex_new_index");
 	from(handle, &api->SSL_get_ex_data, "SSL_get_ex_data");
 	from(handle, &api->SSL_set_ex_data, "SSL_set_ex_data");
+	return true;
+}
+
+bool resolveCrypto(CaApi *api) noexcept
+{
+	void *handle = findLibrary("libcrypto.so", "X509_STORE_new");
+	if (!handle)
+		return false;
+
+	from(handle, &api->X509_load_cert_crl_file, "X509_load_cert_crl_file");
+	from(handle, &api->X509_load_cert_crl_file_ex, "X509_load_cert_crl_file_ex");
+	from(handle, &api->BIO_new_file, "BIO_new_file");
+	from(handle, &api->BIO_free, "BIO_free");
+	from(handle, &api->PEM_X509_INFO_read_bio, "PEM_X509_INFO_read_bio");
+	from(handle, &api->X509_INFO_free, "X509_INFO_free");
+	from(handle, &api->ERR_set_mark, "ERR_set_mark");
+	from(handle, &api->ERR_pop_to_mark, "ERR_pop_to_mark");
+	from(handle, &api->OPENSSL_sk_num, "OPENSSL_sk_num");
+	from(handle, &api->OPENSSL_sk_value, "OPENSSL_sk_value");
+	from(handle, &api->OPENSSL_sk_push, "OPENSSL_sk_push");
+	from(handle, &api->OPENSSL_sk_sort, "OPENSSL_sk_sort");
+	from(handle, &api->OPENSSL_sk_free, "OPENSSL_sk_free");
+	from(handle, &api->X509_LOOKUP_get_store, "X509_LOOKUP_get_store");
+	from(handle, &api->X509_STORE_new, "X509_STORE_new");
+	from(handle, &api->X509_STORE_free, "X509_STORE_free");
+	from(handle, &api->X509_STORE_add_cert, "X509_STORE_add_cert");
+	from(handle, &api->X509_STORE_add_crl, "X509_STORE_add_crl");
+	from(handle, &api->X509_STORE_lock, "X509_STORE_lock");
+	from(handle, &api->X509_STORE_unlock, "X509_STORE_unlock");
+	from(handle, &api->X509_STORE_get0_objects, "X509_STORE_get0_objects");
+	from(handle, &api->X509_OBJECT_new, "X509_OBJECT_new");
+	from(handle, &api->X509_OBJECT_free, "X509_OBJECT_free");
+	from(handle, &api->X509_OBJECT_get_type, "X509_OBJECT_get_type");
+	from(handle, &api->X509_OBJECT_get0_X509, "X509_OBJECT_get0_X509");
+	from(handle, &api->X509_OBJECT_get0_X509_CRL, "X509_OBJECT_get0_X509_CRL");
+	from(handle, &api->X509_OBJECT_set1_X509, "X509_OBJECT_set1_X509");
+	from(handle, &api->X509_OBJECT_set1_X509_CRL, "X509_OBJECT_set1_X509_CRL");
+	from(handle, &api->X509_OBJECT_retrieve_match, "X509_OBJECT_retrieve_match");
 	return true;
 }
 

@@ -1,5 +1,6 @@
 #pragma once
 
+#include "core/ca_api.h"
 #include "core/openssl_api.h"
 #include "libc_api.h"
 
@@ -13,5 +14,8 @@ void resolveLibc(LibcApi *libc) noexcept;
  * none. Every entry comes from that one libssl (and the libcrypto it depends on).
  */
 bool resolveOpenSsl(OpenSslApi *api) noexcept;
+
+/* The same for the libcrypto the program loaded. */
+bool resolveCrypto(CaApi *api) noexcept;
 
 } /* namespace tlstune */
