@@ -79,11 +79,11 @@ const Certificate &certificate()
 
 namespace {
 
-Command serverCommand(const std::vector<std::string> &arguments, const std::vector<std::string> &env)
+Command serverCommand(const std::vector<std::string> &arguments, const std::vector<std::string> &env,
+		      const Certificate &identity)
 {
 	Command command;
-	command.argv = { examplePath("tls_server"), "--cert", certificate().cert, "--key",
-			 certificate().key };
+	command.argv = { examplePath("tls_server"), "--cert", identity.cert, "--key", identity.key };
 	command.argv.insert(command.argv.end(), arguments.begin(), arguments.end());
 	command.env = env;
 	return command;
@@ -92,8 +92,8 @@ Command serverCommand(const std::vector<std::string> &arguments, const std::vect
 } /* namespace */
 
 ExampleServer::ExampleServer(const std::vector<std::string> &arguments,
-			     const std::vector<std::string> &env)
-	: process_(serverCommand(arguments, env))
+			     const std::vector<std::string> &env, const Certificate &identity)
+	: process_(serverCommand(arguments, env, identity))
 {
 	const std::string line = process_.readLine(30000);
 	if (line.rfind("port ", 0) != 0)

@@ -38,7 +38,8 @@ const Certificate &certificate();
 class ExampleServer {
 public:
 	explicit ExampleServer(const std::vector<std::string> &arguments,
-			       const std::vector<std::string> &env = {});
+			       const std::vector<std::string> &env = {},
+			       const Certificate &identity = certificate());
 	int port() const { return port_; }
 	std::string portText() const { return std::to_string(port_); }
 	Process &process() { return process_; }

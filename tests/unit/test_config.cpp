@@ -78,6 +78,21 @@ TEST(Config, SizesTakeBinarySuffixes)
 	}
 }
 
+TEST(Config, DurationsTakeSecondsOrAUnit)
+{
+	const std::pair<const char *, unsigned long> cases[] = {
+		{ "0", 0 }, { "90", 90 }, { "90s", 90 }, { "30m", 1800 },
+		{ "24h", 86400 }, { "2D", 172800 }, { "365d", 31536000 },
+	};
+	for (const auto &c : cases) {
+		ParsedConfig parsed = parse({ { "TLSTUNE_CA_CACHE_TTL", c.first } });
+		EXPECT_TRUE(parsed.errors.empty()) << c.first;
+		EXPECT_EQ(parsed.config.caCacheTtl, c.second) << c.first;
+	}
+	EXPECT_EQ(parse({}).config.caCacheTtl, 86400u);
+	EXPECT_TRUE(parse({}).config.caCache);
+}
+
 TEST(Config, EveryKindOfBadValueGetsOneLineAndTheDefault)
 {
 	const std::pair<const char *, const char *> cases[] = {
@@ -95,6 +110,12 @@ TEST(Config, EveryKindOfBadValueGetsOneLineAndTheDefault)
 		{ "TLSTUNE_DISABLE", "enabled" },
 		{ "TLSTUNE_LOG", "loud" },
 		{ "TLSTUNE_LOG", "3" },
+		{ "TLSTUNE_CA_CACHE", "sometimes" },
+		{ "TLSTUNE_CA_CACHE_TTL", "1w" },
+		{ "TLSTUNE_CA_CACHE_TTL", "-5" },
+		{ "TLSTUNE_CA_CACHE_TTL", "366d" },
+		{ "TLSTUNE_CA_CACHE_TTL", "1.5h" },
+		{ "TLSTUNE_CA_CACHE_TTL", "9999999999" },
 	};
 	const Config defaults;
 	for (const auto &c : cases) {
@@ -131,7 +152,8 @@ TEST(Config, DescribeShowsEffectiveSettings)
 {
 	ParsedConfig parsed = parse({ { "TLSTUNE_READ_BUFFER", "32K" }, { "TLSTUNE_READINESS", "off" } });
 	EXPECT_EQ(describeConfig(parsed.config),
-		  "read_ahead=on read_buffer=32768 readiness=off stats=off log=warn");
+		  "read_ahead=on read_buffer=32768 readiness=off ca_cache=on ca_cache_ttl=86400 "
+		  "stats=off log=warn");
 	EXPECT_EQ(describeConfig(parse({ { "TLSTUNE_DISABLE", "1" } }).config), "disabled");
 }
 

@@ -1,0 +1,258 @@
+/*
+ * The CA cache seen from programs: every loader parses a file once per process and answers
+ * exactly as OpenSSL does without the shim (return values, error queue, store contents and
+ * order, verify results), from examples/ca_client, python's ssl module and curl.
+ */
+
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <sys/stat.h>
+
+#include "pki.h"
+#include "process.h"
+#include "tls_fixture.h"
+
+using namespace testsupport;
+
+namespace {
+
+const std::string kChecks = std::string(TLSTUNE_SOURCE_ROOT) + "/tests/programs/ca_checks.py";
+
+/* Runs argv with or without the shim; with it, TLSTUNE_STATS=1 reports the cache's counts. */
+Captured runWith(bool withShim, const std::vector<std::string> &argv,
+		 std::vector<std::string> env = {})
+{
+	Command command;
+	command.argv = argv;
+	if (withShim) {
+		env.push_back("TLSTUNE_STATS=1");
+		env = shimEnv(env);
+	}
+	command.env = env;
+	return runCaptured(command, 300000);
+}
+
+/* "ca_hits=2 ca_misses=1 ca_reloads=0" from the shim's stats line. */
+std::string caCounts(const std::string &err)
+{
+	std::smatch match;
+	if (!std::regex_search(err, match, std::regex("ca_hits=\\d+ ca_misses=\\d+ ca_reloads=\\d+")))
+		return "no stats line in: " + err;
+	return match.str();
+}
+
+std::vector<std::string> caClient(std::vector<std::string> arguments)
+{
+	arguments.insert(arguments.begin(), examplePath("ca_client"));
+	return arguments;
+}
+
+/* The same program, without and with the shim: same stdout; the cache's counts returned. */
+std::string expectSameOutput(const std::vector<std::string> &argv,
+			     const std::vector<std::string> &env = {}, std::string *out = nullptr)
+{
+	const Captured plain = runWith(false, argv, env);
+	const Captured tuned = runWith(true, argv, env);
+	EXPECT_EQ(plain.status, 0) << plain.err;
+	EXPECT_EQ(tuned.status, plain.status) << tuned.err;
+	EXPECT_EQ(tuned.out, plain.out);
+	if (out)
+		*out = plain.out;
+	return caCounts(tuned.err);
+}
+
+/* Files a loader must fail on, exactly as OpenSSL fails without the shim. */
+std::vector<std::string> badFiles(const TempDir &dir)
+{
+	const std::string ca = readFile(pki().ca1);
+	writeFile(dir.file("empty.pem"), "");
+	writeFile(dir.file("garbage.pem"), "this is not a certificate\n");
+	writeFile(dir.file("truncated.pem"), ca.substr(0, ca.size() / 2));
+	writeFile(dir.file("good-then-broken.pem"), ca + ca.substr(0, ca.size() / 2));
+	writeFile(dir.file("key-only.pem"), readFile(pki().server.key));
+	mkdir(dir.file("directory.pem").c_str(), 0700);
+	return { dir.file("missing.pem"), dir.file("empty.pem"), dir.file("garbage.pem"),
+		 dir.file("truncated.pem"), dir.file("good-then-broken.pem"), dir.file("key-only.pem"),
+		 dir.file("directory.pem") };
+}
+
+} /* namespace */
+
+TEST(CaCache, EveryLoaderAnswersAsOpenSslDoesAndParsesOnce)
+{
+	for (const char *loader : { "ctx-locations", "ctx-file", "store-file", "store-locations" }) {
+		std::string out;
+		EXPECT_EQ(expectSameOutput(caClient({ "--loader", loader, "--ca", pki().ca1, "--contexts", "3" }),
+					   {}, &out),
+			  "ca_hits=2 ca_misses=1 ca_reloads=0") << loader;
+		EXPECT_NE(out.find("load 1\nobjects 1 "), std::string::npos) << loader << "\n" << out;
+	}
+	/* The default paths, resolved by OpenSSL: SSL_CERT_FILE, else the system bundle. */
+	for (const char *loader : { "ctx-default", "store-default" }) {
+		EXPECT_EQ(expectSameOutput(caClient({ "--loader", loader, "--contexts", "3" }),
+					   { "SSL_CERT_FILE=" + pki().ca2 }),
+			  "ca_hits=2 ca_misses=1 ca_reloads=0") << loader;
+		std::string out;
+		EXPECT_EQ(expectSameOutput(caClient({ "--loader", loader, "--contexts", "3" }), {}, &out),
+			  "ca_hits=2 ca_misses=1 ca_reloads=0") << loader;
+		EXPECT_EQ(out.find("objects 0 "), std::string::npos) << "the system bundle is empty?\n" << out;
+	}
+}
+
+TEST(CaCache, FailuresAreOpenSslsOwn)
+{
+	TempDir dir;
+	for (const std::string &file : badFiles(dir)) {
+		for (const char *loader : { "ctx-locations", "store-file" }) {
+			std::string out;
+			EXPECT_EQ(expectSameOutput(caClient({ "--loader", loader, "--ca", file, "--contexts", "2" }),
+						   {}, &out),
+				  "ca_hits=0 ca_misses=0 ca_reloads=0") << loader << " " << file;
+			EXPECT_NE(out.find("load 0\nerror "), std::string::npos) << loader << " " << file << "\n" << out;
+		}
+		/* The default loader clears its errors and answers 1 whatever the file holds. */
+		EXPECT_EQ(expectSameOutput(caClient({ "--loader", "ctx-default", "--contexts", "2" }),
+					   { "SSL_CERT_FILE=" + file }),
+			  "ca_hits=0 ca_misses=0 ca_reloads=0") << file;
+	}
+}
+
+TEST(CaCache, VerificationIsTheSame)
+{
+	struct Case {
+		const Certificate &identity;
+		const std::string &ca;
+		const char *expected;
+	};
+	const Case cases[] = {
+		{ pki().server, pki().ca1, "verify 0 ok handshake ok" },
+		{ pki().expired, pki().ca1, "verify 10 certificate has expired handshake failed" },
+		{ pki().otherHost, pki().ca1, "verify 62 hostname mismatch handshake failed" },
+		{ pki().server, pki().ca2, "verify 20 unable to get local issuer certificate handshake failed" },
+	};
+	for (const Case &c : cases) {
+		/* Two runs (without and with the shim) of two contexts each. */
+		ExampleServer server({ "--connections", "4", "--send", "5" }, {}, c.identity);
+		std::string out;
+		EXPECT_EQ(expectSameOutput(caClient({ "--ca", c.ca, "--contexts", "2", "--port",
+						      server.portText() }), {}, &out),
+			  "ca_hits=1 ca_misses=1 ca_reloads=0");
+		EXPECT_NE(out.find(std::string(c.expected) + "\n"), std::string::npos) << out;
+		EXPECT_EQ(server.process().wait(60000), 0);
+	}
+}
+
+TEST(CaCache, TtlZeroParsesEveryTimeAndOffNever)
+{
+	const auto argv = caClient({ "--ca", pki().ca1, "--contexts", "3" });
+	EXPECT_EQ(expectSameOutput(argv, { "TLSTUNE_CA_CACHE_TTL=0" }), "ca_hits=0 ca_misses=1 ca_reloads=2");
+	EXPECT_EQ(expectSameOutput(argv, { "TLSTUNE_CA_CACHE=off" }), "ca_hits=0 ca_misses=0 ca_reloads=0");
+}
+
+TEST(CaCache, ThreadsCreatingContextsAtOnceParseOnce)
+{
+	/* 8 threads x 500 contexts, each verifying a handshake; under TSan in that build. */
+	const Captured run = runWith(true, caClient({ "--stress", "--threads", "8", "--contexts", "500",
+						      "--ca", pki().ca1, "--server-cert", pki().server.cert,
+						      "--server-key", pki().server.key }));
+	EXPECT_EQ(run.status, 0) << run.err;
+	EXPECT_EQ(run.out, "stress ok 4000 handshakes\n");
+	EXPECT_EQ(caCounts(run.err), "ca_hits=3999 ca_misses=1 ca_reloads=0");
+}
+
+TEST(CaCache, PythonSeesTheSameStoreAndErrors)
+{
+	SKIP_IN_SANITIZER_BUILD();
+	TempDir dir;
+	std::vector<std::string> argv = { "/usr/bin/python3", kChecks, "store" };
+	for (const std::string &file : badFiles(dir))
+		argv.push_back(file);
+	std::string out;
+	EXPECT_EQ(expectSameOutput(argv, {}, &out), "ca_hits=0 ca_misses=1 ca_reloads=0");
+	EXPECT_NE(out.find("missing.pem FileNotFoundError"), std::string::npos) << out;
+	EXPECT_NE(out.find("garbage.pem SSLError"), std::string::npos) << out;
+}
+
+TEST(CaCache, PythonVerifiesTheSame)
+{
+	SKIP_IN_SANITIZER_BUILD();
+	ExampleServer good({ "--connections", "4", "--send", "5" }, {}, pki().server);
+	ExampleServer expired({ "--connections", "4", "--send", "5" }, {}, pki().expired);
+	ExampleServer other({ "--connections", "4", "--send", "5" }, {}, pki().otherHost);
+	const std::vector<std::string> ports = { good.portText(), expired.portText(), other.portText() };
+	for (const std::string &ca : { pki().ca1, pki().ca2 }) {
+		std::vector<std::string> argv = { "/usr/bin/python3", kChecks, "verify", ca };
+		argv.insert(argv.end(), ports.begin(), ports.end());
+		std::string out;
+		EXPECT_EQ(expectSameOutput(argv, {}, &out), "ca_hits=2 ca_misses=1 ca_reloads=0");
+		if (ca == pki().ca1) {
+			EXPECT_NE(out.find(good.portText() + " ok\n"), std::string::npos) << out;
+			EXPECT_NE(out.find(expired.portText() + " rejected 10 certificate has expired"),
+				  std::string::npos) << out;
+			EXPECT_NE(out.find(other.portText() + " rejected 62 Hostname mismatch"),
+				  std::string::npos) << out;
+		} else {
+			EXPECT_NE(out.find(good.portText() + " rejected 20 unable to get local issuer"),
+				  std::string::npos) << out;
+		}
+	}
+}
+
+TEST(CaCache, ARewrittenFileIsParsedAgainEvenWithItsOldMtime)
+{
+	SKIP_IN_SANITIZER_BUILD();
+	/* Both CA files padded to one size (PEM ignores text after the block): only ctime moves. */
+	std::string first = readFile(pki().ca1), second = readFile(pki().ca2);
+	const size_t size = std::max(first.size(), second.size()) + 16;
+	first += std::string(size - first.size(), '#');
+	second += std::string(size - second.size(), '#');
+
+	ExampleServer byCa1({ "--connections", "4", "--send", "5" }, {}, pki().server);
+	ExampleServer byCa2({ "--connections", "4", "--send", "5" }, {}, pki().serverCa2);
+	std::string outputs[2];
+	for (bool withShim : { false, true }) {
+		TempDir dir;
+		writeFile(dir.file("ca.pem"), first);
+		writeFile(dir.file("new.pem"), second);
+		const Captured run = runWith(withShim, { "/usr/bin/python3", kChecks, "rewrite", dir.file("ca.pem"),
+							 dir.file("new.pem"), byCa1.portText(), byCa2.portText() });
+		EXPECT_EQ(run.status, 0) << run.err;
+		if (withShim) {
+			EXPECT_EQ(caCounts(run.err), "ca_hits=2 ca_misses=1 ca_reloads=1");
+		}
+		outputs[withShim] = run.out;
+	}
+	EXPECT_EQ(outputs[1], outputs[0]);
+	EXPECT_EQ(outputs[1],
+		  "before ok / rejected 20 unable to get local issuer certificate\n"
+		  "same inode, size, mtime: True True True\n"
+		  "after rejected 20 unable to get local issuer certificate / ok\n");
+}
+
+TEST(CaCache, CurlAnswersTheSame)
+{
+	SKIP_IN_SANITIZER_BUILD();
+	struct Case {
+		const Certificate &identity;
+		const std::string &ca;
+	};
+	const Case cases[] = {
+		{ pki().server, pki().ca1 }, { pki().expired, pki().ca1 },
+		{ pki().otherHost, pki().ca1 }, { pki().server, pki().ca2 },
+	};
+	for (const Case &c : cases) {
+		/* The server answers the request with 5 bytes that are not HTTP: curl says so. */
+		ExampleServer server({ "--connections", "2", "--send", "5" }, {}, c.identity);
+		const std::string port = server.portText();
+		const std::vector<std::string> argv = { "curl", "-sS", "--max-time", "60", "--cacert", c.ca,
+							"--resolve", "localhost:" + port + ":127.0.0.1",
+							"https://localhost:" + port + "/" };
+		const Captured plain = runWith(false, argv);
+		const Captured tuned = runWith(true, argv);
+		EXPECT_NE(plain.status, 0);
+		EXPECT_EQ(tuned.status, plain.status) << tuned.err;
+		EXPECT_EQ(tuned.err.substr(0, tuned.err.find("tlstune:")), plain.err);
+		EXPECT_EQ(caCounts(tuned.err), "ca_hits=0 ca_misses=1 ca_reloads=0");
+	}
+}
