@@ -54,7 +54,9 @@ std::shared_ptr<const CaBundle> parseBundle(const CaApi &api, const char *path)
 			const int before = api.OPENSSL_sk_num(stack(api.X509_STORE_get0_objects(seen)));
 			ok = isCrl ? api.X509_STORE_add_crl(seen, info->crl)
 				   : api.X509_STORE_add_cert(seen, info->x509);
-			if (!ok || api.OPENSSL_sk_num(stack(api.X509_STORE_get0_objects(seen))) == before)
+			bundle->endsWithRepeat_ =
+				api.OPENSSL_sk_num(stack(api.X509_STORE_get0_objects(seen))) == before;
+			if (!ok || bundle->endsWithRepeat_)
 				continue;
 			X509_OBJECT *object = api.X509_OBJECT_new();
 			ok = object && (isCrl ? api.X509_OBJECT_set1_X509_CRL(object, info->crl)
@@ -85,6 +87,7 @@ int fillStore(const CaApi &api, X509_STORE *store, const CaBundle &bundle)
 	 */
 	std::vector<X509_OBJECT *> fresh;
 	fresh.reserve(bundle.objects().size());
+	bool freshEndsTheFile = false;
 	if (!api.X509_STORE_lock(store))
 		return -1;
 	STACK_OF(X509_OBJECT) *objects = api.X509_STORE_get0_objects(store);
@@ -97,19 +100,22 @@ int fillStore(const CaApi &api, X509_STORE *store, const CaBundle &bundle)
 		if (!ok)
 			break;
 		fresh.push_back(copy);
+		freshEndsTheFile = object == bundle.objects().back() && !bundle.endsWithRepeat();
 	}
 	/*
-	 * One at a time, the stack is sorted before each append: it ends sorted but for the
-	 * last object. Ending the same way keeps the order a program enumerating the store
-	 * sees (the sort is stable: glibc's qsort is a merge sort).
+	 * One at a time, each lookup sorts the stack: it ends sorted, but for the file's last
+	 * object when that one was appended. Ending the same way keeps the order a program
+	 * enumerating the store sees (the sort is stable: glibc's qsort is a merge sort).
 	 */
 	std::size_t pushed = 0;
 	while (ok && pushed < fresh.size()) {
-		if (pushed + 1 == fresh.size())
+		if (pushed + 1 == fresh.size() && freshEndsTheFile)
 			api.OPENSSL_sk_sort(stack(objects));
 		ok = api.OPENSSL_sk_push(stack(objects), fresh[pushed]) > 0;
 		pushed += ok;
 	}
+	if (ok && !freshEndsTheFile)
+		api.OPENSSL_sk_sort(stack(objects));
 	api.X509_STORE_unlock(store);
 	for (std::size_t i = pushed; i < fresh.size(); i++)
 		api.X509_OBJECT_free(fresh[i]);

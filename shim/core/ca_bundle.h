@@ -23,6 +23,8 @@ public:
 	int count() const noexcept { return count_; }
 	/* Distinct objects, in file order. */
 	const std::vector<X509_OBJECT *> &objects() const noexcept { return objects_; }
+	/* The file's last certificate or CRL repeats an earlier one. */
+	bool endsWithRepeat() const noexcept { return endsWithRepeat_; }
 
 private:
 	friend std::shared_ptr<const CaBundle> parseBundle(const CaApi &api, const char *path);
@@ -30,6 +32,7 @@ private:
 	const CaApi &api_;
 	int count_ = 0;
 	std::vector<X509_OBJECT *> objects_;
+	bool endsWithRepeat_ = false;
 };
 
 /*

@@ -1,0 +1,334 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/sha.h>
+#include <openssl/x509.h>
+
+#include "core/ca_bundle.h"
+#include "core/ca_cache.h"
+#include "pki.h"
+#include "process.h"
+
+using namespace tlstune;
+using namespace std::chrono;
+
+namespace {
+
+/* The file and the clock the cache sees, set by each test. */
+FileIdentity g_file;
+bool g_fileExists = true;
+steady_clock::time_point g_now;
+
+bool fakeIdentify(const char *, FileIdentity *identity)
+{
+	*identity = g_file;
+	return g_fileExists;
+}
+steady_clock::time_point fakeClock() { return g_now; }
+
+/* The cache tests need a bundle, not a parse: an empty one stands for any. */
+CaApi g_noApi;
+
+class Cache : public ::testing::Test {
+protected:
+	void SetUp() override
+	{
+		g_file = FileIdentity{};
+		g_file.dev = 1;
+		g_file.ino = 2;
+		g_file.size = 3;
+		g_file.mtime = { 4, 5 };
+		g_file.ctime = { 6, 7 };
+		g_fileExists = true;
+		g_now = steady_clock::time_point(hours(1000));
+	}
+
+	CaLookup find(const char *path = "/ca.pem")
+	{
+		return cache_.find(path, [this] {
+			parses_++;
+			return std::make_shared<const CaBundle>(g_noApi);
+		}).lookup;
+	}
+
+	CaCache cache_{ hours(24), fakeIdentify, fakeClock };
+	int parses_ = 0;
+};
+
+} /* namespace */
+
+TEST_F(Cache, ParsesOnceWhileTheFileStaysTheSame)
+{
+	EXPECT_EQ(find(), CaLookup::Miss);
+	EXPECT_EQ(find(), CaLookup::Hit);
+	EXPECT_EQ(find(), CaLookup::Hit);
+	EXPECT_EQ(parses_, 1);
+	EXPECT_EQ(find("/other.pem"), CaLookup::Miss) << "a path is a key of its own";
+	EXPECT_EQ(parses_, 2);
+}
+
+TEST_F(Cache, AnyChangeOfIdentityParsesAgain)
+{
+	void (*changes[])(FileIdentity &) = {
+		[](FileIdentity &f) { f.dev++; },
+		[](FileIdentity &f) { f.ino++; },
+		[](FileIdentity &f) { f.size++; },
+		[](FileIdentity &f) { f.mtime.tv_sec++; },
+		[](FileIdentity &f) { f.mtime.tv_nsec++; },
+		/* An in-place rewrite with the old mtime restored: only ctime moves. */
+		[](FileIdentity &f) { f.ctime.tv_nsec++; },
+	};
+	EXPECT_EQ(find(), CaLookup::Miss);
+	for (auto change : changes) {
+		change(g_file);
+		EXPECT_EQ(find(), CaLookup::Reload);
+		EXPECT_EQ(find(), CaLookup::Hit);
+	}
+	EXPECT_EQ(parses_, 7);
+}
+
+TEST_F(Cache, EntriesOutliveTheTtlByNotOneSecond)
+{
+	EXPECT_EQ(find(), CaLookup::Miss);
+	g_now += hours(24) - seconds(1);
+	EXPECT_EQ(find(), CaLookup::Hit);
+	g_now += seconds(1);
+	EXPECT_EQ(find(), CaLookup::Reload);
+	EXPECT_EQ(find(), CaLookup::Hit) << "the reload starts a new period";
+}
+
+TEST_F(Cache, TtlZeroParsesEveryTime)
+{
+	CaCache always(seconds(0), fakeIdentify, fakeClock);
+	int parses = 0;
+	auto parse = [&] {
+		parses++;
+		return std::make_shared<const CaBundle>(g_noApi);
+	};
+	EXPECT_EQ(always.find("/ca.pem", parse).lookup, CaLookup::Miss);
+	EXPECT_EQ(always.find("/ca.pem", parse).lookup, CaLookup::Reload);
+	EXPECT_EQ(parses, 2);
+}
+
+TEST_F(Cache, WhatCannotBeIdentifiedOrParsedIsNotCached)
+{
+	g_fileExists = false;
+	EXPECT_EQ(find(), CaLookup::Uncached);
+	EXPECT_EQ(parses_, 0) << "the program's loader reports a missing file, not the cache";
+
+	g_fileExists = true;
+	EXPECT_EQ(find(), CaLookup::Miss);
+	g_file.size++;
+	const CaCache::Found failed = cache_.find("/ca.pem", [] { return nullptr; });
+	EXPECT_EQ(failed.lookup, CaLookup::Uncached);
+	EXPECT_EQ(failed.bundle, nullptr);
+	EXPECT_EQ(find(), CaLookup::Miss) << "a failed parse drops the old entry";
+}
+
+TEST_F(Cache, ThreadsAskingAtOnceShareOneParse)
+{
+	std::atomic<int> parses{0};
+	std::vector<const CaBundle *> seen(8);
+	std::vector<std::thread> threads;
+	for (size_t t = 0; t < seen.size(); t++) {
+		threads.emplace_back([&, t] {
+			seen[t] = cache_.find("/ca.pem", [&] {
+				parses++;
+				return std::make_shared<const CaBundle>(g_noApi);
+			}).bundle.get();
+		});
+	}
+	for (std::thread &thread : threads)
+		thread.join();
+	EXPECT_EQ(parses.load(), 1);
+	for (const CaBundle *bundle : seen)
+		EXPECT_EQ(bundle, seen[0]);
+}
+
+TEST(FileIdentity, SeesOnlyRegularFiles)
+{
+	testsupport::TempDir dir;
+	FileIdentity identity;
+	EXPECT_FALSE(identifyFile(dir.file("missing").c_str(), &identity));
+	EXPECT_FALSE(identifyFile(dir.path().c_str(), &identity));
+	testsupport::writeFile(dir.file("ca.pem"), "x");
+	ASSERT_TRUE(identifyFile(dir.file("ca.pem").c_str(), &identity));
+	EXPECT_EQ(identity.size, 1);
+}
+
+namespace {
+
+/* The cache's libcrypto calls, bound to the libcrypto this test links. */
+CaApi linkedApi()
+{
+	CaApi api;
+	api.X509_load_cert_crl_file = ::X509_load_cert_crl_file;
+	api.BIO_new_file = ::BIO_new_file;
+	api.BIO_free = ::BIO_free;
+	api.PEM_X509_INFO_read_bio = ::PEM_X509_INFO_read_bio;
+	api.X509_INFO_free = ::X509_INFO_free;
+	api.ERR_set_mark = ::ERR_set_mark;
+	api.ERR_pop_to_mark = ::ERR_pop_to_mark;
+	api.OPENSSL_sk_num = ::OPENSSL_sk_num;
+	api.OPENSSL_sk_value = ::OPENSSL_sk_value;
+	api.OPENSSL_sk_push = ::OPENSSL_sk_push;
+	api.OPENSSL_sk_sort = ::OPENSSL_sk_sort;
+	api.OPENSSL_sk_free = ::OPENSSL_sk_free;
+	api.X509_LOOKUP_get_store = ::X509_LOOKUP_get_store;
+	api.X509_STORE_new = ::X509_STORE_new;
+	api.X509_STORE_free = ::X509_STORE_free;
+	api.X509_STORE_add_cert = ::X509_STORE_add_cert;
+	api.X509_STORE_add_crl = ::X509_STORE_add_crl;
+	api.X509_STORE_lock = ::X509_STORE_lock;
+	api.X509_STORE_unlock = ::X509_STORE_unlock;
+	api.X509_STORE_get0_objects = ::X509_STORE_get0_objects;
+	api.X509_OBJECT_new = ::X509_OBJECT_new;
+	api.X509_OBJECT_free = ::X509_OBJECT_free;
+	api.X509_OBJECT_get_type = ::X509_OBJECT_get_type;
+	api.X509_OBJECT_get0_X509 = ::X509_OBJECT_get0_X509;
+	api.X509_OBJECT_get0_X509_CRL = ::X509_OBJECT_get0_X509_CRL;
+	api.X509_OBJECT_set1_X509 = ::X509_OBJECT_set1_X509;
+	api.X509_OBJECT_set1_X509_CRL = ::X509_OBJECT_set1_X509_CRL;
+	api.X509_OBJECT_retrieve_match = ::X509_OBJECT_retrieve_match;
+	return api;
+}
+
+X509 *readCertificate(const std::string &path)
+{
+	BIO *in = BIO_new_file(path.c_str(), "r");
+	X509 *certificate = PEM_read_bio_X509(in, nullptr, nullptr, nullptr);
+	BIO_free(in);
+	return certificate;
+}
+
+/* A CRL issued by ca1, in PEM. */
+std::string crlOfCa1()
+{
+	const testsupport::Pki &pki = testsupport::pki();
+	BIO *in = BIO_new_file((pki.dir + "/ca1.key").c_str(), "r");
+	EVP_PKEY *key = PEM_read_bio_PrivateKey(in, nullptr, nullptr, nullptr);
+	BIO_free(in);
+	X509 *ca = readCertificate(pki.ca1);
+	X509_CRL *crl = X509_CRL_new();
+	X509_CRL_set_version(crl, 1);
+	X509_CRL_set_issuer_name(crl, X509_get_subject_name(ca));
+	ASN1_TIME *now = ASN1_TIME_set(nullptr, time(nullptr));
+	ASN1_TIME *later = ASN1_TIME_set(nullptr, time(nullptr) + 86400);
+	X509_CRL_set1_lastUpdate(crl, now);
+	X509_CRL_set1_nextUpdate(crl, later);
+	X509_CRL_sign(crl, key, EVP_sha256());
+	BIO *out = BIO_new(BIO_s_mem());
+	PEM_write_bio_X509_CRL(out, crl);
+	char *data = nullptr;
+	const long n = BIO_get_mem_data(out, &data);
+	std::string pem(data, static_cast<size_t>(n));
+	BIO_free(out);
+	ASN1_TIME_free(now);
+	ASN1_TIME_free(later);
+	X509_CRL_free(crl);
+	X509_free(ca);
+	EVP_PKEY_free(key);
+	return pem;
+}
+
+/* A store holding ca2 already, as a program that added its own CA first. */
+X509_STORE *storeWithCa2()
+{
+	X509_STORE *store = X509_STORE_new();
+	X509 *ca2 = readCertificate(testsupport::pki().ca2);
+	X509_STORE_add_cert(store, ca2);
+	X509_free(ca2);
+	return store;
+}
+
+/* Objects of a store in order: type and DER, what enumerating it shows. */
+std::vector<std::string> contents(X509_STORE *store)
+{
+	std::vector<std::string> out;
+	STACK_OF(X509_OBJECT) *objects = X509_STORE_get0_objects(store);
+	for (int i = 0; i < sk_X509_OBJECT_num(objects); i++) {
+		X509_OBJECT *object = sk_X509_OBJECT_value(objects, i);
+		unsigned char *der = nullptr;
+		const bool isCertificate = X509_OBJECT_get_type(object) == X509_LU_X509;
+		const int n = isCertificate ? i2d_X509(X509_OBJECT_get0_X509(object), &der)
+					    : i2d_X509_CRL(X509_OBJECT_get0_X509_CRL(object), &der);
+		char subject[256] = "";
+		X509_NAME_oneline(isCertificate ? X509_get_subject_name(X509_OBJECT_get0_X509(object))
+					       : X509_CRL_get_issuer(X509_OBJECT_get0_X509_CRL(object)),
+				  subject, sizeof(subject));
+		unsigned char digest[SHA256_DIGEST_LENGTH];
+		SHA256(der, static_cast<size_t>(n), digest);
+		char prefix[9];
+		std::snprintf(prefix, sizeof(prefix), "%02x%02x%02x%02x", digest[0], digest[1], digest[2],
+			      digest[3]);
+		out.push_back(std::string(isCertificate ? "cert " : "crl ") + prefix + " " + subject);
+		OPENSSL_free(der);
+	}
+	return out;
+}
+
+} /* namespace */
+
+TEST(CaBundle, FillsAStoreExactlyAsLoadingTheFileDoes)
+{
+	const testsupport::Pki &pki = testsupport::pki();
+	const std::vector<std::string> files = {
+		"/etc/ssl/certs/ca-certificates.crt",
+		/* Repeats, a certificate the store already holds, and a CRL. */
+		testsupport::readFile(pki.ca1) + testsupport::readFile(pki.ca2) + crlOfCa1() +
+			testsupport::readFile(pki.ca1),
+	};
+	testsupport::TempDir dir;
+	testsupport::writeFile(dir.file("mixed.pem"), files[1]);
+	/* The stores hold ca2 already: the file's last object is appended, or found. */
+	testsupport::writeFile(dir.file("ends-new.pem"), testsupport::readFile(pki.ca2) +
+			       testsupport::readFile(pki.ca1));
+	testsupport::writeFile(dir.file("ends-known.pem"), testsupport::readFile(pki.ca1) +
+			       testsupport::readFile(pki.ca2));
+	const CaApi api = linkedApi();
+	for (const std::string &path : { files[0], dir.file("mixed.pem"), dir.file("ends-new.pem"),
+					 dir.file("ends-known.pem") }) {
+		X509_STORE *loaded = storeWithCa2();
+		X509_LOOKUP *lookup = X509_STORE_add_lookup(loaded, X509_LOOKUP_file());
+		const int expected = X509_load_cert_crl_file(lookup, path.c_str(), X509_FILETYPE_PEM);
+		ASSERT_GT(expected, 0) << path;
+
+		std::shared_ptr<const CaBundle> bundle = parseBundle(api, path.c_str());
+		ASSERT_NE(bundle, nullptr) << path;
+		X509_STORE *filled = storeWithCa2();
+		EXPECT_EQ(fillStore(api, filled, *bundle), expected) << path;
+		EXPECT_EQ(contents(filled), contents(loaded)) << path;
+		EXPECT_EQ(ERR_peek_error(), 0u);
+
+		/* Loading the same file into the same store again adds nothing twice. */
+		EXPECT_EQ(X509_load_cert_crl_file(lookup, path.c_str(), X509_FILETYPE_PEM), expected);
+		EXPECT_EQ(fillStore(api, filled, *bundle), expected) << path;
+		EXPECT_EQ(contents(filled), contents(loaded)) << path;
+		X509_STORE_free(filled);
+		X509_STORE_free(loaded);
+	}
+	const std::shared_ptr<const CaBundle> mixed = parseBundle(api, dir.file("mixed.pem").c_str());
+	EXPECT_EQ(mixed->count(), 4) << "every certificate and CRL counts, repeats too";
+	EXPECT_EQ(mixed->objects().size(), 3u);
+}
+
+TEST(CaBundle, WhatCannotBeLoadedLeavesTheErrorQueueAsItWas)
+{
+	testsupport::TempDir dir;
+	testsupport::writeFile(dir.file("empty.pem"), "");
+	testsupport::writeFile(dir.file("garbage.pem"), "-----BEGIN CERTIFICATE-----\nAAAA\n");
+	testsupport::writeFile(dir.file("key.pem"), testsupport::readFile(testsupport::pki().server.key));
+	const CaApi api = linkedApi();
+	for (const std::string &path : { dir.file("missing.pem"), dir.file("empty.pem"),
+					 dir.file("garbage.pem"), dir.file("key.pem"), dir.path() }) {
+		ERR_raise(ERR_LIB_USER, 42);
+		EXPECT_EQ(parseBundle(api, path.c_str()), nullptr) << path;
+		EXPECT_EQ(ERR_GET_REASON(ERR_get_error()), 42) << path;
+		EXPECT_EQ(ERR_get_error(), 0u) << path;
+	}
+}
