@@ -8,6 +8,9 @@
  *   --port P        then connect each to 127.0.0.1:P, verify the peer as --host
  *                   (default localhost), print the verify result and read what the
  *                   server sends until it closes
+ *   --request PATH  first send an HTTP/1.0 GET for PATH (a web server answers and closes)
+ *   --quiet         print only "contexts N seconds S" at the end, timing the N contexts
+ *                   after one untimed first (for the benchmark: the steady state)
  * Per context it prints "load R", then one line per queued error
  * ("error LIB:REASON:FUNC:FILE:LINE:DATA"), "objects N order H" (the store's objects, H a
  * digest of their order) and, with --port, "verify CODE TEXT".
@@ -16,6 +19,7 @@
  *                   "stress ok N handshakes" when every one verified.
  */
 
+#include <chrono>
 #include <functional>
 #include <thread>
 #include <unistd.h>
@@ -80,7 +84,8 @@ void printObjects(SSL_CTX *ctx)
 	std::printf("objects %d order %.16s\n", sk_X509_OBJECT_num(objects), order.hex().c_str());
 }
 
-void verifyPeer(SSL_CTX *ctx, const std::string &port, const std::string &host)
+std::string verifyPeer(SSL_CTX *ctx, const std::string &port, const std::string &host,
+		       const std::string &request)
 {
 	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
 	SSL *ssl = SSL_new(ctx);
@@ -90,8 +95,10 @@ void verifyPeer(SSL_CTX *ctx, const std::string &port, const std::string &host)
 	SSL_set1_host(ssl, host.c_str());
 	const int connected = SSL_connect(ssl);
 	const long result = SSL_get_verify_result(ssl);
-	std::printf("verify %ld %s handshake %s\n", result, X509_verify_cert_error_string(result),
-		    connected == 1 ? "ok" : "failed");
+	if (connected == 1 && !request.empty()) {
+		const std::string get = "GET " + request + " HTTP/1.0\r\nHost: " + host + "\r\n\r\n";
+		SSL_write(ssl, get.data(), static_cast<int>(get.size()));
+	}
 	/* Everything the server sends (tls_server --send N), then close_notify both ways. */
 	char buffer[4096];
 	while (connected == 1 && SSL_read(ssl, buffer, sizeof(buffer)) > 0) {
@@ -101,6 +108,8 @@ void verifyPeer(SSL_CTX *ctx, const std::string &port, const std::string &host)
 	ERR_clear_error();
 	SSL_free(ssl);
 	close(fd);
+	return "verify " + std::to_string(result) + " " + X509_verify_cert_error_string(result) +
+	       " handshake " + (connected == 1 ? "ok" : "failed") + "\n";
 }
 
 /* One client handshake against server over a pair of memory BIOs; true when verified. */
@@ -183,14 +192,30 @@ int main(int argc, char **argv)
 			return stress(argc, argv, loader, ca, contexts);
 	}
 
-	for (uint64_t i = 0; i < contexts; i++) {
+	const std::string request = option(argc, argv, "--request", "");
+	bool quiet = false;
+	for (int i = 1; i < argc; i++)
+		quiet = quiet || std::string(argv[i]) == "--quiet";
+	auto start = std::chrono::steady_clock::now();
+	for (uint64_t i = quiet ? 0 : 1; i <= contexts; i++) {
+		if (quiet && i == 1)
+			start = std::chrono::steady_clock::now();
 		SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-		std::printf("load %d\n", load(ctx, loader, ca));
-		printErrors();
-		printObjects(ctx);
-		if (!port.empty())
-			verifyPeer(ctx, port, host);
+		const int loaded = load(ctx, loader, ca);
+		const std::string verified = port.empty() ? "" : verifyPeer(ctx, port, host, request);
+		if (quiet) {
+			ERR_clear_error();
+		} else {
+			std::printf("load %d\n", loaded);
+			printErrors();
+			printObjects(ctx);
+			std::printf("%s", verified.c_str());
+		}
 		SSL_CTX_free(ctx);
 	}
+	const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+	if (quiet)
+		std::printf("contexts %llu seconds %.6f\n", static_cast<unsigned long long>(contexts),
+			    elapsed.count());
 	return 0;
 }

@@ -149,7 +149,9 @@ TEST(Bench, QuickRunsEndToEnd)
 	for (const char *part : { "## Download time", "### TLS 1.2", "### TLS 1.3", "x without-1.3",
 				  "+ with-1.3", "Per pair, with/without: median ratio",
 				  "## Read buffer sweep", "| off (no read-ahead) |", "| 4 x 16,413 + 3 |",
-				  "| 8 x 16,413 + 3 |" })
+				  "| 8 x 16,413 + 3 |", "## CA cache",
+				  "| python ssl.create_default_context() | 10 |",
+				  "| C: GET, new context and connection | 10 |" })
 		EXPECT_NE(report.find(part), std::string::npos) << part << " not in\n" << report;
 	for (const char *chart : { "ab.svg", "sweep.svg" })
 		EXPECT_NE(readFile(out.file(chart)).find("<svg"), std::string::npos) << chart;
