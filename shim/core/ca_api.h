@@ -21,6 +21,7 @@ struct CaApi {
 	decltype(&::BIO_new_file) BIO_new_file = nullptr;
 	decltype(&::BIO_free) BIO_free = nullptr;
 	decltype(&::PEM_X509_INFO_read_bio) PEM_X509_INFO_read_bio = nullptr;
+	decltype(&::PEM_X509_INFO_read_bio_ex) PEM_X509_INFO_read_bio_ex = nullptr; /* 3.0+ */
 	decltype(&::X509_INFO_free) X509_INFO_free = nullptr;
 	decltype(&::ERR_set_mark) ERR_set_mark = nullptr;
 	decltype(&::ERR_pop_to_mark) ERR_pop_to_mark = nullptr;

@@ -30,13 +30,18 @@ CaBundle::~CaBundle()
 		api_.X509_OBJECT_free(object);
 }
 
-std::shared_ptr<const CaBundle> parseBundle(const CaApi &api, const char *path)
+std::shared_ptr<const CaBundle> parseBundle(const CaApi &api, const char *path, const char *propq)
 {
+	if (propq && !api.PEM_X509_INFO_read_bio_ex)
+		return nullptr;
 	api.ERR_set_mark();
 	BIO *in = api.BIO_new_file(path, "r");
 	/* The loader passes "" as the password: an encrypted key in the file is skipped. */
-	STACK_OF(X509_INFO) *infos =
-		in ? api.PEM_X509_INFO_read_bio(in, nullptr, nullptr, const_cast<char *>("")) : nullptr;
+	char *password = const_cast<char *>("");
+	STACK_OF(X509_INFO) *infos = nullptr;
+	if (in)
+		infos = propq ? api.PEM_X509_INFO_read_bio_ex(in, nullptr, nullptr, password, nullptr, propq)
+			      : api.PEM_X509_INFO_read_bio(in, nullptr, nullptr, password);
 	if (in)
 		api.BIO_free(in);
 

@@ -27,7 +27,8 @@ public:
 	bool endsWithRepeat() const noexcept { return endsWithRepeat_; }
 
 private:
-	friend std::shared_ptr<const CaBundle> parseBundle(const CaApi &api, const char *path);
+	friend std::shared_ptr<const CaBundle> parseBundle(const CaApi &api, const char *path,
+							   const char *propq);
 
 	const CaApi &api_;
 	int count_ = 0;
@@ -36,11 +37,13 @@ private:
 };
 
 /*
- * Parses a PEM file as X509_load_cert_crl_file does. Returns nullptr for anything that
+ * Parses a PEM file as X509_load_cert_crl_file(_ex) does for the default library context
+ * and propq (a property query such as stunnel's "provider!=fips", or null). Returns nullptr
+ * for anything that
  * load would fail on (missing, unreadable, malformed, no certificate or CRL), with the
  * error queue as it was: the caller then lets the real loader fail in its own words.
  */
-std::shared_ptr<const CaBundle> parseBundle(const CaApi &api, const char *path);
+std::shared_ptr<const CaBundle> parseBundle(const CaApi &api, const char *path, const char *propq);
 
 /*
  * Adds the bundle's objects to store, as loading the file would: objects already in the

@@ -32,7 +32,7 @@ bool identifyFile(const char *path, FileIdentity *identity) noexcept
 	return true;
 }
 
-CaCache::Found CaCache::find(const char *path, const Parse &parse)
+CaCache::Found CaCache::find(const char *path, const char *propq, const Parse &parse)
 {
 	/*
 	 * Identified before parsing: a change made while parsing leaves an entry whose
@@ -42,9 +42,14 @@ CaCache::Found CaCache::find(const char *path, const Parse &parse)
 	if (!identify_(path, &identity))
 		return { nullptr, CaLookup::Uncached };
 
+	/* A path holds no NUL: the key is unambiguous. An empty query is no query. */
+	std::string key = path;
+	key += '\0';
+	key += propq ? propq : "";
+
 	std::lock_guard<std::mutex> lock(mutex_);
 	const auto now = clock_();
-	auto entry = entries_.find(path);
+	auto entry = entries_.find(key);
 	if (entry != entries_.end() && entry->second.identity == identity &&
 	    now - entry->second.parsedAt < ttl_)
 		return { entry->second.bundle, CaLookup::Hit };
@@ -56,7 +61,7 @@ CaCache::Found CaCache::find(const char *path, const Parse &parse)
 			entries_.erase(entry);
 		return { nullptr, CaLookup::Uncached };
 	}
-	entries_[path] = Entry{ identity, now, bundle };
+	entries_[key] = Entry{ identity, now, bundle };
 	return { bundle, lookup };
 }
 

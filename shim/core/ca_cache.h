@@ -37,7 +37,8 @@ enum class CaLookup {
 };
 
 /*
- * The process-wide cache of parsed CA files, keyed by the path the loader was given.
+ * The process-wide cache of parsed CA files, keyed by the path the loader was given and
+ * the property query the certificates are parsed for (a string: kept by value).
  * One lock, held while parsing, so threads asking for the same file at once cause one
  * parse; only the loaders take it, never a connection.
  */
@@ -55,8 +56,8 @@ public:
 		std::shared_ptr<const CaBundle> bundle; /* null when Uncached */
 		CaLookup lookup;
 	};
-	/* The bundle for path, from parse() when there is no fresh one. */
-	Found find(const char *path, const Parse &parse);
+	/* The bundle for path and propq, from parse() when there is no fresh one. */
+	Found find(const char *path, const char *propq, const Parse &parse);
 
 	/* fork() must not copy the lock while another thread holds it mid-parse. */
 	void lockForFork() noexcept { mutex_.lock(); }

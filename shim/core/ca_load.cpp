@@ -3,9 +3,10 @@
 namespace tlstune {
 
 int loadCaFile(const CaApi &api, CaCache &cache, Stats &stats, X509_STORE *store,
-	       const char *path)
+	       const char *path, const char *propq)
 {
-	const CaCache::Found found = cache.find(path, [&] { return parseBundle(api, path); });
+	const CaCache::Found found =
+		cache.find(path, propq, [&] { return parseBundle(api, path, propq); });
 	switch (found.lookup) {
 	case CaLookup::Hit:
 		Stats::add(stats.caHits, 1);

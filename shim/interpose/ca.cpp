@@ -21,20 +21,21 @@ namespace {
 thread_local int loading = 0;
 
 template <typename Load>
-int loaded(X509_LOOKUP *lookup, const char *file, int type, bool defaultLibrary, Load load)
+int loaded(X509_LOOKUP *lookup, const char *file, int type, OSSL_LIB_CTX *libctx,
+	   const char *propq, Load load)
 {
 	const Crypto &crypto = tlstune::crypto();
 	/*
 	 * Only PEM files parsed for the default library context: certificates parsed for
 	 * another OSSL_LIB_CTX keep a pointer to it, which may be freed and its address reused.
 	 */
-	if (loading || !crypto.caching || type != X509_FILETYPE_PEM || !file || !defaultLibrary)
+	if (loading || !crypto.caching || type != X509_FILETYPE_PEM || !file || libctx)
 		return load(crypto.api);
 
 	loading++;
 	const int savedErrno = errno;
 	X509_STORE *store = crypto.api.X509_LOOKUP_get_store(lookup);
-	int count = store ? loadCaFile(crypto.api, process().caCache, process().stats, store, file)
+	int count = store ? loadCaFile(crypto.api, process().caCache, process().stats, store, file, propq)
 			  : -1;
 	errno = savedErrno;
 	if (count < 0)
@@ -47,7 +48,7 @@ int loaded(X509_LOOKUP *lookup, const char *file, int type, bool defaultLibrary,
 
 TLSTUNE_EXPORT int X509_load_cert_crl_file(X509_LOOKUP *lookup, const char *file, int type)
 {
-	return loaded(lookup, file, type, true, [&](const CaApi &api) {
+	return loaded(lookup, file, type, nullptr, nullptr, [&](const CaApi &api) {
 		return api.X509_load_cert_crl_file ? api.X509_load_cert_crl_file(lookup, file, type) : 0;
 	});
 }
@@ -55,7 +56,7 @@ TLSTUNE_EXPORT int X509_load_cert_crl_file(X509_LOOKUP *lookup, const char *file
 TLSTUNE_EXPORT int X509_load_cert_crl_file_ex(X509_LOOKUP *lookup, const char *file, int type,
 					      OSSL_LIB_CTX *libctx, const char *propq)
 {
-	return loaded(lookup, file, type, !libctx && !propq, [&](const CaApi &api) {
+	return loaded(lookup, file, type, libctx, propq, [&](const CaApi &api) {
 		return api.X509_load_cert_crl_file_ex
 			? api.X509_load_cert_crl_file_ex(lookup, file, type, libctx, propq) : 0;
 	});

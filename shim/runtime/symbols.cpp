@@ -130,6 +130,7 @@ bool resolveCrypto(CaApi *api) noexcept
 	from(handle, &api->BIO_new_file, "BIO_new_file");
 	from(handle, &api->BIO_free, "BIO_free");
 	from(handle, &api->PEM_X509_INFO_read_bio, "PEM_X509_INFO_read_bio");
+	from(handle, &api->PEM_X509_INFO_read_bio_ex, "PEM_X509_INFO_read_bio_ex");
 	from(handle, &api->X509_INFO_free, "X509_INFO_free");
 	from(handle, &api->ERR_set_mark, "ERR_set_mark");
 	from(handle, &api->ERR_pop_to_mark, "ERR_pop_to_mark");

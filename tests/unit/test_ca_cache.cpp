@@ -50,7 +50,7 @@ protected:
 
 	CaLookup find(const char *path = "/ca.pem")
 	{
-		return cache_.find(path, [this] {
+		return cache_.find(path, nullptr, [this] {
 			parses_++;
 			return std::make_shared<const CaBundle>(g_noApi);
 		}).lookup;
@@ -70,6 +70,10 @@ TEST_F(Cache, ParsesOnceWhileTheFileStaysTheSame)
 	EXPECT_EQ(parses_, 1);
 	EXPECT_EQ(find("/other.pem"), CaLookup::Miss) << "a path is a key of its own";
 	EXPECT_EQ(parses_, 2);
+	auto parse = [] { return std::make_shared<const CaBundle>(g_noApi); };
+	EXPECT_EQ(cache_.find("/ca.pem", "provider!=fips", parse).lookup, CaLookup::Miss)
+		<< "so is a property query";
+	EXPECT_EQ(cache_.find("/ca.pem", "provider!=fips", parse).lookup, CaLookup::Hit);
 }
 
 TEST_F(Cache, AnyChangeOfIdentityParsesAgain)
@@ -110,8 +114,8 @@ TEST_F(Cache, TtlZeroParsesEveryTime)
 		parses++;
 		return std::make_shared<const CaBundle>(g_noApi);
 	};
-	EXPECT_EQ(always.find("/ca.pem", parse).lookup, CaLookup::Miss);
-	EXPECT_EQ(always.find("/ca.pem", parse).lookup, CaLookup::Reload);
+	EXPECT_EQ(always.find("/ca.pem", nullptr, parse).lookup, CaLookup::Miss);
+	EXPECT_EQ(always.find("/ca.pem", nullptr, parse).lookup, CaLookup::Reload);
 	EXPECT_EQ(parses, 2);
 }
 
@@ -124,7 +128,7 @@ TEST_F(Cache, WhatCannotBeIdentifiedOrParsedIsNotCached)
 	g_fileExists = true;
 	EXPECT_EQ(find(), CaLookup::Miss);
 	g_file.size++;
-	const CaCache::Found failed = cache_.find("/ca.pem", [] { return nullptr; });
+	const CaCache::Found failed = cache_.find("/ca.pem", nullptr, [] { return nullptr; });
 	EXPECT_EQ(failed.lookup, CaLookup::Uncached);
 	EXPECT_EQ(failed.bundle, nullptr);
 	EXPECT_EQ(find(), CaLookup::Miss) << "a failed parse drops the old entry";
@@ -137,7 +141,7 @@ TEST_F(Cache, ThreadsAskingAtOnceShareOneParse)
 	std::vector<std::thread> threads;
 	for (size_t t = 0; t < seen.size(); t++) {
 		threads.emplace_back([&, t] {
-			seen[t] = cache_.find("/ca.pem", [&] {
+			seen[t] = cache_.find("/ca.pem", nullptr, [&] {
 				parses++;
 				return std::make_shared<const CaBundle>(g_noApi);
 			}).bundle.get();
@@ -171,6 +175,7 @@ CaApi linkedApi()
 	api.BIO_new_file = ::BIO_new_file;
 	api.BIO_free = ::BIO_free;
 	api.PEM_X509_INFO_read_bio = ::PEM_X509_INFO_read_bio;
+	api.PEM_X509_INFO_read_bio_ex = ::PEM_X509_INFO_read_bio_ex;
 	api.X509_INFO_free = ::X509_INFO_free;
 	api.ERR_set_mark = ::ERR_set_mark;
 	api.ERR_pop_to_mark = ::ERR_pop_to_mark;
@@ -298,7 +303,7 @@ TEST(CaBundle, FillsAStoreExactlyAsLoadingTheFileDoes)
 		const int expected = X509_load_cert_crl_file(lookup, path.c_str(), X509_FILETYPE_PEM);
 		ASSERT_GT(expected, 0) << path;
 
-		std::shared_ptr<const CaBundle> bundle = parseBundle(api, path.c_str());
+		std::shared_ptr<const CaBundle> bundle = parseBundle(api, path.c_str(), nullptr);
 		ASSERT_NE(bundle, nullptr) << path;
 		X509_STORE *filled = storeWithCa2();
 		EXPECT_EQ(fillStore(api, filled, *bundle), expected) << path;
@@ -312,7 +317,8 @@ TEST(CaBundle, FillsAStoreExactlyAsLoadingTheFileDoes)
 		X509_STORE_free(filled);
 		X509_STORE_free(loaded);
 	}
-	const std::shared_ptr<const CaBundle> mixed = parseBundle(api, dir.file("mixed.pem").c_str());
+	const std::shared_ptr<const CaBundle> mixed =
+		parseBundle(api, dir.file("mixed.pem").c_str(), "provider!=fips");
 	EXPECT_EQ(mixed->count(), 4) << "every certificate and CRL counts, repeats too";
 	EXPECT_EQ(mixed->objects().size(), 3u);
 }
@@ -327,7 +333,7 @@ TEST(CaBundle, WhatCannotBeLoadedLeavesTheErrorQueueAsItWas)
 	for (const std::string &path : { dir.file("missing.pem"), dir.file("empty.pem"),
 					 dir.file("garbage.pem"), dir.file("key.pem"), dir.path() }) {
 		ERR_raise(ERR_LIB_USER, 42);
-		EXPECT_EQ(parseBundle(api, path.c_str()), nullptr) << path;
+		EXPECT_EQ(parseBundle(api, path.c_str(), nullptr), nullptr) << path;
 		EXPECT_EQ(ERR_GET_REASON(ERR_get_error()), 42) << path;
 		EXPECT_EQ(ERR_get_error(), 0u) << path;
 	}
