@@ -10,6 +10,7 @@
 
 #include "pki.h"
 #include "process.h"
+#include "servers.h"
 #include "tls_fixture.h"
 
 using namespace testsupport;
@@ -260,5 +261,52 @@ TEST(CaCache, CurlAnswersTheSame)
 		EXPECT_EQ(tuned.status, plain.status) << tuned.err;
 		EXPECT_EQ(tuned.err.substr(0, tuned.err.find("tlstune:")), plain.err);
 		EXPECT_EQ(caCounts(tuned.err), "ca_hits=0 ca_misses=1 ca_reloads=0");
+	}
+}
+
+TEST(CaCache, SocatAndStunnelVerifyTheSame)
+{
+	SKIP_IN_SANITIZER_BUILD();
+	TempDir dir;
+	const std::string out = dir.file("out");
+	for (const std::string &ca : { pki().ca1, pki().ca2 }) {
+		const bool trusted = ca == pki().ca1;
+		/* socat as a one-shot client: verifies, then copies what the server sends. */
+		Captured socat[2];
+		for (bool withShim : { false, true }) {
+			ExampleServer server({ "--send", "1000" }, {}, pki().server);
+			socat[withShim] = runWith(withShim, { "socat", "-u",
+				"OPENSSL:127.0.0.1:" + server.portText() + ",cafile=" + ca + ",commonname=localhost",
+				"CREATE:" + out });
+			EXPECT_EQ(readFile(out).size(), trusted ? 1000u : 0u) << socat[withShim].err;
+			unlink(out.c_str());
+		}
+		EXPECT_EQ(socat[0].status, trusted ? 0 : 1) << socat[0].err;
+		EXPECT_EQ(socat[1].status, socat[0].status) << socat[1].err;
+		EXPECT_EQ(caCounts(socat[1].err), "ca_hits=0 ca_misses=1 ca_reloads=0");
+
+		/* stunnel as a client relay: a plain reader gets the bytes only through a trusted chain. */
+		for (bool withShim : { false, true }) {
+			ExampleServer server({ "--send", "1000" }, {}, pki().server);
+			const int relayPort = freePort();
+			writeFile(dir.file("stunnel.conf"),
+				  "foreground = yes\npid =\ndebug = notice\n[relay]\nclient = yes\n"
+				  "accept = 127.0.0.1:" + std::to_string(relayPort) + "\nconnect = 127.0.0.1:" +
+				  server.portText() + "\nCAfile = " + ca + "\nverifyChain = yes\ncheckHost = localhost\n");
+			Command command;
+			command.argv = { "stunnel4", dir.file("stunnel.conf") };
+			if (withShim)
+				command.env = shimEnv({ "TLSTUNE_STATS=1" });
+			Daemon stunnel(command, "Configuration successful");
+			Command reader;
+			reader.argv = { "socat", "-u", "TCP:127.0.0.1:" + std::to_string(relayPort), "CREATE:" + out };
+			EXPECT_EQ(runCaptured(reader, 60000).status, 0);
+			EXPECT_EQ(readFile(out).size(), trusted ? 1000u : 0u) << withShim;
+			unlink(out.c_str());
+			const std::string log = stunnel.stop();
+			if (withShim) {
+				EXPECT_EQ(caCounts(log), "ca_hits=0 ca_misses=1 ca_reloads=0");
+			}
+		}
 	}
 }
