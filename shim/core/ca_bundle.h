@@ -14,7 +14,7 @@ namespace tlstune {
  */
 class CaBundle {
 public:
-	CaBundle(const CaApi &api) noexcept : api_(api) {}
+	explicit CaBundle(const CaApi &api) noexcept : api_(api) {}
 	~CaBundle();
 	CaBundle(const CaBundle &) = delete;
 	CaBundle &operator=(const CaBundle &) = delete;
@@ -38,10 +38,10 @@ private:
 
 /*
  * Parses a PEM file as X509_load_cert_crl_file(_ex) does for the default library context
- * and propq (a property query such as stunnel's "provider!=fips", or null). Returns nullptr
- * for anything that
- * load would fail on (missing, unreadable, malformed, no certificate or CRL), with the
- * error queue as it was: the caller then lets the real loader fail in its own words.
+ * and propq (a property query such as stunnel's "provider!=fips", or null). Returns
+ * nullptr for anything that load would fail on (missing, unreadable, malformed, no
+ * certificate or CRL), with the error queue as it was: the caller then lets the real
+ * loader fail in its own words.
  */
 std::shared_ptr<const CaBundle> parseBundle(const CaApi &api, const char *path, const char *propq);
 
