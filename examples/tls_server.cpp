@@ -5,6 +5,8 @@
  *                            (TCP_CORK), then wait for the client to close; with
  *                            --hangup, close_notify and FIN go in the same segment
  *   --sink                   read until the client closes; print "received N sha256 H"
+ *   --echo                   send back everything read, until the client closes
+ *   --lines                  print each line read as "line TEXT" as soon as it arrives
  * Prints "port N" on stdout once it listens (--port 0 picks a free one).
  */
 
@@ -73,10 +75,12 @@ int main(int argc, char **argv)
 	const uint64_t burstLines = number(argc, argv, "--burst", 0);
 	const uint64_t seed = number(argc, argv, "--seed", 1);
 	const uint64_t connections = number(argc, argv, "--connections", 1);
-	bool sink = false, hangup = false;
+	bool sink = false, hangup = false, echo = false, lines = false;
 	for (int i = 1; i < argc; i++) {
 		sink = sink || std::string(argv[i]) == "--sink";
 		hangup = hangup || std::string(argv[i]) == "--hangup";
+		echo = echo || std::string(argv[i]) == "--echo";
+		lines = lines || std::string(argv[i]) == "--lines";
 	}
 
 	SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
@@ -132,6 +136,24 @@ int main(int argc, char **argv)
 			}
 			cork(fd, 0);
 			drain(ssl, nullptr);
+		} else if (echo) {
+			unsigned char buffer[16384];
+			size_t n = 0;
+			while (SSL_read_ex(ssl, buffer, sizeof(buffer), &n))
+				writeAll(ssl, buffer, n);
+		} else if (lines) {
+			std::string line;
+			char c = 0;
+			size_t n = 0;
+			while (SSL_read_ex(ssl, &c, 1, &n)) {
+				if (c != '\n') {
+					line += c;
+					continue;
+				}
+				std::printf("line %s\n", line.c_str());
+				std::fflush(stdout);
+				line.clear();
+			}
 		} else if (sink) {
 			Sha256 digest;
 			uint64_t received = drain(ssl, &digest);

@@ -13,8 +13,12 @@ namespace {
 constexpr std::size_t kMinReadBuffer = 16 * 1024;
 constexpr std::size_t kMaxReadBuffer = 1024 * 1024;
 constexpr unsigned long kMaxDuration = 365ul * 24 * 60 * 60;
+constexpr std::size_t kMinCoalesceLimit = 1024;
+constexpr std::size_t kMaxCoalesceLimit = 1024 * 1024;
+constexpr unsigned long kMinDelayUs = 10;
+constexpr unsigned long kMaxDelayUs = 100 * 1000;
 
-enum class Kind { Bool, Size, Level, Duration };
+enum class Kind { Bool, Size, Limit, Level, Duration, Delay };
 
 struct Option {
 	OptionInfo info;
@@ -22,7 +26,7 @@ struct Option {
 	bool Config::*flag;
 	std::size_t Config::*size;
 	LogLevel Config::*level;
-	unsigned long Config::*seconds;
+	unsigned long Config::*seconds; /* or microseconds, for a Delay */
 };
 
 const Option kOptions[] = {
@@ -46,6 +50,16 @@ const Option kOptions[] = {
 	{ { "TLSTUNE_CA_CACHE_TTL", "seconds from 0 to 365 days, suffix s, m, h or d", "24h",
 	    "Parse a cached CA file again once its entry is this old; 0 parses every time." },
 	  Kind::Duration, nullptr, nullptr, nullptr, &Config::caCacheTtl },
+	{ { "TLSTUNE_COALESCE", "1/true/yes/on or 0/false/no/off", "on",
+	    "Gather the records of small SSL_write calls and send them in few syscalls, "
+	    "each byte within TLSTUNE_COALESCE_DELAY." },
+	  Kind::Bool, &Config::coalesce, nullptr, nullptr, nullptr },
+	{ { "TLSTUNE_COALESCE_LIMIT", "bytes from 1KiB to 1MiB, suffix K, KiB, M or MiB", "64K",
+	    "Bytes held per connection at most; a write this large goes out directly." },
+	  Kind::Limit, nullptr, &Config::coalesceLimit, nullptr, nullptr },
+	{ { "TLSTUNE_COALESCE_DELAY", "microseconds from 10 to 100000, suffix us or ms", "200us",
+	    "How long a written byte may wait in the shim at most, whatever the program does." },
+	  Kind::Delay, nullptr, nullptr, nullptr, &Config::coalesceDelayUs },
 	{ { "TLSTUNE_VERBOSE", "1/true/yes/on or 0/false/no/off", "off",
 	    "Print the effective settings once on stderr when the library loads." },
 	  Kind::Bool, &Config::verbose, nullptr, nullptr, nullptr },
@@ -105,6 +119,11 @@ bool parseBool(const std::string &text, bool *value)
 
 bool parseSize(const std::string &text, std::size_t *value)
 {
+	return parseSize(text, kMinReadBuffer, kMaxReadBuffer, value);
+}
+
+bool parseSize(const std::string &text, std::size_t min, std::size_t max, std::size_t *value)
+{
 	std::size_t digits = 0;
 	while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits])))
 		digits++;
@@ -126,7 +145,7 @@ bool parseSize(const std::string &text, std::size_t *value)
 	if (number > std::numeric_limits<std::size_t>::max() / multiplier)
 		return false;
 	std::size_t bytes = static_cast<std::size_t>(number * multiplier);
-	if (bytes < kMinReadBuffer || bytes > kMaxReadBuffer)
+	if (bytes < min || bytes > max)
 		return false;
 	*value = bytes;
 	return true;
@@ -155,6 +174,28 @@ bool parseDuration(const std::string &text, unsigned long *seconds)
 	if (value > kMaxDuration)
 		return false;
 	*seconds = value;
+	return true;
+}
+
+bool parseDelay(const std::string &text, unsigned long *microseconds)
+{
+	std::size_t digits = 0;
+	while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits])))
+		digits++;
+	if (digits == 0 || digits > 9)
+		return false;
+	const std::string unit = lower(text.substr(digits));
+	unsigned long multiplier;
+	if (unit.empty() || unit == "us")
+		multiplier = 1;
+	else if (unit == "ms")
+		multiplier = 1000;
+	else
+		return false;
+	const unsigned long value = std::stoul(text.substr(0, digits)) * multiplier;
+	if (value < kMinDelayUs || value > kMaxDelayUs)
+		return false;
+	*microseconds = value;
 	return true;
 }
 
@@ -192,11 +233,17 @@ ParsedConfig parseConfig(EnvLookup lookup, void *context)
 		case Kind::Size:
 			ok = parseSize(text, &(config.*option.size));
 			break;
+		case Kind::Limit:
+			ok = parseSize(text, kMinCoalesceLimit, kMaxCoalesceLimit, &(config.*option.size));
+			break;
 		case Kind::Level:
 			ok = parseLogLevel(text, &(config.*option.level));
 			break;
 		case Kind::Duration:
 			ok = parseDuration(text, &(config.*option.seconds));
+			break;
+		case Kind::Delay:
+			ok = parseDelay(text, &(config.*option.seconds));
 			break;
 		}
 		if (!ok)
@@ -217,6 +264,9 @@ std::string describeConfig(const Config &config)
 	       " readiness=" + onOff(config.readiness) +
 	       " ca_cache=" + onOff(config.caCache) +
 	       " ca_cache_ttl=" + std::to_string(config.caCacheTtl) +
+	       " coalesce=" + onOff(config.coalesce) +
+	       " coalesce_limit=" + std::to_string(config.coalesceLimit) +
+	       " coalesce_delay_us=" + std::to_string(config.coalesceDelayUs) +
 	       " stats=" + onOff(config.stats) +
 	       " log=" + levelName(config.logLevel);
 }

@@ -22,6 +22,15 @@ constexpr std::size_t kDefaultReadBuffer = 4 * kRecordOnWire + 3;
 /* As curl's CURLOPT_CA_CACHE_TIMEOUT. */
 constexpr unsigned long kDefaultCaCacheTtl = 24 * 60 * 60;
 
+/*
+ * Writes at or above this many bytes are not coalesced: nbdkit found that copying large
+ * writes costs more than it saves (seeds/nbdkit-gnutls-cork.txt). It also bounds the
+ * memory held per connection.
+ */
+constexpr std::size_t kDefaultCoalesceLimit = 64 * 1024;
+/* How long a written byte may wait in the shim at most, in microseconds. */
+constexpr unsigned long kDefaultCoalesceDelayUs = 200;
+
 struct Config {
 	bool disable = false;
 	bool readAhead = true;
@@ -29,6 +38,9 @@ struct Config {
 	bool readiness = true;
 	bool caCache = true;
 	unsigned long caCacheTtl = kDefaultCaCacheTtl; /* seconds */
+	bool coalesce = true;
+	std::size_t coalesceLimit = kDefaultCoalesceLimit;
+	unsigned long coalesceDelayUs = kDefaultCoalesceDelayUs;
 	bool verbose = false;
 	bool stats = false;
 	LogLevel logLevel = LogLevel::Warn;
@@ -60,8 +72,10 @@ std::string describeConfig(const Config &config);
 
 /* Parsers shared with the tests; each returns false for a value it does not accept. */
 bool parseBool(const std::string &text, bool *value);
-bool parseSize(const std::string &text, std::size_t *value);
+bool parseSize(const std::string &text, std::size_t *value); /* a read buffer length */
+bool parseSize(const std::string &text, std::size_t min, std::size_t max, std::size_t *value);
 bool parseLogLevel(const std::string &text, LogLevel *value);
 bool parseDuration(const std::string &text, unsigned long *seconds);
+bool parseDelay(const std::string &text, unsigned long *microseconds);
 
 } /* namespace tlstune */

@@ -23,6 +23,7 @@ struct OpenSslApi {
 	decltype(&::SSL_do_handshake) SSL_do_handshake = nullptr;
 	decltype(&::SSL_connect) SSL_connect = nullptr;
 	decltype(&::SSL_accept) SSL_accept = nullptr;
+	decltype(&::SSL_shutdown) SSL_shutdown = nullptr;
 
 	/* What the features need. */
 	decltype(&::SSL_CTX_ctrl) SSL_CTX_ctrl = nullptr;
@@ -32,6 +33,42 @@ struct OpenSslApi {
 	decltype(&::CRYPTO_get_ex_new_index) CRYPTO_get_ex_new_index = nullptr;
 	decltype(&::SSL_get_ex_data) SSL_get_ex_data = nullptr;
 	decltype(&::SSL_set_ex_data) SSL_set_ex_data = nullptr;
+
+	/* Write coalescing: a filter BIO between OpenSSL and its socket BIO. */
+	decltype(&::SSL_get_wbio) SSL_get_wbio = nullptr;
+	decltype(&::SSL_set0_wbio) SSL_set0_wbio = nullptr;
+	decltype(&::BIO_get_new_index) BIO_get_new_index = nullptr;
+	decltype(&::BIO_meth_new) BIO_meth_new = nullptr;
+	decltype(&::BIO_meth_set_write) BIO_meth_set_write = nullptr;
+	decltype(&::BIO_meth_set_read) BIO_meth_set_read = nullptr;
+	decltype(&::BIO_meth_set_ctrl) BIO_meth_set_ctrl = nullptr;
+	decltype(&::BIO_meth_set_create) BIO_meth_set_create = nullptr;
+	decltype(&::BIO_meth_set_destroy) BIO_meth_set_destroy = nullptr;
+	decltype(&::BIO_new) BIO_new = nullptr;
+	decltype(&::BIO_free) BIO_free = nullptr;
+	decltype(&::BIO_up_ref) BIO_up_ref = nullptr;
+	decltype(&::BIO_push) BIO_push = nullptr;
+	decltype(&::BIO_next) BIO_next = nullptr;
+	decltype(&::BIO_get_data) BIO_get_data = nullptr;
+	decltype(&::BIO_set_data) BIO_set_data = nullptr;
+	decltype(&::BIO_set_init) BIO_set_init = nullptr;
+	decltype(&::BIO_write) BIO_write = nullptr;
+	decltype(&::BIO_read) BIO_read = nullptr;
+	decltype(&::BIO_ctrl) BIO_ctrl = nullptr;
+	decltype(&::BIO_set_flags) BIO_set_flags = nullptr;
+	decltype(&::BIO_clear_flags) BIO_clear_flags = nullptr;
+	decltype(&::BIO_copy_next_retry) BIO_copy_next_retry = nullptr;
+	decltype(&::BIO_method_type) BIO_method_type = nullptr;
+
+	bool hasWritePath() const noexcept
+	{
+		return SSL_get_wbio && SSL_set0_wbio && BIO_get_new_index && BIO_meth_new &&
+		       BIO_meth_set_write && BIO_meth_set_read && BIO_meth_set_ctrl &&
+		       BIO_meth_set_create && BIO_meth_set_destroy && BIO_new && BIO_free &&
+		       BIO_up_ref && BIO_push && BIO_next && BIO_get_data && BIO_set_data &&
+		       BIO_set_init && BIO_write && BIO_read && BIO_ctrl && BIO_set_flags &&
+		       BIO_clear_flags && BIO_copy_next_retry && BIO_method_type;
+	}
 
 	/* Read-ahead is safe only with the readiness layer, so both need all of these. */
 	bool hasReadPath() const noexcept

@@ -16,6 +16,7 @@ TLSTUNE_EXPORT SSL *SSL_new(SSL_CTX *ctx)
 
 TLSTUNE_EXPORT int SSL_read(SSL *s, void *buf, int num)
 {
+	flushWrites(s);
 	int n = onConnection(s, &OpenSslApi::SSL_read, buf, num);
 	if (n > 0)
 		countSslRead(static_cast<size_t>(n));
@@ -24,6 +25,7 @@ TLSTUNE_EXPORT int SSL_read(SSL *s, void *buf, int num)
 
 TLSTUNE_EXPORT int SSL_read_ex(SSL *s, void *buf, size_t num, size_t *readbytes)
 {
+	flushWrites(s);
 	int ok = onConnection(s, &OpenSslApi::SSL_read_ex, buf, num, readbytes);
 	if (ok > 0 && readbytes)
 		countSslRead(*readbytes);
@@ -32,23 +34,25 @@ TLSTUNE_EXPORT int SSL_read_ex(SSL *s, void *buf, size_t num, size_t *readbytes)
 
 TLSTUNE_EXPORT int SSL_peek(SSL *s, void *buf, int num)
 {
+	flushWrites(s);
 	return onConnection(s, &OpenSslApi::SSL_peek, buf, num);
 }
 
 TLSTUNE_EXPORT int SSL_peek_ex(SSL *s, void *buf, size_t num, size_t *readbytes)
 {
+	flushWrites(s);
 	return onConnection(s, &OpenSslApi::SSL_peek_ex, buf, num, readbytes);
 }
 
 /* A write runs the handshake when none was done yet, and may read records past it. */
 TLSTUNE_EXPORT int SSL_write(SSL *s, const void *buf, int num)
 {
-	return onConnection(s, &OpenSslApi::SSL_write, buf, num);
+	return onWrite(s, num > 0 ? static_cast<size_t>(num) : 0, &OpenSslApi::SSL_write, buf, num);
 }
 
 TLSTUNE_EXPORT int SSL_write_ex(SSL *s, const void *buf, size_t num, size_t *written)
 {
-	return onConnection(s, &OpenSslApi::SSL_write_ex, buf, num, written);
+	return onWrite(s, num, &OpenSslApi::SSL_write_ex, buf, num, written);
 }
 
 /*
@@ -57,15 +61,25 @@ TLSTUNE_EXPORT int SSL_write_ex(SSL *s, const void *buf, size_t num, size_t *wri
  */
 TLSTUNE_EXPORT int SSL_do_handshake(SSL *s)
 {
+	flushWrites(s);
 	return onConnection(s, &OpenSslApi::SSL_do_handshake);
 }
 
 TLSTUNE_EXPORT int SSL_connect(SSL *s)
 {
+	flushWrites(s);
 	return onConnection(s, &OpenSslApi::SSL_connect);
 }
 
 TLSTUNE_EXPORT int SSL_accept(SSL *s)
 {
+	flushWrites(s);
 	return onConnection(s, &OpenSslApi::SSL_accept);
+}
+
+/* close_notify goes out after everything written before it (and it may read the peer's). */
+TLSTUNE_EXPORT int SSL_shutdown(SSL *s)
+{
+	flushWrites(s);
+	return onConnection(s, &OpenSslApi::SSL_shutdown);
 }

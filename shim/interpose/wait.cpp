@@ -13,19 +13,29 @@
 using namespace tlstune;
 
 namespace {
+
 const struct timespec kZeroSpec = { 0, 0 };
+
+/* The program is about to wait, maybe for the answer to what it wrote: send that first. */
+Process &beforeWait()
+{
+	Process &p = process();
+	p.coalescer.flushAll();
+	return p;
 }
+
+} /* namespace */
 
 TLSTUNE_EXPORT int poll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
-	Process &p = process();
+	Process &p = beforeWait();
 	return pollMerged(p.buffered, fds, nfds,
 			  [&](bool zero) { return p.libc.poll(fds, nfds, zero ? 0 : timeout); });
 }
 
 TLSTUNE_EXPORT int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout, size_t fdslen)
 {
-	Process &p = process();
+	Process &p = beforeWait();
 	return pollMerged(p.buffered, fds, nfds, [&](bool zero) {
 		return p.libc.poll_chk(fds, nfds, zero ? 0 : timeout, fdslen);
 	});
@@ -34,7 +44,7 @@ TLSTUNE_EXPORT int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout, size
 TLSTUNE_EXPORT int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
 			 const sigset_t *sigmask)
 {
-	Process &p = process();
+	Process &p = beforeWait();
 	return pollMerged(p.buffered, fds, nfds, [&](bool zero) {
 		return p.libc.ppoll(fds, nfds, zero ? &kZeroSpec : timeout, sigmask);
 	});
@@ -43,7 +53,7 @@ TLSTUNE_EXPORT int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec 
 TLSTUNE_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
 			       const sigset_t *sigmask, size_t fdslen)
 {
-	Process &p = process();
+	Process &p = beforeWait();
 	return pollMerged(p.buffered, fds, nfds, [&](bool zero) {
 		return p.libc.ppoll_chk(fds, nfds, zero ? &kZeroSpec : timeout, sigmask, fdslen);
 	});
@@ -52,7 +62,7 @@ TLSTUNE_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct tim
 TLSTUNE_EXPORT int select(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
 			  struct timeval *timeout)
 {
-	Process &p = process();
+	Process &p = beforeWait();
 	return selectMerged(p.buffered, nfds, readfds, [&](bool zero) {
 		struct timeval zeroTime = { 0, 0 };
 		return p.libc.select(nfds, readfds, writefds, exceptfds, zero ? &zeroTime : timeout);
@@ -62,7 +72,7 @@ TLSTUNE_EXPORT int select(int nfds, fd_set *readfds, fd_set *writefds, fd_set *e
 TLSTUNE_EXPORT int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
 			   const struct timespec *timeout, const sigset_t *sigmask)
 {
-	Process &p = process();
+	Process &p = beforeWait();
 	return selectMerged(p.buffered, nfds, readfds, [&](bool zero) {
 		return p.libc.pselect(nfds, readfds, writefds, exceptfds,
 				      zero ? &kZeroSpec : timeout, sigmask);
@@ -71,7 +81,7 @@ TLSTUNE_EXPORT int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *
 
 TLSTUNE_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
 {
-	Process &p = process();
+	Process &p = beforeWait();
 	return epollMerged(p.buffered, epfd, events, maxevents, [&](bool zero) {
 		return p.libc.epoll_wait(epfd, events, maxevents, zero ? 0 : timeout);
 	});
@@ -80,7 +90,7 @@ TLSTUNE_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevent
 TLSTUNE_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxevents, int timeout,
 			       const sigset_t *sigmask)
 {
-	Process &p = process();
+	Process &p = beforeWait();
 	return epollMerged(p.buffered, epfd, events, maxevents, [&](bool zero) {
 		return p.libc.epoll_pwait(epfd, events, maxevents, zero ? 0 : timeout, sigmask);
 	});
@@ -89,7 +99,7 @@ TLSTUNE_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxeven
 TLSTUNE_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxevents,
 				const struct timespec *timeout, const sigset_t *sigmask)
 {
-	Process &p = process();
+	Process &p = beforeWait();
 	if (!p.libc.epoll_pwait2) {
 		errno = ENOSYS;
 		return -1;

@@ -36,6 +36,44 @@ int onConnection(SSL *ssl, Function OpenSslApi::*function, Args... args)
 	return result;
 }
 
+/*
+ * Before a call that may wait for the peer (read, peek, handshake, shutdown): the bytes
+ * this connection wrote go out first, as they would have without coalescing.
+ */
+inline void flushWrites(SSL *ssl) noexcept
+{
+	const OpenSsl &o = openssl();
+	if (!o.coalescing)
+		return;
+	PendingWrites *writes = o.filter.of(o.api, ssl);
+	if (writes && writes->dirty()) {
+		int savedErrno = errno;
+		writes->flush(0);
+		errno = savedErrno;
+	}
+}
+
+/*
+ * SSL_write and SSL_write_ex: a connection writing to a plain socket gets the coalescing
+ * filter on its first write; a write of the limit or more passes straight through.
+ */
+template <typename Function, typename... Args>
+int onWrite(SSL *ssl, size_t length, Function OpenSslApi::*function, Args... args)
+{
+	const OpenSsl &o = openssl();
+	PendingWrites *writes = nullptr;
+	if (o.coalescing) {
+		writes = o.filter.of(o.api, ssl);
+		if (!writes)
+			writes = o.filter.attach(o.api, ssl);
+	}
+	if (writes && length >= process().coalescer.limit()) {
+		CoalescingBio::Direct direct;
+		return onConnection(ssl, function, args...);
+	}
+	return onConnection(ssl, function, args...);
+}
+
 /* Counts data the program read through OpenSSL, for TLSTUNE_STATS. */
 inline void countSslRead(size_t bytes) noexcept
 {

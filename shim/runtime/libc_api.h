@@ -39,6 +39,7 @@ struct LibcApi {
 	int (*dup2)(int, int) = nullptr;
 	int (*dup3)(int, int, int) = nullptr;
 	int (*close_range)(unsigned, unsigned, int) = nullptr; /* glibc 2.34+ */
+	int (*shutdown)(int, int) = nullptr;
 };
 
 } /* namespace tlstune */

@@ -25,19 +25,41 @@ void printStats()
 	 * that used OpenSSL: `tlstune --stats sh -c 'curl ...'` wants curl's line, not sh's.
 	 */
 	const Stats &stats = process().stats;
-	if (stats.any())
-		printLine("%s", stats.summary().c_str());
+	const PendingWrites::Counters &writes = process().coalescer.counters();
+	const uint64_t records = writes.records.load(std::memory_order_relaxed);
+	if (stats.any() || records)
+		printLine("%s writes_coalesced=%llu coalesced_sends=%llu", stats.summary().c_str(),
+			  static_cast<unsigned long long>(records),
+			  static_cast<unsigned long long>(writes.sends.load(std::memory_order_relaxed)));
 }
 
 void lockForFork()
 {
 	process().caCache.lockForFork();
+	process().coalescer.lockForFork();
 	process().buffered.lockForFork();
 }
-void unlockAfterFork()
+void unlockInParent()
 {
 	process().buffered.unlockAfterFork();
+	process().coalescer.unlockInParent();
 	process().caCache.unlockAfterFork();
+}
+void unlockInChild()
+{
+	process().buffered.unlockAfterFork();
+	process().coalescer.unlockInChild();
+	process().caCache.unlockAfterFork();
+}
+
+void drainAtExit()
+{
+	process().coalescer.drainAll();
+}
+
+int libcPoll(struct pollfd *fds, unsigned long nfds, int timeout)
+{
+	return process().libc.poll(fds, nfds, timeout);
 }
 
 Process *buildProcess() noexcept
@@ -51,7 +73,7 @@ Process *buildProcess() noexcept
 		logLine(LogLevel::Error, "%s", error.c_str());
 
 	resolveLibc(&instance.libc);
-	pthread_atfork(lockForFork, unlockAfterFork, unlockAfterFork);
+	pthread_atfork(lockForFork, unlockInParent, unlockInChild);
 	if (instance.config.stats && !instance.config.disable)
 		atexit(printStats);
 	if (instance.config.verbose)
@@ -71,6 +93,9 @@ OpenSsl *buildOpenSsl() noexcept
 	}
 	if (p.config.disable)
 		return &instance;
+	instance.coalescing = p.config.coalesce && instance.filter.init(instance.api, &p.coalescer);
+	if (instance.coalescing)
+		atexit(drainAtExit);
 	if (!instance.api.hasReadPath()) {
 		logLine(LogLevel::Warn, "this libssl lacks read-ahead or readiness functions: "
 			"read tuning off");
@@ -100,6 +125,11 @@ Crypto *buildCrypto() noexcept
 }
 
 } /* namespace */
+
+SocketCalls Process::socketCalls() noexcept
+{
+	return { ::send, libcPoll };
+}
 
 Process &process() noexcept
 {

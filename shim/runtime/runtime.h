@@ -3,6 +3,8 @@
 #include "core/buffered_fds.h"
 #include "core/ca_api.h"
 #include "core/ca_cache.h"
+#include "core/coalescer.h"
+#include "core/coalescing_bio.h"
 #include "core/config.h"
 #include "core/connection.h"
 #include "core/openssl_api.h"
@@ -18,13 +20,18 @@ namespace tlstune {
  */
 struct Process {
 	explicit Process(const Config &parsed) noexcept
-		: config(parsed), caCache(std::chrono::seconds(parsed.caCacheTtl)) {}
+		: config(parsed), caCache(std::chrono::seconds(parsed.caCacheTtl)),
+		  coalescer(parsed.coalesceLimit, std::chrono::microseconds(parsed.coalesceDelayUs),
+			    socketCalls()) {}
+	/* send(2), and libc's poll(2) as resolved in libc (the shim's own poll flushes). */
+	static SocketCalls socketCalls() noexcept;
 
 	const Config config;
 	LibcApi libc;
 	Stats stats;
 	BufferedFds buffered;
 	CaCache caCache;
+	Coalescer coalescer;
 };
 Process &process() noexcept;
 
@@ -39,6 +46,9 @@ struct OpenSsl {
 	bool tracking = false;
 	/* New contexts get read-ahead and the read buffer. */
 	bool tuning = false;
+	/* Writes to plain sockets go through the coalescing filter. */
+	CoalescingBio filter;
+	bool coalescing = false;
 };
 const OpenSsl &openssl() noexcept;
 

@@ -87,6 +87,7 @@ void resolveLibc(LibcApi *libc) noexcept
 	next(&libc->dup2, "dup2");
 	next(&libc->dup3, "dup3");
 	next(&libc->close_range, "close_range");
+	next(&libc->shutdown, "shutdown");
 }
 
 bool resolveOpenSsl(OpenSslApi *api) noexcept
@@ -108,6 +109,7 @@ bool resolveOpenSsl(OpenSslApi *api) noexcept
 	from(handle, &api->SSL_do_handshake, "SSL_do_handshake");
 	from(handle, &api->SSL_connect, "SSL_connect");
 	from(handle, &api->SSL_accept, "SSL_accept");
+	from(handle, &api->SSL_shutdown, "SSL_shutdown");
 
 	from(handle, &api->SSL_CTX_ctrl, "SSL_CTX_ctrl");
 	from(handle, &api->SSL_CTX_set_default_read_buffer_len, "SSL_CTX_set_default_read_buffer_len");
@@ -116,6 +118,31 @@ bool resolveOpenSsl(OpenSslApi *api) noexcept
 	from(handle, &api->CRYPTO_get_ex_new_index, "CRYPTO_get_ex_new_index");
 	from(handle, &api->SSL_get_ex_data, "SSL_get_ex_data");
 	from(handle, &api->SSL_set_ex_data, "SSL_set_ex_data");
+
+	from(handle, &api->SSL_get_wbio, "SSL_get_wbio");
+	from(handle, &api->SSL_set0_wbio, "SSL_set0_wbio");
+	from(handle, &api->BIO_get_new_index, "BIO_get_new_index");
+	from(handle, &api->BIO_meth_new, "BIO_meth_new");
+	from(handle, &api->BIO_meth_set_write, "BIO_meth_set_write");
+	from(handle, &api->BIO_meth_set_read, "BIO_meth_set_read");
+	from(handle, &api->BIO_meth_set_ctrl, "BIO_meth_set_ctrl");
+	from(handle, &api->BIO_meth_set_create, "BIO_meth_set_create");
+	from(handle, &api->BIO_meth_set_destroy, "BIO_meth_set_destroy");
+	from(handle, &api->BIO_new, "BIO_new");
+	from(handle, &api->BIO_free, "BIO_free");
+	from(handle, &api->BIO_up_ref, "BIO_up_ref");
+	from(handle, &api->BIO_push, "BIO_push");
+	from(handle, &api->BIO_next, "BIO_next");
+	from(handle, &api->BIO_get_data, "BIO_get_data");
+	from(handle, &api->BIO_set_data, "BIO_set_data");
+	from(handle, &api->BIO_set_init, "BIO_set_init");
+	from(handle, &api->BIO_write, "BIO_write");
+	from(handle, &api->BIO_read, "BIO_read");
+	from(handle, &api->BIO_ctrl, "BIO_ctrl");
+	from(handle, &api->BIO_set_flags, "BIO_set_flags");
+	from(handle, &api->BIO_clear_flags, "BIO_clear_flags");
+	from(handle, &api->BIO_copy_next_retry, "BIO_copy_next_retry");
+	from(handle, &api->BIO_method_type, "BIO_method_type");
 	return true;
 }
 

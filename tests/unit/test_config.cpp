@@ -93,6 +93,19 @@ TEST(Config, DurationsTakeSecondsOrAUnit)
 	EXPECT_TRUE(parse({}).config.caCache);
 }
 
+TEST(Config, CoalescingTakesALimitAndADelay)
+{
+	ParsedConfig parsed = parse({ { "TLSTUNE_COALESCE_LIMIT", "16K" }, { "TLSTUNE_COALESCE_DELAY", "1ms" } });
+	EXPECT_TRUE(parsed.errors.empty());
+	EXPECT_EQ(parsed.config.coalesceLimit, 16384u);
+	EXPECT_EQ(parsed.config.coalesceDelayUs, 1000u);
+	parsed = parse({ { "TLSTUNE_COALESCE_LIMIT", "1K" }, { "TLSTUNE_COALESCE_DELAY", "50" } });
+	EXPECT_TRUE(parsed.errors.empty());
+	EXPECT_EQ(parsed.config.coalesceLimit, 1024u);
+	EXPECT_EQ(parsed.config.coalesceDelayUs, 50u);
+	EXPECT_TRUE(parse({}).config.coalesce);
+}
+
 TEST(Config, EveryKindOfBadValueGetsOneLineAndTheDefault)
 {
 	const std::pair<const char *, const char *> cases[] = {
@@ -116,6 +129,13 @@ TEST(Config, EveryKindOfBadValueGetsOneLineAndTheDefault)
 		{ "TLSTUNE_CA_CACHE_TTL", "366d" },
 		{ "TLSTUNE_CA_CACHE_TTL", "1.5h" },
 		{ "TLSTUNE_CA_CACHE_TTL", "9999999999" },
+		{ "TLSTUNE_COALESCE", "later" },
+		{ "TLSTUNE_COALESCE_LIMIT", "512" },      /* below the range */
+		{ "TLSTUNE_COALESCE_LIMIT", "2M" },       /* above the range */
+		{ "TLSTUNE_COALESCE_DELAY", "5us" },      /* below the range */
+		{ "TLSTUNE_COALESCE_DELAY", "1s" },
+		{ "TLSTUNE_COALESCE_DELAY", "200 us" },
+		{ "TLSTUNE_COALESCE_DELAY", "101ms" },
 	};
 	const Config defaults;
 	for (const auto &c : cases) {
@@ -153,7 +173,7 @@ TEST(Config, DescribeShowsEffectiveSettings)
 	ParsedConfig parsed = parse({ { "TLSTUNE_READ_BUFFER", "32K" }, { "TLSTUNE_READINESS", "off" } });
 	EXPECT_EQ(describeConfig(parsed.config),
 		  "read_ahead=on read_buffer=32768 readiness=off ca_cache=on ca_cache_ttl=86400 "
-		  "stats=off log=warn");
+		  "coalesce=on coalesce_limit=65536 coalesce_delay_us=200 stats=off log=warn");
 	EXPECT_EQ(describeConfig(parse({ { "TLSTUNE_DISABLE", "1" } }).config), "disabled");
 }
 

@@ -1,0 +1,147 @@
+/*
+ * Writes to a TLS server on 127.0.0.1 in many small SSL_write calls: the pattern the
+ * shim coalesces. Usage: write_burst PORT MODE [OPTIONS]
+ *   --writes N --size B   N writes of B bytes of the data pattern (--seed S), then
+ *                         close_notify; prints "sent N sha256 H" (tls_server --sink)
+ *     --nonblocking       on a non-blocking socket: WANT_WRITE waits for POLLOUT and the
+ *                         write is retried; prints "socket full" the first time
+ *     --fork-at K         fork after write K; the child exits at once through exit()
+ *   --lines               sends each line of stdin with one write, then waits in fgets()
+ *                         for the next (tls_server --lines prints them as they arrive)
+ *   --ping N              N times: write --size bytes, poll until readable, read the
+ *                         echo back (tls_server --echo); prints "pings N ok"
+ * A failed write prints "write failed: SSL error E, errno X" and exits 1.
+ */
+
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+#include "common/example.h"
+
+using namespace example;
+
+namespace {
+
+bool announcedFull = false;
+
+/* Writes all of data, waiting for room on a non-blocking socket. */
+void writeAll(SSL *ssl, int fd, const unsigned char *data, size_t length)
+{
+	size_t done = 0;
+	while (done < length) {
+		size_t n = 0;
+		const int ok = SSL_write_ex(ssl, data + done, length - done, &n);
+		if (ok) {
+			done += n;
+			continue;
+		}
+		const int error = SSL_get_error(ssl, ok);
+		if (error != SSL_ERROR_WANT_WRITE && error != SSL_ERROR_WANT_READ) {
+			std::printf("write failed: SSL error %d, errno %d\n", error, errno);
+			std::exit(1);
+		}
+		if (!announcedFull) {
+			std::printf("socket full\n");
+			std::fflush(stdout);
+			announcedFull = true;
+		}
+		struct pollfd pfd = { fd, static_cast<short>(error == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN), 0 };
+		poll(&pfd, 1, 60000);
+	}
+}
+
+void burst(SSL *ssl, int fd, uint64_t writes, size_t size, uint64_t seed, uint64_t forkAt)
+{
+	Pattern pattern(seed);
+	Sha256 digest;
+	std::vector<unsigned char> chunk(size);
+	for (uint64_t i = 0; i < writes; i++) {
+		pattern.fill(chunk.data(), size);
+		digest.update(chunk.data(), size);
+		writeAll(ssl, fd, chunk.data(), size);
+		if (i + 1 == forkAt) {
+			const pid_t child = fork();
+			if (child == 0)
+				std::exit(0);
+			int status = 0;
+			waitpid(child, &status, 0);
+		}
+	}
+	std::printf("sent %llu sha256 %s\n", static_cast<unsigned long long>(writes * size),
+		    digest.hex().c_str());
+}
+
+void lines(SSL *ssl, int fd)
+{
+	char line[4096];
+	while (std::fgets(line, sizeof(line), stdin))
+		writeAll(ssl, fd, reinterpret_cast<unsigned char *>(line), std::strlen(line));
+}
+
+void ping(SSL *ssl, int fd, uint64_t count, size_t size)
+{
+	std::vector<unsigned char> request(size, 'p'), answer(size);
+	for (uint64_t i = 0; i < count; i++) {
+		writeAll(ssl, fd, request.data(), size);
+		for (size_t got = 0; got < size;) {
+			struct pollfd pfd = { fd, POLLIN, 0 };
+			if (SSL_pending(ssl) == 0 && poll(&pfd, 1, 60000) != 1)
+				fail("no answer within 60 s");
+			size_t n = 0;
+			if (SSL_read_ex(ssl, answer.data() + got, size - got, &n))
+				got += n;
+			else if (SSL_get_error(ssl, 0) != SSL_ERROR_WANT_READ)
+				fail("read");
+		}
+	}
+	std::printf("pings %llu ok\n", static_cast<unsigned long long>(count));
+}
+
+} /* namespace */
+
+int main(int argc, char **argv)
+{
+	if (argc < 3)
+		fail("usage: write_burst PORT --writes N --size B | --lines | --ping N");
+	bool nonBlocking = false, lineMode = false;
+	for (int i = 1; i < argc; i++) {
+		nonBlocking = nonBlocking || std::string(argv[i]) == "--nonblocking";
+		lineMode = lineMode || std::string(argv[i]) == "--lines";
+	}
+	const size_t size = number(argc, argv, "--size", 100);
+
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	SSL *ssl = SSL_new(ctx);
+	const int fd = connectTo("127.0.0.1", argv[1]);
+	SSL_set_fd(ssl, fd);
+	if (SSL_connect(ssl) != 1)
+		fail("handshake");
+	if (nonBlocking)
+		setNonBlocking(fd);
+
+	if (lineMode)
+		lines(ssl, fd);
+	else if (const uint64_t count = number(argc, argv, "--ping", 0))
+		ping(ssl, fd, count, size);
+	else
+		burst(ssl, fd, number(argc, argv, "--writes", 1), size, number(argc, argv, "--seed", 1),
+		      number(argc, argv, "--fork-at", 0));
+	std::fflush(stdout);
+
+	/* close_notify, then the server's, so the server has read everything before we go. */
+	for (int i = 0; i < 100; i++) {
+		const int r = SSL_shutdown(ssl);
+		if (r == 1 || (r < 0 && SSL_get_error(ssl, r) != SSL_ERROR_WANT_READ &&
+			       SSL_get_error(ssl, r) != SSL_ERROR_WANT_WRITE))
+			break;
+		struct pollfd pfd = { fd, POLLIN, 0 };
+		if (r < 0)
+			poll(&pfd, 1, 60000);
+	}
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	return 0;
+}

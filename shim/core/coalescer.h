@@ -1,0 +1,85 @@
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "pending_writes.h"
+
+namespace tlstune {
+
+/*
+ * Every connection's PendingWrites, and the rules for when their bytes go out besides a
+ * full buffer: before the program waits (poll/select/epoll on any fd), before an fd is
+ * closed or shut down, when the connection is freed, at exit, and in any case within the
+ * delay, from a flusher thread, when the program blocks where the shim cannot see
+ * (stdin, a condition variable, sleep). Only the connection's own thread calls into
+ * OpenSSL; everyone here sends with MSG_DONTWAIT under the PendingWrites' lock.
+ */
+class Coalescer {
+public:
+	Coalescer(std::size_t limit, std::chrono::microseconds delay, SocketCalls calls) noexcept
+		: limit_(limit), delay_(delay), calls_(calls) {}
+
+	std::size_t limit() const noexcept { return limit_; }
+	const PendingWrites::Counters &counters() const noexcept { return counters_; }
+
+	/* A connection writing to fd; nullptr when out of memory. */
+	PendingWrites *open(int fd);
+	/* The connection goes away (its filter BIO is freed): its bytes go out first (bounded). */
+	void release(PendingWrites *writes);
+
+	/*
+	 * After an append made writes non-empty: the flusher will send them within the delay.
+	 * False when no flusher thread could be started: the caller must flush itself.
+	 */
+	bool dirtied();
+
+	/* The program is about to wait: every connection's bytes go out, without blocking. */
+	void flushAll()
+	{
+		if (counters_.dirty.load(std::memory_order_relaxed) > 0)
+			flushDirty();
+	}
+
+	/*
+	 * fds first..last are about to be closed (detach: nothing may be sent to those numbers
+	 * afterwards) or shut down: their bytes go out first (bounded).
+	 */
+	void closing(int first, int last, bool detach);
+
+	/* At exit: what is pending goes out (bounded). */
+	void drainAll();
+
+	void lockForFork();
+	void unlockInParent();
+	/* The child's copies of pending bytes are dropped: the parent sends them, once. */
+	void unlockInChild();
+
+	/* How long close, SSL_free and exit wait for a peer that does not read. */
+	static constexpr int kDrainTimeoutMs = 5000;
+
+private:
+	void flushDirty();
+	bool startFlusher();
+	void flusherLoop();
+
+	const std::size_t limit_;
+	const std::chrono::microseconds delay_;
+	const SocketCalls calls_;
+
+	std::mutex registry_; /* guards entries_; taken before any PendingWrites lock */
+	std::vector<std::unique_ptr<PendingWrites>> entries_;
+	std::atomic<int> entryCount_{0};
+	PendingWrites::Counters counters_;
+
+	std::mutex wakeMutex_;
+	std::condition_variable wake_;
+	std::atomic<bool> flusherRunning_{false};
+	std::atomic<bool> flusherIdle_{false};
+};
+
+} /* namespace tlstune */

@@ -1,0 +1,198 @@
+#include "coalescing_bio.h"
+
+#include <cerrno>
+
+namespace tlstune {
+
+namespace {
+
+/* The BIO callbacks are plain functions: they find these through the one method built. */
+const OpenSslApi *g_api = nullptr;
+Coalescer *g_coalescer = nullptr;
+
+thread_local int directWrites = 0;
+
+PendingWrites *writesOf(BIO *bio)
+{
+	return static_cast<PendingWrites *>(g_api->BIO_get_data(bio));
+}
+
+void askRetry(BIO *bio)
+{
+	g_api->BIO_set_flags(bio, BIO_FLAGS_WRITE | BIO_FLAGS_SHOULD_RETRY);
+}
+
+/* The outcome of sending what is pending, as a write or flush result for OpenSSL. */
+bool flushed(BIO *bio, PendingWrites *writes)
+{
+	switch (writes->flush(0)) {
+	case PendingWrites::Result::Done:
+		return true;
+	case PendingWrites::Result::Again:
+		askRetry(bio);
+		return false;
+	default:
+		return false;
+	}
+}
+
+int filterWrite(BIO *bio, const char *data, int length)
+{
+	const OpenSslApi &api = *g_api;
+	PendingWrites *writes = writesOf(bio);
+	BIO *next = api.BIO_next(bio);
+	api.BIO_clear_flags(bio, BIO_FLAGS_RWS | BIO_FLAGS_SHOULD_RETRY);
+	if (!writes || !next || length <= 0)
+		return next ? api.BIO_write(next, data, length) : -1;
+
+	if (directWrites || static_cast<std::size_t>(length) >= g_coalescer->limit()) {
+		if (const int error = writes->error()) {
+			errno = error;
+			return -1;
+		}
+		if (!flushed(bio, writes))
+			return -1;
+		const int written = api.BIO_write(next, data, length);
+		api.BIO_copy_next_retry(bio);
+		return written;
+	}
+
+	bool becameDirty = false;
+	switch (writes->append(data, static_cast<std::size_t>(length), &becameDirty)) {
+	case PendingWrites::Result::Done:
+		/* Without a flusher thread nothing would bound the wait: send now. */
+		if (becameDirty && !g_coalescer->dirtied())
+			writes->flush(0);
+		return length;
+	case PendingWrites::Result::Again:
+		askRetry(bio);
+		return -1;
+	default:
+		return -1;
+	}
+}
+
+int filterRead(BIO *bio, char *data, int length)
+{
+	BIO *next = g_api->BIO_next(bio);
+	if (!next)
+		return 0;
+	g_api->BIO_clear_flags(bio, BIO_FLAGS_RWS | BIO_FLAGS_SHOULD_RETRY);
+	const int n = g_api->BIO_read(next, data, length);
+	g_api->BIO_copy_next_retry(bio);
+	return n;
+}
+
+long filterCtrl(BIO *bio, int command, long number, void *pointer)
+{
+	const OpenSslApi &api = *g_api;
+	BIO *next = api.BIO_next(bio);
+	PendingWrites *writes = writesOf(bio);
+	switch (command) {
+	case BIO_CTRL_FLUSH:
+		/* OpenSSL flushes after each handshake flight and alert: send them now. */
+		api.BIO_clear_flags(bio, BIO_FLAGS_RWS | BIO_FLAGS_SHOULD_RETRY);
+		if (writes && !flushed(bio, writes))
+			return 0;
+		break;
+	case BIO_CTRL_WPENDING:
+		return static_cast<long>(writes ? writes->pending() : 0) +
+		       (next ? api.BIO_ctrl(next, command, number, pointer) : 0);
+	default:
+		break;
+	}
+	return next ? api.BIO_ctrl(next, command, number, pointer) : 0;
+}
+
+int filterCreate(BIO *)
+{
+	return 1;
+}
+
+/* SSL_free or SSL_set_bio let go of the filter: the bytes go out first. */
+int filterDestroy(BIO *bio)
+{
+	if (PendingWrites *writes = writesOf(bio))
+		g_coalescer->release(writes);
+	g_api->BIO_set_data(bio, nullptr);
+	return 1;
+}
+
+} /* namespace */
+
+bool CoalescingBio::init(const OpenSslApi &api, Coalescer *coalescer) noexcept
+{
+	if (!api.hasWritePath())
+		return false;
+	const int index = api.BIO_get_new_index();
+	if (index < 0)
+		return false;
+	BIO_METHOD *method = api.BIO_meth_new(index | BIO_TYPE_FILTER, "tlstune write coalescing");
+	if (!method || !api.BIO_meth_set_write(method, filterWrite) ||
+	    !api.BIO_meth_set_read(method, filterRead) || !api.BIO_meth_set_ctrl(method, filterCtrl) ||
+	    !api.BIO_meth_set_create(method, filterCreate) ||
+	    !api.BIO_meth_set_destroy(method, filterDestroy))
+		return false;
+	g_api = &api;
+	g_coalescer = coalescer;
+	method_ = method;
+	type_ = index | BIO_TYPE_FILTER;
+	return true;
+}
+
+PendingWrites *CoalescingBio::of(const OpenSslApi &api, SSL *ssl) const noexcept
+{
+	if (!method_ || !ssl)
+		return nullptr;
+	BIO *wbio = api.SSL_get_wbio(ssl);
+	if (!wbio || api.BIO_method_type(wbio) != type_)
+		return nullptr;
+	return writesOf(wbio);
+}
+
+PendingWrites *CoalescingBio::attach(const OpenSslApi &api, SSL *ssl) const noexcept
+{
+	if (!method_ || !ssl)
+		return nullptr;
+	BIO *socket = api.SSL_get_wbio(ssl);
+	if (!socket || api.BIO_method_type(socket) != BIO_TYPE_SOCKET)
+		return nullptr;
+#ifdef BIO_CTRL_GET_KTLS_SEND
+	/* Kernel TLS sends each record with its own sendmsg: not ours to merge. */
+	if (api.BIO_ctrl(socket, BIO_CTRL_GET_KTLS_SEND, 0, nullptr) > 0)
+		return nullptr;
+#endif
+	int fd = -1;
+	if (api.BIO_ctrl(socket, BIO_C_GET_FD, 0, &fd) < 0 || fd < 0)
+		return nullptr;
+
+	PendingWrites *writes = g_coalescer->open(fd);
+	BIO *filter = writes ? api.BIO_new(method_) : nullptr;
+	if (!filter) {
+		if (writes)
+			g_coalescer->release(writes);
+		return nullptr;
+	}
+	api.BIO_set_data(filter, writes);
+	api.BIO_set_init(filter, 1);
+	/*
+	 * The socket BIO is usually the read BIO too. SSL_set0_wbio lets go of the SSL's write
+	 * reference; the filter's chain keeps its own, so SSL_free releases each once.
+	 */
+	api.BIO_up_ref(socket);
+	api.BIO_push(filter, socket);
+	api.SSL_set0_wbio(ssl, filter);
+	return writes;
+}
+
+CoalescingBio::Direct::Direct() noexcept
+{
+	directWrites++;
+}
+
+CoalescingBio::Direct::~Direct()
+{
+	directWrites--;
+}
+
+} /* namespace tlstune */

@@ -1,0 +1,47 @@
+#pragma once
+
+#include <openssl/ssl.h>
+
+#include "coalescer.h"
+#include "openssl_api.h"
+
+namespace tlstune {
+
+/*
+ * The filter BIO that coalesces a connection's writes: put between OpenSSL and the socket
+ * BIO of an SSL that writes to a plain socket, it takes each record OpenSSL writes into
+ * the connection's PendingWrites instead of a send() each. OpenSSL encrypts as it always
+ * does; only the syscalls are merged, and the flusher never touches OpenSSL state.
+ */
+class CoalescingBio {
+public:
+	/* Builds the BIO method; false when this libssl lacks what it needs. */
+	bool init(const OpenSslApi &api, Coalescer *coalescer) noexcept;
+
+	/* ssl's PendingWrites when its writes go through the filter; else nullptr. */
+	PendingWrites *of(const OpenSslApi &api, SSL *ssl) const noexcept;
+
+	/*
+	 * Puts the filter under ssl's writes when they go to a plain socket BIO (not kernel
+	 * TLS, not a memory or program-made BIO). Returns the PendingWrites, or nullptr.
+	 */
+	PendingWrites *attach(const OpenSslApi &api, SSL *ssl) const noexcept;
+
+	/*
+	 * While one lives on this thread, the filter passes records straight on (after what
+	 * is pending): a write of the coalescing limit or more is not copied.
+	 */
+	class Direct {
+	public:
+		Direct() noexcept;
+		~Direct();
+		Direct(const Direct &) = delete;
+		Direct &operator=(const Direct &) = delete;
+	};
+
+private:
+	BIO_METHOD *method_ = nullptr;
+	int type_ = 0;
+};
+
+} /* namespace tlstune */
