@@ -7,6 +7,9 @@
  *   --sink                   read until the client closes; print "received N sha256 H"
  *   --echo                   send back everything read, until the client closes
  *   --lines                  print each line read as "line TEXT" as soon as it arrives
+ *   --hold                   with --sink: read a line from stdin before reading the client,
+ *                            so that the client's socket buffer fills up first
+ *   --reset-after BYTES      with --sink: after reading BYTES, reset the connection (RST)
  * Prints "port N" on stdout once it listens (--port 0 picks a free one).
  */
 
@@ -75,11 +78,13 @@ int main(int argc, char **argv)
 	const uint64_t burstLines = number(argc, argv, "--burst", 0);
 	const uint64_t seed = number(argc, argv, "--seed", 1);
 	const uint64_t connections = number(argc, argv, "--connections", 1);
-	bool sink = false, hangup = false, echo = false, lines = false;
+	bool sink = false, hangup = false, echo = false, lines = false, hold = false;
+	const uint64_t resetAfter = number(argc, argv, "--reset-after", 0);
 	for (int i = 1; i < argc; i++) {
 		sink = sink || std::string(argv[i]) == "--sink";
 		hangup = hangup || std::string(argv[i]) == "--hangup";
 		echo = echo || std::string(argv[i]) == "--echo";
+		hold = hold || std::string(argv[i]) == "--hold";
 		lines = lines || std::string(argv[i]) == "--lines";
 	}
 
@@ -154,7 +159,24 @@ int main(int argc, char **argv)
 				std::fflush(stdout);
 				line.clear();
 			}
+		} else if (sink && resetAfter) {
+			unsigned char buffer[16384];
+			size_t n = 0;
+			for (uint64_t received = 0; received < resetAfter && SSL_read_ex(ssl, buffer, sizeof(buffer), &n);)
+				received += n;
+			struct linger reset = { 1, 0 };
+			setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+			close(fd);
+			SSL_free(ssl);
+			std::printf("reset\n");
+			std::fflush(stdout);
+			continue;
 		} else if (sink) {
+			if (hold) {
+				char line[64];
+				if (!std::fgets(line, sizeof(line), stdin))
+					fail("--hold: stdin closed");
+			}
 			Sha256 digest;
 			uint64_t received = drain(ssl, &digest);
 			std::printf("received %llu sha256 %s\n", static_cast<unsigned long long>(received),

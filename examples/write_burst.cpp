@@ -10,11 +10,20 @@
  *                         for the next (tls_server --lines prints them as they arrive)
  *   --ping N              N times: write --size bytes, poll until readable, read the
  *                         echo back (tls_server --echo); prints "pings N ok"
- * A failed write prints "write failed: SSL error E, errno X" and exits 1.
+ *   --threads T --cert C --key K
+ *                         T threads, each with its own connection over a socketpair to a
+ *                         server thread of this process: --writes N writes of --size B,
+ *                         polling now and then; prints "threads T ok" when every server
+ *                         thread got exactly its client's bytes
+ * SIGPIPE is ignored: a failed write prints "write failed: SSL error E, errno X" and
+ * exits 1.
  */
 
+#include <csignal>
 #include <poll.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -99,18 +108,96 @@ void ping(SSL *ssl, int fd, uint64_t count, size_t size)
 	std::printf("pings %llu ok\n", static_cast<unsigned long long>(count));
 }
 
+/* One client thread's connection and its server thread, over a socketpair. */
+bool pairedBurst(SSL_CTX *clientCtx, SSL_CTX *serverCtx, uint64_t writes, size_t size, uint64_t seed)
+{
+	int fds[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
+		return false;
+	std::string received;
+	std::thread server([&] {
+		SSL *ssl = SSL_new(serverCtx);
+		SSL_set_fd(ssl, fds[1]);
+		Sha256 digest;
+		if (SSL_accept(ssl) == 1) {
+			unsigned char buffer[16384];
+			size_t n = 0;
+			while (SSL_read_ex(ssl, buffer, sizeof(buffer), &n))
+				digest.update(buffer, n);
+			SSL_shutdown(ssl);
+		}
+		received = digest.hex();
+		SSL_free(ssl);
+		close(fds[1]);
+	});
+
+	SSL *ssl = SSL_new(clientCtx);
+	SSL_set_fd(ssl, fds[0]);
+	Pattern pattern(seed);
+	Sha256 digest;
+	std::vector<unsigned char> chunk(size);
+	bool ok = SSL_connect(ssl) == 1;
+	for (uint64_t i = 0; ok && i < writes; i++) {
+		pattern.fill(chunk.data(), size);
+		digest.update(chunk.data(), size);
+		ok = SSL_write(ssl, chunk.data(), static_cast<int>(size)) == static_cast<int>(size);
+		/* A program that polls between writes: its wait pushes every connection's bytes. */
+		if (i % 1000 == 0) {
+			struct pollfd pfd = { fds[0], POLLOUT, 0 };
+			poll(&pfd, 1, 0);
+		}
+	}
+	SSL_shutdown(ssl);
+	SSL_free(ssl);
+	shutdown(fds[0], SHUT_WR);
+	server.join();
+	close(fds[0]);
+	return ok && received == digest.hex();
+}
+
+int threads(int argc, char **argv, uint64_t count, size_t size)
+{
+	SSL_CTX *client = SSL_CTX_new(TLS_client_method());
+	SSL_CTX *server = SSL_CTX_new(TLS_server_method());
+	if (SSL_CTX_use_certificate_chain_file(server, option(argc, argv, "--cert", "").c_str()) != 1 ||
+	    SSL_CTX_use_PrivateKey_file(server, option(argc, argv, "--key", "").c_str(), SSL_FILETYPE_PEM) != 1)
+		fail("cannot load the certificate and key");
+	const uint64_t writes = number(argc, argv, "--writes", 1);
+	std::vector<std::thread> workers;
+	std::vector<int> ok(count, 0);
+	for (uint64_t t = 0; t < count; t++)
+		workers.emplace_back([&, t] { ok[t] = pairedBurst(client, server, writes, size, t + 1); });
+	uint64_t good = 0;
+	for (uint64_t t = 0; t < count; t++) {
+		workers[t].join();
+		good += ok[t];
+	}
+	SSL_CTX_free(client);
+	SSL_CTX_free(server);
+	if (good != count) {
+		std::printf("threads %llu of %llu ok\n", static_cast<unsigned long long>(good),
+			    static_cast<unsigned long long>(count));
+		return 1;
+	}
+	std::printf("threads %llu ok\n", static_cast<unsigned long long>(count));
+	return 0;
+}
+
 } /* namespace */
 
 int main(int argc, char **argv)
 {
-	if (argc < 3)
-		fail("usage: write_burst PORT --writes N --size B | --lines | --ping N");
+	std::signal(SIGPIPE, SIG_IGN);
+	if (argc < 2)
+		fail("usage: write_burst PORT --writes N --size B | --lines | --ping N | --threads T");
 	bool nonBlocking = false, lineMode = false;
 	for (int i = 1; i < argc; i++) {
 		nonBlocking = nonBlocking || std::string(argv[i]) == "--nonblocking";
 		lineMode = lineMode || std::string(argv[i]) == "--lines";
 	}
 	const size_t size = number(argc, argv, "--size", 100);
+	if (const uint64_t count = number(argc, argv, "--threads", 0))
+		return threads(argc, argv, count, size);
 
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	SSL *ssl = SSL_new(ctx);

@@ -80,9 +80,10 @@ const Certificate &certificate()
 namespace {
 
 Command serverCommand(const std::vector<std::string> &arguments, const std::vector<std::string> &env,
-		      const Certificate &identity)
+		      const Certificate &identity, const std::string &stdinPath)
 {
 	Command command;
+	command.stdinPath = stdinPath;
 	command.argv = { examplePath("tls_server"), "--cert", identity.cert, "--key", identity.key };
 	command.argv.insert(command.argv.end(), arguments.begin(), arguments.end());
 	command.env = env;
@@ -92,8 +93,9 @@ Command serverCommand(const std::vector<std::string> &arguments, const std::vect
 } /* namespace */
 
 ExampleServer::ExampleServer(const std::vector<std::string> &arguments,
-			     const std::vector<std::string> &env, const Certificate &identity)
-	: process_(serverCommand(arguments, env, identity))
+			     const std::vector<std::string> &env, const Certificate &identity,
+			     const std::string &stdinPath)
+	: process_(serverCommand(arguments, env, identity, stdinPath))
 {
 	const std::string line = process_.readLine(30000);
 	if (line.rfind("port ", 0) != 0)

@@ -39,7 +39,8 @@ class ExampleServer {
 public:
 	explicit ExampleServer(const std::vector<std::string> &arguments,
 			       const std::vector<std::string> &env = {},
-			       const Certificate &identity = certificate());
+			       const Certificate &identity = certificate(),
+			       const std::string &stdinPath = "/dev/null");
 	int port() const { return port_; }
 	std::string portText() const { return std::to_string(port_); }
 	Process &process() { return process_; }

@@ -1,0 +1,176 @@
+/*
+ * Write coalescing seen from examples/write_burst: far fewer send syscalls for a burst of
+ * small writes, the same bytes at the server, and no byte held while the program waits
+ * for the peer, blocks on stdin, forks, or meets a full or reset socket.
+ */
+
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "process.h"
+#include "tls_fixture.h"
+
+using namespace testsupport;
+
+namespace {
+
+constexpr int kTimeoutMs = 120000;
+
+std::vector<std::string> burstClient(const ExampleServer &server, std::vector<std::string> arguments)
+{
+	arguments.insert(arguments.begin(), { examplePath("write_burst"), server.portText() });
+	return arguments;
+}
+
+Captured runClient(const std::vector<std::string> &argv, bool withShim,
+		   std::vector<std::string> env = {})
+{
+	Command command;
+	command.argv = argv;
+	command.env = withShim ? shimEnv(env) : env;
+	return runCaptured(command, kTimeoutMs);
+}
+
+/* "sent N sha256 H" from the client and "received N sha256 H" from the server agree. */
+void expectSameBytes(const std::string &clientOut, ExampleServer &server)
+{
+	const std::string sent = clientOut.substr(clientOut.rfind("sent ") + 5);
+	EXPECT_EQ(server.process().readLine(kTimeoutMs) + "\n", "received " + sent) << clientOut;
+}
+
+/* A FIFO a child reads as stdin while the test writes to it, one line at a time. */
+class Fifo {
+public:
+	explicit Fifo(const std::string &path) : path_(path)
+	{
+		if (mkfifo(path.c_str(), 0600) != 0)
+			throw std::runtime_error("mkfifo " + path);
+		/* Read-write: opening does not wait for the reader, and the child's open does not either. */
+		fd_ = open(path.c_str(), O_RDWR | O_CLOEXEC);
+	}
+	~Fifo() { closeWriter(); }
+	const std::string &path() const { return path_; }
+	void write(const std::string &text) { ASSERT_EQ(::write(fd_, text.data(), text.size()), ssize_t(text.size())); }
+	void closeWriter()
+	{
+		if (fd_ >= 0)
+			close(fd_);
+		fd_ = -1;
+	}
+
+private:
+	std::string path_;
+	int fd_ = -1;
+};
+
+} /* namespace */
+
+TEST(WritePath, ABurstOfSmallWritesTakesAHundredTimesFewerSends)
+{
+	/*
+	 * 100,000 writes of 100 bytes. The delay is raised to its maximum so that the buffer
+	 * filling up, not the flusher's clock, decides the sends: the count is then the same
+	 * on a loaded machine. The benchmark measures the default delay.
+	 */
+	ExampleServer server({ "--sink", "--connections", "2" });
+	const auto argv = burstClient(server, { "--writes", "100000", "--size", "100" });
+	TracedRun plain = runTraced(argv, false);
+	ASSERT_EQ(plain.status, 0) << plain.out;
+	expectSameBytes(plain.out, server);
+	TracedRun tuned = runTraced(argv, true, { "TLSTUNE_COALESCE_DELAY=100ms" });
+	ASSERT_EQ(tuned.status, 0) << tuned.out;
+	expectSameBytes(tuned.out, server);
+
+	const tlstune::SocketTraffic before = tlstune::trafficOnPort(plain.calls, server.port());
+	const tlstune::SocketTraffic after = tlstune::trafficOnPort(tuned.calls, server.port());
+	EXPECT_GE(before.writes, 100000u);
+	EXPECT_EQ(after.writeBytes, before.writeBytes) << "the same records, in fewer syscalls";
+	EXPECT_LE(after.writes * 100, before.writes) << after.writes << " sends with the shim";
+}
+
+TEST(WritePath, EachLineReachesTheServerWhileTheClientWaitsOnStdin)
+{
+	/* A chat client: it sends a line, then blocks in fgets() where the shim cannot see. */
+	for (bool withShim : { false, true }) {
+		TempDir dir;
+		Fifo input(dir.file("stdin"));
+		ExampleServer server({ "--lines" });
+		Command command;
+		command.argv = burstClient(server, { "--lines" });
+		command.stdinPath = input.path();
+		if (withShim)
+			command.env = shimEnv();
+		Process client(command);
+		for (const char *line : { "hello", "how are you", "bye" }) {
+			input.write(std::string(line) + "\n");
+			/* The next line is typed only once this one has arrived. */
+			EXPECT_EQ(server.process().readLine(kTimeoutMs), std::string("line ") + line) << withShim;
+		}
+		input.closeWriter();
+		EXPECT_EQ(client.wait(kTimeoutMs), 0);
+		EXPECT_EQ(server.process().wait(kTimeoutMs), 0);
+	}
+}
+
+TEST(WritePath, RequestResponseWorksUnchanged)
+{
+	ExampleServer server({ "--echo" });
+	const Captured run = runClient(burstClient(server, { "--ping", "2000", "--size", "100" }), true);
+	EXPECT_EQ(run.status, 0) << run.err;
+	EXPECT_EQ(run.out, "pings 2000 ok\n");
+}
+
+TEST(WritePath, AFullNonBlockingSocketLosesNothing)
+{
+	/* The server reads nothing until told: the client's socket fills and says WANT_WRITE. */
+	for (bool withShim : { false, true }) {
+		TempDir dir;
+		Fifo go(dir.file("go"));
+		ExampleServer server({ "--sink", "--hold" }, {}, certificate(), go.path());
+		Command command;
+		command.argv = burstClient(server, { "--nonblocking", "--writes", "100000", "--size", "100" });
+		if (withShim)
+			command.env = shimEnv();
+		Process client(command);
+		EXPECT_EQ(client.readLine(kTimeoutMs), "socket full") << withShim;
+		go.write("go\n");
+		const std::string sent = client.readLine(kTimeoutMs);
+		EXPECT_EQ(client.wait(kTimeoutMs), 0);
+		expectSameBytes(sent + "\n", server);
+	}
+}
+
+TEST(WritePath, APeerResetMidBurstIsAnErrorNotAHang)
+{
+	for (bool withShim : { false, true }) {
+		ExampleServer server({ "--sink", "--reset-after", "1000000" });
+		const Captured run = runClient(burstClient(server, { "--writes", "10000000", "--size", "100" }),
+					       withShim);
+		EXPECT_EQ(run.status, 1) << withShim << " " << run.out << run.err;
+		EXPECT_NE(run.out.find("write failed: SSL error 5"), std::string::npos) << run.out;
+		EXPECT_EQ(server.process().readLine(kTimeoutMs), "reset");
+	}
+}
+
+TEST(WritePath, AForkedChildDoesNotSendThePendingBytesAgain)
+{
+	/* The child exits through exit(), whose handlers would flush a copy of them. */
+	ExampleServer server({ "--sink" });
+	const Captured run = runClient(burstClient(server, { "--writes", "20000", "--size", "100",
+							     "--fork-at", "10000" }), true);
+	EXPECT_EQ(run.status, 0) << run.err;
+	expectSameBytes(run.out, server);
+}
+
+TEST(WritePath, ThreadsWritingAtOnceKeepTheirBytes)
+{
+	/* 8 threads, each with its own connection; under ThreadSanitizer in that build. */
+	const Captured run = runClient({ examplePath("write_burst"), "-", "--threads", "8", "--writes",
+					 "20000", "--size", "100", "--cert", certificate().cert, "--key",
+					 certificate().key }, true);
+	EXPECT_EQ(run.status, 0) << run.err;
+	EXPECT_EQ(run.out, "threads 8 ok\n");
+}
