@@ -18,6 +18,21 @@ namespace {
  */
 constexpr int kIdleRounds = 50;
 
+/*
+ * This thread holds the registry: a close() from inside (a sanitizer's symbolizer, a
+ * signal handler) must not wait for the lock it holds.
+ */
+thread_local bool holdingRegistry = false;
+
+class RegistryLock {
+public:
+	explicit RegistryLock(std::mutex &mutex) : lock_(mutex) { holdingRegistry = true; }
+	~RegistryLock() { holdingRegistry = false; }
+
+private:
+	std::lock_guard<std::mutex> lock_;
+};
+
 } /* namespace */
 
 PendingWrites *Coalescer::open(int fd)
@@ -26,7 +41,7 @@ PendingWrites *Coalescer::open(int fd)
 									       &counters_));
 	if (!writes)
 		return nullptr;
-	std::lock_guard<std::mutex> lock(registry_);
+	RegistryLock lock(registry_);
 	try {
 		entries_.push_back(std::move(writes));
 	} catch (const std::bad_alloc &) {
@@ -40,7 +55,7 @@ void Coalescer::release(PendingWrites *writes)
 {
 	const int savedErrno = errno;
 	writes->drain(kDrainTimeoutMs);
-	std::lock_guard<std::mutex> lock(registry_);
+	RegistryLock lock(registry_);
 	auto entry = std::find_if(entries_.begin(), entries_.end(),
 				  [&](const std::unique_ptr<PendingWrites> &e) { return e.get() == writes; });
 	if (entry != entries_.end()) {
@@ -94,8 +109,10 @@ void Coalescer::flusherLoop()
 
 void Coalescer::flushDirty()
 {
+	if (holdingRegistry)
+		return;
 	const int savedErrno = errno;
-	std::lock_guard<std::mutex> lock(registry_);
+	RegistryLock lock(registry_);
 	for (const std::unique_ptr<PendingWrites> &writes : entries_) {
 		/* Busy: the connection's own thread holds it and is sending itself. */
 		if (writes->dirty())
@@ -106,10 +123,10 @@ void Coalescer::flushDirty()
 
 void Coalescer::closing(int first, int last, bool detach)
 {
-	if (entryCount_.load(std::memory_order_relaxed) == 0)
+	if (entryCount_.load(std::memory_order_relaxed) == 0 || holdingRegistry)
 		return;
 	const int savedErrno = errno;
-	std::lock_guard<std::mutex> lock(registry_);
+	RegistryLock lock(registry_);
 	for (const std::unique_ptr<PendingWrites> &writes : entries_) {
 		const int fd = writes->fd();
 		if (fd < first || fd > last)
@@ -127,7 +144,7 @@ void Coalescer::drainAll()
 	if (counters_.dirty.load(std::memory_order_relaxed) == 0)
 		return;
 	const int savedErrno = errno;
-	std::lock_guard<std::mutex> lock(registry_);
+	RegistryLock lock(registry_);
 	for (const std::unique_ptr<PendingWrites> &writes : entries_) {
 		if (writes->dirty())
 			writes->drain(kDrainTimeoutMs);
