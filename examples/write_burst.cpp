@@ -6,6 +6,9 @@
  *     --nonblocking       on a non-blocking socket: WANT_WRITE waits for POLLOUT and the
  *                         write is retried; prints "socket full" the first time
  *     --fork-at K         fork after write K; the child exits at once through exit()
+ *     --end HOW           how the connection ends after the burst: "shutdown" (default,
+ *                         close_notify both ways), "close" (close(fd), then SSL_free) or
+ *                         "free" (SSL_free, then close(fd)); the last two send no close_notify
  *   --lines               sends each line of stdin with one write, then waits in fgets()
  *                         for the next (tls_server --lines prints them as they arrive)
  *   --ping N              N times: write --size bytes, poll until readable, read the
@@ -217,6 +220,16 @@ int main(int argc, char **argv)
 		      number(argc, argv, "--fork-at", 0));
 	std::fflush(stdout);
 
+	const std::string end = option(argc, argv, "--end", "shutdown");
+	if (end == "close" || end == "free") {
+		if (end == "close")
+			close(fd);
+		SSL_free(ssl);
+		if (end == "free")
+			close(fd);
+		SSL_CTX_free(ctx);
+		return 0;
+	}
 	/* close_notify, then the server's, so the server has read everything before we go. */
 	for (int i = 0; i < 100; i++) {
 		const int r = SSL_shutdown(ssl);

@@ -35,6 +35,14 @@ private:
 
 } /* namespace */
 
+Coalescer::~Coalescer()
+{
+	std::unique_lock<std::mutex> lock(wakeMutex_);
+	stopping_ = true;
+	wake_.notify_all();
+	wake_.wait(lock, [this] { return !flusherRunning_.load(std::memory_order_relaxed); });
+}
+
 PendingWrites *Coalescer::open(int fd)
 {
 	std::unique_ptr<PendingWrites> writes(new (std::nothrow) PendingWrites(fd, limit_, calls_,
@@ -94,12 +102,21 @@ void Coalescer::flusherLoop()
 {
 	int quietRounds = 0;
 	for (;;) {
-		if (counters_.dirty.load(std::memory_order_relaxed) == 0 && ++quietRounds >= kIdleRounds) {
+		{
 			std::unique_lock<std::mutex> lock(wakeMutex_);
-			flusherIdle_.store(true, std::memory_order_release);
-			wake_.wait(lock, [this] { return counters_.dirty.load(std::memory_order_relaxed) > 0; });
-			flusherIdle_.store(false, std::memory_order_relaxed);
-			quietRounds = 0;
+			if (counters_.dirty.load(std::memory_order_relaxed) == 0 && ++quietRounds >= kIdleRounds) {
+				flusherIdle_.store(true, std::memory_order_release);
+				wake_.wait(lock, [this] {
+					return stopping_ || counters_.dirty.load(std::memory_order_relaxed) > 0;
+				});
+				flusherIdle_.store(false, std::memory_order_relaxed);
+				quietRounds = 0;
+			}
+			if (stopping_) {
+				flusherRunning_.store(false, std::memory_order_relaxed);
+				wake_.notify_all();
+				return;
+			}
 		}
 		/* A byte appended just after the last round waits one delay at most. */
 		std::this_thread::sleep_for(delay_);

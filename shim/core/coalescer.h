@@ -23,6 +23,10 @@ class Coalescer {
 public:
 	Coalescer(std::size_t limit, std::chrono::microseconds delay, SocketCalls calls) noexcept
 		: limit_(limit), delay_(delay), calls_(calls) {}
+	/* Stops the flusher thread (the shim's lives as long as the process; tests' do not). */
+	~Coalescer();
+	Coalescer(const Coalescer &) = delete;
+	Coalescer &operator=(const Coalescer &) = delete;
 
 	std::size_t limit() const noexcept { return limit_; }
 	const PendingWrites::Counters &counters() const noexcept { return counters_; }
@@ -80,6 +84,7 @@ private:
 	std::condition_variable wake_;
 	std::atomic<bool> flusherRunning_{false};
 	std::atomic<bool> flusherIdle_{false};
+	bool stopping_ = false; /* guarded by wakeMutex_ */
 };
 
 } /* namespace tlstune */

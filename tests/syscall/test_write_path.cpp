@@ -91,6 +91,23 @@ TEST(WritePath, ABurstOfSmallWritesTakesAHundredTimesFewerSends)
 	EXPECT_LE(after.writes * 100, before.writes) << after.writes << " sends with the shim";
 }
 
+TEST(WritePath, CloseAndFreeSendWhatIsPendingFirst)
+{
+	/*
+	 * No close_notify: the server reads to the end of the stream and counts the bytes.
+	 * TLS 1.2, because a TLS 1.3 client that never read the server's session tickets
+	 * closes with unread data, and the kernel then sends a reset that discards the
+	 * server's unread bytes, shim or not (seen here).
+	 */
+	for (const char *end : { "close", "free" }) {
+		ExampleServer server({ "--sink", "--tls", "1.2" });
+		const Captured run = runClient(burstClient(server, { "--writes", "1000", "--size", "100", "--end", end }),
+					       true, { "TLSTUNE_COALESCE_DELAY=100ms" });
+		EXPECT_EQ(run.status, 0) << run.err;
+		expectSameBytes(run.out, server);
+	}
+}
+
 TEST(WritePath, EachLineReachesTheServerWhileTheClientWaitsOnStdin)
 {
 	/* A chat client: it sends a line, then blocks in fgets() where the shim cannot see. */
