@@ -133,7 +133,7 @@ void Coalescer::flushDirty()
 	for (const std::unique_ptr<PendingWrites> &writes : entries_) {
 		/* Busy: the connection's own thread holds it and is sending itself. */
 		if (writes->dirty())
-			writes->tryFlush(MSG_DONTWAIT);
+			writes->tryFlush(kBackgroundSend);
 	}
 	errno = savedErrno;
 }

@@ -17,7 +17,7 @@ namespace tlstune {
  * closed or shut down, when the connection is freed, at exit, and in any case within the
  * delay, from a flusher thread, when the program blocks where the shim cannot see
  * (stdin, a condition variable, sleep). Only the connection's own thread calls into
- * OpenSSL; everyone here sends with MSG_DONTWAIT under the PendingWrites' lock.
+ * OpenSSL; everyone here sends with kBackgroundSend under the PendingWrites' lock.
  */
 class Coalescer {
 public:

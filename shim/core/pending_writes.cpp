@@ -93,7 +93,7 @@ PendingWrites::Result PendingWrites::drain(int timeoutMs)
 	std::lock_guard<std::mutex> lock(mutex_);
 	const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
 	for (;;) {
-		const Result result = flushLocked(MSG_DONTWAIT);
+		const Result result = flushLocked(kBackgroundSend);
 		if (result != Result::Again)
 			return result;
 		const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(

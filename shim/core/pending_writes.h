@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <mutex>
 #include <poll.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <vector>
 
@@ -17,13 +18,20 @@ struct SocketCalls {
 };
 
 /*
+ * How everyone but the connection's own write sends: never blocking, and never raising
+ * SIGPIPE in a thread whose signal mask the program did not choose (the error is kept
+ * and reported by the connection's next write instead).
+ */
+constexpr int kBackgroundSend = MSG_DONTWAIT | MSG_NOSIGNAL;
+
+/*
  * The encrypted records of one connection that OpenSSL has written and the shim has not
  * sent yet, and the socket they go to. Records are appended whole and sent in order, so
  * the peer sees exactly the bytes OpenSSL wrote, only in fewer segments and syscalls.
  *
  * Two kinds of callers: the thread inside the connection's own OpenSSL call (append,
  * flushes before reads), which may block as OpenSSL's own write would; and everyone else
- * (the flusher thread, another thread's poll), which only ever sends with MSG_DONTWAIT
+ * (the flusher thread, another thread's poll), which only ever sends with kBackgroundSend
  * and never calls into OpenSSL. One mutex orders them.
  */
 class PendingWrites {
@@ -53,7 +61,7 @@ public:
 	 */
 	Result append(const void *record, std::size_t length, bool *becameDirty);
 
-	/* Sends what is pending. flags: 0 in the owner's call, MSG_DONTWAIT elsewhere. */
+	/* Sends what is pending. flags: 0 in the owner's call, kBackgroundSend elsewhere. */
 	Result flush(int flags);
 	/* The same without waiting for the lock. */
 	Result tryFlush(int flags);
