@@ -16,8 +16,16 @@ namespace tlstune {
  * full buffer: before the program waits (poll/select/epoll on any fd), before an fd is
  * closed or shut down, when the connection is freed, at exit, and in any case within the
  * delay, from a flusher thread, when the program blocks where the shim cannot see
- * (stdin, a condition variable, sleep). Only the connection's own thread calls into
- * OpenSSL; everyone here sends with kBackgroundSend under the PendingWrites' lock.
+ * (stdin, a condition variable, sleep).
+ *
+ * Why a flush from another thread is safe: the bytes it sends are ciphertext that OpenSSL
+ * finished with when its write returned; they live in the PendingWrites, not in OpenSSL,
+ * and go to the fd recorded when the filter was attached. So a flush needs the
+ * PendingWrites' lock and send(2), never an OpenSSL call or lock; only the connection's
+ * own thread, inside its own OpenSSL call, touches OpenSSL state. A close of that fd
+ * (seen by the close family) detaches it under the same lock before the number is freed.
+ * Lock order: registry_, then a PendingWrites' lock; nobody takes registry_ while
+ * holding a PendingWrites' lock.
  */
 class Coalescer {
 public:
