@@ -4,7 +4,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
-#include <limits>
+#include <initializer_list>
 
 namespace tlstune {
 
@@ -90,6 +90,31 @@ const char *levelName(LogLevel level)
 	return "?";
 }
 
+struct Unit {
+	const char *suffix; /* lower case; "" for none */
+	unsigned long long multiplier;
+};
+
+/* Up to 12 digits and one of units' suffixes, any case; false for anything else. */
+bool parseScaled(const std::string &text, std::initializer_list<Unit> units,
+		 unsigned long long *value)
+{
+	std::size_t digits = 0;
+	while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits])))
+		digits++;
+	if (digits == 0 || digits > 12)
+		return false;
+	const std::string suffix = lower(text.substr(digits));
+	for (const Unit &unit : units) {
+		if (suffix != unit.suffix)
+			continue;
+		/* 12 digits times 2^20 stays far below 2^64. */
+		*value = std::strtoull(text.substr(0, digits).c_str(), nullptr, 10) * unit.multiplier;
+		return true;
+	}
+	return false;
+}
+
 } /* namespace */
 
 const std::vector<OptionInfo> &optionTable()
@@ -124,78 +149,33 @@ bool parseSize(const std::string &text, std::size_t *value)
 
 bool parseSize(const std::string &text, std::size_t min, std::size_t max, std::size_t *value)
 {
-	std::size_t digits = 0;
-	while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits])))
-		digits++;
-	if (digits == 0 || digits > 12)
+	unsigned long long bytes = 0;
+	if (!parseScaled(text, { { "", 1 }, { "b", 1 }, { "k", 1024 }, { "kib", 1024 },
+				 { "m", 1024 * 1024 }, { "mib", 1024 * 1024 } }, &bytes) ||
+	    bytes < min || bytes > max)
 		return false;
-
-	const std::string unit = lower(text.substr(digits));
-	unsigned long long multiplier;
-	if (unit.empty() || unit == "b")
-		multiplier = 1;
-	else if (unit == "k" || unit == "kib")
-		multiplier = 1024;
-	else if (unit == "m" || unit == "mib")
-		multiplier = 1024 * 1024;
-	else
-		return false;
-
-	unsigned long long number = std::strtoull(text.substr(0, digits).c_str(), nullptr, 10);
-	if (number > std::numeric_limits<std::size_t>::max() / multiplier)
-		return false;
-	std::size_t bytes = static_cast<std::size_t>(number * multiplier);
-	if (bytes < min || bytes > max)
-		return false;
-	*value = bytes;
+	*value = static_cast<std::size_t>(bytes);
 	return true;
 }
 
 bool parseDuration(const std::string &text, unsigned long *seconds)
 {
-	std::size_t digits = 0;
-	while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits])))
-		digits++;
-	if (digits == 0 || digits > 9)
+	unsigned long long value = 0;
+	if (!parseScaled(text, { { "", 1 }, { "s", 1 }, { "m", 60 }, { "h", 3600 }, { "d", 86400 } },
+			 &value) ||
+	    value > kMaxDuration)
 		return false;
-	const std::string unit = lower(text.substr(digits));
-	unsigned long multiplier;
-	if (unit.empty() || unit == "s")
-		multiplier = 1;
-	else if (unit == "m")
-		multiplier = 60;
-	else if (unit == "h")
-		multiplier = 60 * 60;
-	else if (unit == "d")
-		multiplier = 24 * 60 * 60;
-	else
-		return false;
-	const unsigned long value = std::stoul(text.substr(0, digits)) * multiplier;
-	if (value > kMaxDuration)
-		return false;
-	*seconds = value;
+	*seconds = static_cast<unsigned long>(value);
 	return true;
 }
 
 bool parseDelay(const std::string &text, unsigned long *microseconds)
 {
-	std::size_t digits = 0;
-	while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits])))
-		digits++;
-	if (digits == 0 || digits > 9)
+	unsigned long long value = 0;
+	if (!parseScaled(text, { { "", 1 }, { "us", 1 }, { "ms", 1000 } }, &value) ||
+	    value < kMinDelayUs || value > kMaxDelayUs)
 		return false;
-	const std::string unit = lower(text.substr(digits));
-	unsigned long multiplier;
-	if (unit.empty() || unit == "us")
-		multiplier = 1;
-	else if (unit == "ms")
-		multiplier = 1000;
-	else
-		return false;
-	const unsigned long value = std::stoul(text.substr(0, digits)) * multiplier;
-	if (value < kMinDelayUs || value > kMaxDelayUs)
-		return false;
-	*microseconds = value;
+	*microseconds = static_cast<unsigned long>(value);
 	return true;
 }
 

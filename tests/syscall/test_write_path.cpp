@@ -75,7 +75,7 @@ TEST(WritePath, ABurstOfSmallWritesTakesAHundredTimesFewerSends)
 	 * filling up, not the flusher's clock, decides the sends: the count is then the same
 	 * on a loaded machine. The benchmark measures the default delay.
 	 */
-	ExampleServer server({ "--sink", "--connections", "2" });
+	ExampleServer server({ "--sink", "--connections", "3" });
 	const auto argv = burstClient(server, { "--writes", "100000", "--size", "100" });
 	TracedRun plain = runTraced(argv, false);
 	ASSERT_EQ(plain.status, 0) << plain.out;
@@ -89,6 +89,11 @@ TEST(WritePath, ABurstOfSmallWritesTakesAHundredTimesFewerSends)
 	EXPECT_GE(before.writes, 100000u);
 	EXPECT_EQ(after.writeBytes, before.writeBytes) << "the same records, in fewer syscalls";
 	EXPECT_LE(after.writes * 100, before.writes) << after.writes << " sends with the shim";
+
+	TracedRun off = runTraced(argv, true, { "TLSTUNE_COALESCE=off" });
+	ASSERT_EQ(off.status, 0) << off.out;
+	expectSameBytes(off.out, server);
+	EXPECT_GE(tlstune::trafficOnPort(off.calls, server.port()).writes, 100000u) << "TLSTUNE_COALESCE=off";
 }
 
 TEST(WritePath, CloseAndFreeSendWhatIsPendingFirst)
