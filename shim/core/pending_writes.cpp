@@ -2,7 +2,7 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cstring>
+#include <new>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -30,7 +30,13 @@ PendingWrites::Result PendingWrites::append(const void *record, std::size_t leng
 		sent_ = 0;
 	}
 	const unsigned char *begin = static_cast<const unsigned char *>(record);
-	bytes_.insert(bytes_.end(), begin, begin + length);
+	try {
+		bytes_.insert(bytes_.end(), begin, begin + length);
+	} catch (const std::bad_alloc &) {
+		/* Called from OpenSSL's C code: no exception may leave. The write fails instead. */
+		errno = ENOMEM;
+		return Result::Failed;
+	}
 	counters_->records.fetch_add(1, std::memory_order_relaxed);
 	*becameDirty = !dirty_.exchange(true, std::memory_order_relaxed);
 	if (*becameDirty)
