@@ -115,6 +115,30 @@ bool parseScaled(const std::string &text, std::initializer_list<Unit> units,
 	return false;
 }
 
+/*
+ * A value as the one-line error shows it: control and non-ASCII bytes as \xNN, and at
+ * most 64 bytes of it, so that whatever is in the environment stays one short line.
+ */
+std::string printable(const std::string &value)
+{
+	constexpr std::size_t kShown = 64;
+	std::string out;
+	for (std::size_t i = 0; i < value.size() && i < kShown; i++) {
+		const unsigned char c = static_cast<unsigned char>(value[i]);
+		if (c >= 0x20 && c < 0x7f) {
+			out += static_cast<char>(c);
+			continue;
+		}
+		static const char kHex[] = "0123456789abcdef";
+		out += "\\x";
+		out += kHex[c >> 4];
+		out += kHex[c & 15];
+	}
+	if (value.size() > kShown)
+		out += "...";
+	return out;
+}
+
 } /* namespace */
 
 const std::vector<OptionInfo> &optionTable()
@@ -227,7 +251,7 @@ ParsedConfig parseConfig(EnvLookup lookup, void *context)
 			break;
 		}
 		if (!ok)
-			parsed.errors.push_back(std::string(option.info.name) + "=" + text +
+			parsed.errors.push_back(std::string(option.info.name) + "=" + printable(text) +
 						" is not valid: expected " + option.info.accepted +
 						"; using the default, " + option.info.defaultValue);
 	}

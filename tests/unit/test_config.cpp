@@ -150,6 +150,18 @@ TEST(Config, EveryKindOfBadValueGetsOneLineAndTheDefault)
 	}
 }
 
+TEST(Config, ABadValueIsShownOnOneShortLine)
+{
+	ParsedConfig parsed = parse({ { "TLSTUNE_STATS", "on\nTLSTUNE_FAKE=1\x1b[2J" } });
+	ASSERT_EQ(parsed.errors.size(), 1u);
+	EXPECT_NE(parsed.errors[0].find("TLSTUNE_STATS=on\\x0aTLSTUNE_FAKE=1\\x1b[2J is not valid"),
+		  std::string::npos) << parsed.errors[0];
+	parsed = parse({ { "TLSTUNE_READ_BUFFER", std::string(10000, '9') } });
+	ASSERT_EQ(parsed.errors.size(), 1u);
+	EXPECT_LT(parsed.errors[0].size(), 300u);
+	EXPECT_NE(parsed.errors[0].find(std::string(64, '9') + "... is not valid"), std::string::npos);
+}
+
 TEST(Config, OneBadValueLeavesTheOthersAlone)
 {
 	ParsedConfig parsed = parse({ { "TLSTUNE_READ_BUFFER", "huge" }, { "TLSTUNE_STATS", "on" },
