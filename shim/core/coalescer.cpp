@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <new>
 #include <sys/socket.h>
 #include <system_error>
@@ -158,15 +159,7 @@ void Coalescer::closing(int first, int last, bool detach)
 
 void Coalescer::drainAll()
 {
-	if (counters_.dirty.load(std::memory_order_relaxed) == 0)
-		return;
-	const int savedErrno = errno;
-	RegistryLock lock(registry_);
-	for (const std::unique_ptr<PendingWrites> &writes : entries_) {
-		if (writes->dirty())
-			writes->drain(kDrainTimeoutMs);
-	}
-	errno = savedErrno;
+	closing(0, INT_MAX, false);
 }
 
 void Coalescer::lockForFork()

@@ -104,11 +104,6 @@ long filterCtrl(BIO *bio, int command, long number, void *pointer)
 	return next ? api.BIO_ctrl(next, command, number, pointer) : 0;
 }
 
-int filterCreate(BIO *)
-{
-	return 1;
-}
-
 /* SSL_free or SSL_set_bio let go of the filter: the bytes go out first. */
 int filterDestroy(BIO *bio)
 {
@@ -130,7 +125,6 @@ bool CoalescingBio::init(const OpenSslApi &api, Coalescer *coalescer) noexcept
 	BIO_METHOD *method = api.BIO_meth_new(index | BIO_TYPE_FILTER, "tlstune write coalescing");
 	if (!method || !api.BIO_meth_set_write(method, filterWrite) ||
 	    !api.BIO_meth_set_read(method, filterRead) || !api.BIO_meth_set_ctrl(method, filterCtrl) ||
-	    !api.BIO_meth_set_create(method, filterCreate) ||
 	    !api.BIO_meth_set_destroy(method, filterDestroy))
 		return false;
 	g_api = &api;
@@ -150,12 +144,15 @@ PendingWrites *CoalescingBio::of(const OpenSslApi &api, SSL *ssl) const noexcept
 	return writesOf(wbio);
 }
 
-PendingWrites *CoalescingBio::attach(const OpenSslApi &api, SSL *ssl) const noexcept
+PendingWrites *CoalescingBio::attached(const OpenSslApi &api, SSL *ssl) const noexcept
 {
 	if (!method_ || !ssl)
 		return nullptr;
 	BIO *socket = api.SSL_get_wbio(ssl);
-	if (!socket || api.BIO_method_type(socket) != BIO_TYPE_SOCKET)
+	const int type = socket ? api.BIO_method_type(socket) : 0;
+	if (type == type_)
+		return writesOf(socket);
+	if (type != BIO_TYPE_SOCKET)
 		return nullptr;
 #ifdef BIO_CTRL_GET_KTLS_SEND
 	/* Kernel TLS sends each record with its own sendmsg: not ours to merge. */

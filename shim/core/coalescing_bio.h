@@ -22,10 +22,10 @@ public:
 	PendingWrites *of(const OpenSslApi &api, SSL *ssl) const noexcept;
 
 	/*
-	 * Puts the filter under ssl's writes when they go to a plain socket BIO (not kernel
-	 * TLS, not a memory or program-made BIO). Returns the PendingWrites, or nullptr.
+	 * The same, first putting the filter under ssl's writes when they go to a plain
+	 * socket BIO (not kernel TLS, not a memory or program-made BIO); else nullptr.
 	 */
-	PendingWrites *attach(const OpenSslApi &api, SSL *ssl) const noexcept;
+	PendingWrites *attached(const OpenSslApi &api, SSL *ssl) const noexcept;
 
 	/*
 	 * While one lives on this thread, the filter passes records straight on (after what

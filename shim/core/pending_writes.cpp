@@ -25,10 +25,6 @@ PendingWrites::Result PendingWrites::append(const void *record, std::size_t leng
 		if (flushed != Result::Done)
 			return flushed;
 	}
-	if (sent_ == bytes_.size()) {
-		bytes_.clear();
-		sent_ = 0;
-	}
 	const unsigned char *begin = static_cast<const unsigned char *>(record);
 	try {
 		bytes_.insert(bytes_.end(), begin, begin + length);

@@ -42,9 +42,10 @@ int onConnection(SSL *ssl, Function OpenSslApi::*function, Args... args)
  */
 inline void flushWrites(SSL *ssl) noexcept
 {
-	const OpenSsl &o = openssl();
-	if (!o.coalescing)
+	/* Nothing held anywhere (every read of a program that does not write much): one load. */
+	if (process().coalescer.counters().dirty.load(std::memory_order_relaxed) == 0)
 		return;
+	const OpenSsl &o = openssl();
 	PendingWrites *writes = o.filter.of(o.api, ssl);
 	if (writes && writes->dirty()) {
 		int savedErrno = errno;
@@ -61,12 +62,7 @@ template <typename Function, typename... Args>
 int onWrite(SSL *ssl, size_t length, Function OpenSslApi::*function, Args... args)
 {
 	const OpenSsl &o = openssl();
-	PendingWrites *writes = nullptr;
-	if (o.coalescing) {
-		writes = o.filter.of(o.api, ssl);
-		if (!writes)
-			writes = o.filter.attach(o.api, ssl);
-	}
+	PendingWrites *writes = o.coalescing ? o.filter.attached(o.api, ssl) : nullptr;
 	if (writes && length >= process().coalescer.limit()) {
 		CoalescingBio::Direct direct;
 		return onConnection(ssl, function, args...);

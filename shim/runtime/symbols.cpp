@@ -22,6 +22,9 @@ void from(void *handle, Function *slot, const char *name)
 	*slot = reinterpret_cast<Function>(dlsym(handle, name));
 }
 
+/* api->NAME from the symbol NAME in handle: the name written once. */
+#define RESOLVE(name) from(handle, &api->name, #name)
+
 struct Wanted {
 	const char *prefix; /* "libssl.so": matches "libssl.so.3", not NSS's "libssl3.so" */
 	void *handle;
@@ -97,52 +100,51 @@ bool resolveOpenSsl(OpenSslApi *api) noexcept
 		return false;
 
 	/* dlsym on a handle searches that object and its dependencies, not the preload. */
-	from(handle, &api->SSL_CTX_new, "SSL_CTX_new");
-	from(handle, &api->SSL_CTX_new_ex, "SSL_CTX_new_ex");
-	from(handle, &api->SSL_new, "SSL_new");
-	from(handle, &api->SSL_read, "SSL_read");
-	from(handle, &api->SSL_read_ex, "SSL_read_ex");
-	from(handle, &api->SSL_peek, "SSL_peek");
-	from(handle, &api->SSL_peek_ex, "SSL_peek_ex");
-	from(handle, &api->SSL_write, "SSL_write");
-	from(handle, &api->SSL_write_ex, "SSL_write_ex");
-	from(handle, &api->SSL_do_handshake, "SSL_do_handshake");
-	from(handle, &api->SSL_connect, "SSL_connect");
-	from(handle, &api->SSL_accept, "SSL_accept");
-	from(handle, &api->SSL_shutdown, "SSL_shutdown");
+	RESOLVE(SSL_CTX_new);
+	RESOLVE(SSL_CTX_new_ex);
+	RESOLVE(SSL_new);
+	RESOLVE(SSL_read);
+	RESOLVE(SSL_read_ex);
+	RESOLVE(SSL_peek);
+	RESOLVE(SSL_peek_ex);
+	RESOLVE(SSL_write);
+	RESOLVE(SSL_write_ex);
+	RESOLVE(SSL_do_handshake);
+	RESOLVE(SSL_connect);
+	RESOLVE(SSL_accept);
+	RESOLVE(SSL_shutdown);
 
-	from(handle, &api->SSL_CTX_ctrl, "SSL_CTX_ctrl");
-	from(handle, &api->SSL_CTX_set_default_read_buffer_len, "SSL_CTX_set_default_read_buffer_len");
-	from(handle, &api->SSL_has_pending, "SSL_has_pending");
-	from(handle, &api->SSL_want, "SSL_want");
-	from(handle, &api->CRYPTO_get_ex_new_index, "CRYPTO_get_ex_new_index");
-	from(handle, &api->SSL_get_ex_data, "SSL_get_ex_data");
-	from(handle, &api->SSL_set_ex_data, "SSL_set_ex_data");
+	RESOLVE(SSL_CTX_ctrl);
+	RESOLVE(SSL_CTX_set_default_read_buffer_len);
+	RESOLVE(SSL_has_pending);
+	RESOLVE(SSL_want);
+	RESOLVE(CRYPTO_get_ex_new_index);
+	RESOLVE(SSL_get_ex_data);
+	RESOLVE(SSL_set_ex_data);
 
-	from(handle, &api->SSL_get_wbio, "SSL_get_wbio");
-	from(handle, &api->SSL_set0_wbio, "SSL_set0_wbio");
-	from(handle, &api->BIO_get_new_index, "BIO_get_new_index");
-	from(handle, &api->BIO_meth_new, "BIO_meth_new");
-	from(handle, &api->BIO_meth_set_write, "BIO_meth_set_write");
-	from(handle, &api->BIO_meth_set_read, "BIO_meth_set_read");
-	from(handle, &api->BIO_meth_set_ctrl, "BIO_meth_set_ctrl");
-	from(handle, &api->BIO_meth_set_create, "BIO_meth_set_create");
-	from(handle, &api->BIO_meth_set_destroy, "BIO_meth_set_destroy");
-	from(handle, &api->BIO_new, "BIO_new");
-	from(handle, &api->BIO_free, "BIO_free");
-	from(handle, &api->BIO_up_ref, "BIO_up_ref");
-	from(handle, &api->BIO_push, "BIO_push");
-	from(handle, &api->BIO_next, "BIO_next");
-	from(handle, &api->BIO_get_data, "BIO_get_data");
-	from(handle, &api->BIO_set_data, "BIO_set_data");
-	from(handle, &api->BIO_set_init, "BIO_set_init");
-	from(handle, &api->BIO_write, "BIO_write");
-	from(handle, &api->BIO_read, "BIO_read");
-	from(handle, &api->BIO_ctrl, "BIO_ctrl");
-	from(handle, &api->BIO_set_flags, "BIO_set_flags");
-	from(handle, &api->BIO_clear_flags, "BIO_clear_flags");
-	from(handle, &api->BIO_copy_next_retry, "BIO_copy_next_retry");
-	from(handle, &api->BIO_method_type, "BIO_method_type");
+	RESOLVE(SSL_get_wbio);
+	RESOLVE(SSL_set0_wbio);
+	RESOLVE(BIO_get_new_index);
+	RESOLVE(BIO_meth_new);
+	RESOLVE(BIO_meth_set_write);
+	RESOLVE(BIO_meth_set_read);
+	RESOLVE(BIO_meth_set_ctrl);
+	RESOLVE(BIO_meth_set_destroy);
+	RESOLVE(BIO_new);
+	RESOLVE(BIO_free);
+	RESOLVE(BIO_up_ref);
+	RESOLVE(BIO_push);
+	RESOLVE(BIO_next);
+	RESOLVE(BIO_get_data);
+	RESOLVE(BIO_set_data);
+	RESOLVE(BIO_set_init);
+	RESOLVE(BIO_write);
+	RESOLVE(BIO_read);
+	RESOLVE(BIO_ctrl);
+	RESOLVE(BIO_set_flags);
+	RESOLVE(BIO_clear_flags);
+	RESOLVE(BIO_copy_next_retry);
+	RESOLVE(BIO_method_type);
 	return true;
 }
 
@@ -152,36 +154,36 @@ bool resolveCrypto(CaApi *api) noexcept
 	if (!handle)
 		return false;
 
-	from(handle, &api->X509_load_cert_crl_file, "X509_load_cert_crl_file");
-	from(handle, &api->X509_load_cert_crl_file_ex, "X509_load_cert_crl_file_ex");
-	from(handle, &api->BIO_new_file, "BIO_new_file");
-	from(handle, &api->BIO_free, "BIO_free");
-	from(handle, &api->PEM_X509_INFO_read_bio, "PEM_X509_INFO_read_bio");
-	from(handle, &api->PEM_X509_INFO_read_bio_ex, "PEM_X509_INFO_read_bio_ex");
-	from(handle, &api->X509_INFO_free, "X509_INFO_free");
-	from(handle, &api->ERR_set_mark, "ERR_set_mark");
-	from(handle, &api->ERR_pop_to_mark, "ERR_pop_to_mark");
-	from(handle, &api->OPENSSL_sk_num, "OPENSSL_sk_num");
-	from(handle, &api->OPENSSL_sk_value, "OPENSSL_sk_value");
-	from(handle, &api->OPENSSL_sk_push, "OPENSSL_sk_push");
-	from(handle, &api->OPENSSL_sk_sort, "OPENSSL_sk_sort");
-	from(handle, &api->OPENSSL_sk_free, "OPENSSL_sk_free");
-	from(handle, &api->X509_LOOKUP_get_store, "X509_LOOKUP_get_store");
-	from(handle, &api->X509_STORE_new, "X509_STORE_new");
-	from(handle, &api->X509_STORE_free, "X509_STORE_free");
-	from(handle, &api->X509_STORE_add_cert, "X509_STORE_add_cert");
-	from(handle, &api->X509_STORE_add_crl, "X509_STORE_add_crl");
-	from(handle, &api->X509_STORE_lock, "X509_STORE_lock");
-	from(handle, &api->X509_STORE_unlock, "X509_STORE_unlock");
-	from(handle, &api->X509_STORE_get0_objects, "X509_STORE_get0_objects");
-	from(handle, &api->X509_OBJECT_new, "X509_OBJECT_new");
-	from(handle, &api->X509_OBJECT_free, "X509_OBJECT_free");
-	from(handle, &api->X509_OBJECT_get_type, "X509_OBJECT_get_type");
-	from(handle, &api->X509_OBJECT_get0_X509, "X509_OBJECT_get0_X509");
-	from(handle, &api->X509_OBJECT_get0_X509_CRL, "X509_OBJECT_get0_X509_CRL");
-	from(handle, &api->X509_OBJECT_set1_X509, "X509_OBJECT_set1_X509");
-	from(handle, &api->X509_OBJECT_set1_X509_CRL, "X509_OBJECT_set1_X509_CRL");
-	from(handle, &api->X509_OBJECT_retrieve_match, "X509_OBJECT_retrieve_match");
+	RESOLVE(X509_load_cert_crl_file);
+	RESOLVE(X509_load_cert_crl_file_ex);
+	RESOLVE(BIO_new_file);
+	RESOLVE(BIO_free);
+	RESOLVE(PEM_X509_INFO_read_bio);
+	RESOLVE(PEM_X509_INFO_read_bio_ex);
+	RESOLVE(X509_INFO_free);
+	RESOLVE(ERR_set_mark);
+	RESOLVE(ERR_pop_to_mark);
+	RESOLVE(OPENSSL_sk_num);
+	RESOLVE(OPENSSL_sk_value);
+	RESOLVE(OPENSSL_sk_push);
+	RESOLVE(OPENSSL_sk_sort);
+	RESOLVE(OPENSSL_sk_free);
+	RESOLVE(X509_LOOKUP_get_store);
+	RESOLVE(X509_STORE_new);
+	RESOLVE(X509_STORE_free);
+	RESOLVE(X509_STORE_add_cert);
+	RESOLVE(X509_STORE_add_crl);
+	RESOLVE(X509_STORE_lock);
+	RESOLVE(X509_STORE_unlock);
+	RESOLVE(X509_STORE_get0_objects);
+	RESOLVE(X509_OBJECT_new);
+	RESOLVE(X509_OBJECT_free);
+	RESOLVE(X509_OBJECT_get_type);
+	RESOLVE(X509_OBJECT_get0_X509);
+	RESOLVE(X509_OBJECT_get0_X509_CRL);
+	RESOLVE(X509_OBJECT_set1_X509);
+	RESOLVE(X509_OBJECT_set1_X509_CRL);
+	RESOLVE(X509_OBJECT_retrieve_match);
 	return true;
 }
 

@@ -5,17 +5,12 @@ response goes out in one TCP segment (TCP_CORK), so a client with read-ahead tak
 message and the tagged OK into OpenSSL's buffer in one read: the seed's curl IMAPS stall.
 Usage: imap_server.py CERT KEY LINES   (prints "port N" once it listens; serves one client)
 """
-import socket, ssl, sys
+import socket, sys
 
-cert, key, lines = sys.argv[1], sys.argv[2], int(sys.argv[3])
-context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-context.load_cert_chain(cert, key)
-listener = socket.socket()
-listener.bind(("127.0.0.1", 0))
-listener.listen(1)
-print("port", listener.getsockname()[1], flush=True)
-conn, _ = listener.accept()
-tls = context.wrap_socket(conn, server_side=True)
+from tls_listener import accept_one
+
+lines = int(sys.argv[3])
+tls = accept_one(sys.argv[1], sys.argv[2])
 body = b"".join(b"line %06d of the message\r\n" % i for i in range(lines))
 def send(*records):
     for record in records:  # one TLS record each, as a line-by-line server writes

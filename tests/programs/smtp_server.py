@@ -4,16 +4,11 @@ Answers each command with one TLS record, as line servers write, and prints
 "message N sha256 H" for each message it receives (the DATA lines, dot-unstuffed).
 Usage: smtp_server.py CERT KEY   (prints "port N" once it listens; serves one client)
 """
-import hashlib, socket, ssl, sys
+import hashlib, sys
 
-context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-context.load_cert_chain(sys.argv[1], sys.argv[2])
-listener = socket.socket()
-listener.bind(("127.0.0.1", 0))
-listener.listen(1)
-print("port", listener.getsockname()[1], flush=True)
-conn, _ = listener.accept()
-tls = context.wrap_socket(conn, server_side=True)
+from tls_listener import accept_one
+
+tls = accept_one(sys.argv[1], sys.argv[2])
 reader = tls.makefile("rb")
 tls.sendall(b"220 tlstune test server\r\n")
 while True:

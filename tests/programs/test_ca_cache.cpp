@@ -23,14 +23,9 @@ const std::string kChecks = std::string(TLSTUNE_SOURCE_ROOT) + "/tests/programs/
 Captured runWith(bool withShim, const std::vector<std::string> &argv,
 		 std::vector<std::string> env = {})
 {
-	Command command;
-	command.argv = argv;
-	if (withShim) {
+	if (withShim)
 		env.push_back("TLSTUNE_STATS=1");
-		env = shimEnv(env);
-	}
-	command.env = env;
-	return runCaptured(command, 300000);
+	return runProgram(argv, withShim, env);
 }
 
 /* "ca_hits=2 ca_misses=1 ca_reloads=0" from the shim's stats line. */

@@ -32,13 +32,10 @@ struct PythonServer {
 	std::string port;
 };
 
-std::string client(const std::vector<std::string> &arguments, bool withShim)
+std::string client(std::vector<std::string> arguments, bool withShim)
 {
-	Command command = PythonServer::command(arguments);
-	command.argv.insert(command.argv.begin() + 1, kPrograms + "python_clients.py");
-	if (withShim)
-		command.env = shimEnv();
-	const Captured run = runCaptured(command, 120000);
+	arguments.insert(arguments.begin(), { "/usr/bin/python3", kPrograms + "python_clients.py" });
+	const Captured run = runProgram(arguments, withShim);
 	EXPECT_EQ(run.status, 0) << run.err;
 	return run.out;
 }

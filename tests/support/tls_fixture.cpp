@@ -142,4 +142,13 @@ std::vector<std::string> shimEnv(std::vector<std::string> more)
 	return more;
 }
 
+Captured runProgram(const std::vector<std::string> &argv, bool withShim,
+		    const std::vector<std::string> &env, int timeoutMs)
+{
+	Command command;
+	command.argv = argv;
+	command.env = withShim ? shimEnv(env) : env;
+	return runCaptured(command, timeoutMs);
+}
+
 } /* namespace testsupport */

@@ -78,4 +78,11 @@ double maxReadsPerMiB(const std::string &tls);
 /* The environment that preloads the shim, for programs run without strace. */
 std::vector<std::string> shimEnv(std::vector<std::string> more = {});
 
+/*
+ * Runs argv to its end with libtlstune.so preloaded when withShim; env is given to the
+ * program either way. Both streams are captured.
+ */
+Captured runProgram(const std::vector<std::string> &argv, bool withShim,
+		    const std::vector<std::string> &env = {}, int timeoutMs = 300000);
+
 } /* namespace testsupport */

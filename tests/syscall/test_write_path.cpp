@@ -25,15 +25,6 @@ std::vector<std::string> burstClient(const ExampleServer &server, std::vector<st
 	return arguments;
 }
 
-Captured runClient(const std::vector<std::string> &argv, bool withShim,
-		   std::vector<std::string> env = {})
-{
-	Command command;
-	command.argv = argv;
-	command.env = withShim ? shimEnv(env) : env;
-	return runCaptured(command, kTimeoutMs);
-}
-
 /* "sent N sha256 H" from the client and "received N sha256 H" from the server agree. */
 void expectSameBytes(const std::string &clientOut, ExampleServer &server)
 {
@@ -106,7 +97,7 @@ TEST(WritePath, CloseAndFreeSendWhatIsPendingFirst)
 	 */
 	for (const char *end : { "close", "free" }) {
 		ExampleServer server({ "--sink", "--tls", "1.2" });
-		const Captured run = runClient(burstClient(server, { "--writes", "1000", "--size", "100", "--end", end }),
+		const Captured run = runProgram(burstClient(server, { "--writes", "1000", "--size", "100", "--end", end }),
 					       true, { "TLSTUNE_COALESCE_DELAY=100ms" });
 		EXPECT_EQ(run.status, 0) << run.err;
 		expectSameBytes(run.out, server);
@@ -140,7 +131,7 @@ TEST(WritePath, EachLineReachesTheServerWhileTheClientWaitsOnStdin)
 TEST(WritePath, RequestResponseWorksUnchanged)
 {
 	ExampleServer server({ "--echo" });
-	const Captured run = runClient(burstClient(server, { "--ping", "2000", "--size", "100" }), true);
+	const Captured run = runProgram(burstClient(server, { "--ping", "2000", "--size", "100" }), true);
 	EXPECT_EQ(run.status, 0) << run.err;
 	EXPECT_EQ(run.out, "pings 2000 ok\n");
 }
@@ -169,7 +160,7 @@ TEST(WritePath, APeerResetMidBurstIsAnErrorNotAHang)
 {
 	for (bool withShim : { false, true }) {
 		ExampleServer server({ "--sink", "--reset-after", "1000000" });
-		const Captured run = runClient(burstClient(server, { "--writes", "10000000", "--size", "100" }),
+		const Captured run = runProgram(burstClient(server, { "--writes", "10000000", "--size", "100" }),
 					       withShim);
 		EXPECT_EQ(run.status, 1) << withShim << " " << run.out << run.err;
 		EXPECT_NE(run.out.find("write failed: SSL error 5"), std::string::npos) << run.out;
@@ -181,7 +172,7 @@ TEST(WritePath, AForkedChildDoesNotSendThePendingBytesAgain)
 {
 	/* The child exits through exit(), whose handlers would flush a copy of them. */
 	ExampleServer server({ "--sink" });
-	const Captured run = runClient(burstClient(server, { "--writes", "20000", "--size", "100",
+	const Captured run = runProgram(burstClient(server, { "--writes", "20000", "--size", "100",
 							     "--fork-at", "10000" }), true);
 	EXPECT_EQ(run.status, 0) << run.err;
 	expectSameBytes(run.out, server);
@@ -190,7 +181,7 @@ TEST(WritePath, AForkedChildDoesNotSendThePendingBytesAgain)
 TEST(WritePath, ThreadsWritingAtOnceKeepTheirBytes)
 {
 	/* 8 threads, each with its own connection; under ThreadSanitizer in that build. */
-	const Captured run = runClient({ examplePath("write_burst"), "-", "--threads", "8", "--writes",
+	const Captured run = runProgram({ examplePath("write_burst"), "-", "--threads", "8", "--writes",
 					 "20000", "--size", "100", "--cert", certificate().cert, "--key",
 					 certificate().key }, true);
 	EXPECT_EQ(run.status, 0) << run.err;
