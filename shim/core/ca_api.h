@@ -4,6 +4,7 @@
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <openssl/x509v3.h>
 
 namespace tlstune {
 
@@ -25,6 +26,7 @@ struct CaApi {
 	decltype(&::X509_INFO_free) X509_INFO_free = nullptr;
 	decltype(&::ERR_set_mark) ERR_set_mark = nullptr;
 	decltype(&::ERR_pop_to_mark) ERR_pop_to_mark = nullptr;
+	decltype(&::X509_check_purpose) X509_check_purpose = nullptr;
 
 	/* The stacks behind the sk_* macros, which call these. */
 	decltype(&::OPENSSL_sk_num) OPENSSL_sk_num = nullptr;
@@ -54,7 +56,8 @@ struct CaApi {
 	bool complete() const noexcept
 	{
 		return X509_load_cert_crl_file && BIO_new_file && BIO_free && PEM_X509_INFO_read_bio &&
-		       X509_INFO_free && ERR_set_mark && ERR_pop_to_mark && OPENSSL_sk_num &&
+		       X509_INFO_free && ERR_set_mark && ERR_pop_to_mark && X509_check_purpose &&
+		       OPENSSL_sk_num &&
 		       OPENSSL_sk_value && OPENSSL_sk_push && OPENSSL_sk_sort && OPENSSL_sk_free &&
 		       X509_LOOKUP_get_store && X509_STORE_new && X509_STORE_free &&
 		       X509_STORE_add_cert && X509_STORE_add_crl && X509_STORE_lock &&

@@ -63,6 +63,14 @@ std::shared_ptr<const CaBundle> parseBundle(const CaApi &api, const char *path, 
 				api.OPENSSL_sk_num(stack(api.X509_STORE_get0_objects(seen))) == before;
 			if (!ok || bundle->endsWithRepeat_)
 				continue;
+			/*
+			 * OpenSSL fills a certificate's derived fields (extensions, digest) on
+			 * first use, under its own lock but behind a lock-free check TSan cannot
+			 * see. These certificates go to every thread's stores; filling the fields
+			 * now, before the cache publishes them, leaves nothing to write later.
+			 */
+			if (!isCrl)
+				api.X509_check_purpose(info->x509, -1, 0);
 			X509_OBJECT *object = api.X509_OBJECT_new();
 			ok = object && (isCrl ? api.X509_OBJECT_set1_X509_CRL(object, info->crl)
 					      : api.X509_OBJECT_set1_X509(object, info->x509));

@@ -163,6 +163,7 @@ bool resolveCrypto(CaApi *api) noexcept
 	RESOLVE(X509_INFO_free);
 	RESOLVE(ERR_set_mark);
 	RESOLVE(ERR_pop_to_mark);
+	RESOLVE(X509_check_purpose);
 	RESOLVE(OPENSSL_sk_num);
 	RESOLVE(OPENSSL_sk_value);
 	RESOLVE(OPENSSL_sk_push);

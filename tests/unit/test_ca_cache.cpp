@@ -179,6 +179,7 @@ CaApi linkedApi()
 	api.X509_INFO_free = ::X509_INFO_free;
 	api.ERR_set_mark = ::ERR_set_mark;
 	api.ERR_pop_to_mark = ::ERR_pop_to_mark;
+	api.X509_check_purpose = ::X509_check_purpose;
 	api.OPENSSL_sk_num = ::OPENSSL_sk_num;
 	api.OPENSSL_sk_value = ::OPENSSL_sk_value;
 	api.OPENSSL_sk_push = ::OPENSSL_sk_push;
