@@ -1,10 +1,14 @@
 /*
  * Downloads everything a TLS server sends, with blocking SSL_read calls of 16 KiB, and
  * prints "received N sha256 H". The plain client whose read syscalls the shim changes.
- * Usage: bulk_download HOST PORT [--no-read-ahead]
+ * Usage: bulk_download HOST PORT [--no-read-ahead] [--seed S]
  * --no-read-ahead: the program turns read-ahead off on its context, as some do on purpose.
+ * A connection that ends without close_notify (a reset) prints how it ended, as OpenSSL
+ * and errno tell it, and whether what arrived is the start of the pattern of seed S
+ * (tls_server --send's); exit 3.
  */
 
+#include <cerrno>
 #include <unistd.h>
 
 #include "common/example.h"
@@ -17,8 +21,10 @@ int main(int argc, char **argv)
 		fail("usage: bulk_download HOST PORT");
 
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-	if (argc > 3 && std::string(argv[3]) == "--no-read-ahead")
-		SSL_CTX_set_read_ahead(ctx, 0);
+	for (int i = 3; i < argc; i++) {
+		if (std::string(argv[i]) == "--no-read-ahead")
+			SSL_CTX_set_read_ahead(ctx, 0);
+	}
 	SSL *ssl = SSL_new(ctx);
 	int fd = connectTo(argv[1], argv[2]);
 	SSL_set_fd(ssl, fd);
@@ -33,8 +39,22 @@ int main(int argc, char **argv)
 		digest.update(buffer, n);
 		total += n;
 	}
-	if (SSL_get_error(ssl, 0) != SSL_ERROR_ZERO_RETURN)
-		fail("the connection ended without close_notify");
+	const int error = SSL_get_error(ssl, 0);
+	if (error != SSL_ERROR_ZERO_RETURN) {
+		const int saved = errno;
+		Pattern pattern(number(argc, argv, "--seed", 1));
+		Sha256 expected;
+		for (unsigned long long done = 0; done < total;) {
+			const size_t chunk = static_cast<size_t>(std::min<unsigned long long>(sizeof(buffer), total - done));
+			pattern.fill(buffer, chunk);
+			expected.update(buffer, chunk);
+			done += chunk;
+		}
+		std::printf("ended without close_notify: SSL_get_error %d, errno %s; what arrived is the "
+			    "pattern's start: %s\n", error, saved ? strerror(saved) : "0",
+			    expected.hex() == digest.hex() ? "yes" : "no");
+		return 3;
+	}
 
 	std::printf("received %llu sha256 %s\n", total, digest.hex().c_str());
 	SSL_shutdown(ssl);

@@ -12,16 +12,28 @@
  * freeing the SSL, gets the same fd number for a new, empty socket and polls it: a reused
  * number must not inherit the old connection's readiness ("reuse ok", or exit 5).
  *
+ * With --interrupt, once the lines are in it waits once more with no timeout, for data the
+ * server never sends, while a timer signal (no SA_RESTART) fires every 10 ms: the wait must
+ * end as the real one does, in -1 and EINTR ("interrupted: -1 EINTR").
+ *
+ * With --high-fd N the socket is moved to fd N first (raising RLIMIT_NOFILE as needed), to
+ * run above FD_SETSIZE with poll and epoll.
+ *
  * Usage: poll_reader HOST PORT --lines N [--wait poll|poll_chk|ppoll|ppoll_chk|select|pselect|
  *                    epoll|epoll_pwait]
- *                    [--stall-ms MS] [--hangup-check] [--reuse-check]
+ *                    [--stall-ms MS] [--hangup-check] [--reuse-check] [--interrupt]
+ *                    [--high-fd N]
  * Prints "lines N" and exits 0 once N lines arrived; when one wait sees nothing for
  * MS milliseconds while the server has gone quiet, prints "stalled ..." and exits 3;
  * when the hangup check closes early, prints "hung up ..." and exits 4.
  */
 
 #include <cerrno>
+#include <csignal>
+#include <cstring>
 #include <poll.h>
+#include <sys/resource.h>
+#include <sys/time.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/epoll.h>
@@ -34,17 +46,27 @@ using namespace example;
 
 namespace {
 
+/* What the last wait returned, and its errno: --interrupt prints them. */
+int g_lastWait = 0;
+int g_lastErrno = 0;
+
 bool failed(int n, const char *what)
 {
+	g_lastWait = n;
+	g_lastErrno = n < 0 ? errno : 0;
 	if (n < 0 && errno != EINTR)
 		fail(what);
 	return n > 0;
 }
 
-/* Waits until fd is readable (or writable); false on timeout. *hangup: POLLRDHUP seen. */
+/*
+ * Waits until fd is readable (or writable); false on timeout. *hangup: POLLRDHUP seen.
+ * A negative timeoutMs waits without one.
+ */
 bool waitFor(const std::string &how, int fd, bool forWrite, int timeoutMs, bool *hangup)
 {
 	*hangup = false;
+	const bool forever = timeoutMs < 0;
 	if (how == "select" || how == "pselect") {
 		fd_set set;
 		FD_ZERO(&set);
@@ -52,10 +74,12 @@ bool waitFor(const std::string &how, int fd, bool forWrite, int timeoutMs, bool 
 		fd_set *readable = forWrite ? nullptr : &set, *writable = forWrite ? &set : nullptr;
 		if (how == "select") {
 			struct timeval tv = { timeoutMs / 1000, (timeoutMs % 1000) * 1000 };
-			return failed(select(fd + 1, readable, writable, nullptr, &tv), "select");
+			return failed(select(fd + 1, readable, writable, nullptr, forever ? nullptr : &tv),
+				      "select");
 		}
 		struct timespec ts = { timeoutMs / 1000, (timeoutMs % 1000) * 1000000L };
-		return failed(pselect(fd + 1, readable, writable, nullptr, &ts, nullptr), "pselect");
+		return failed(pselect(fd + 1, readable, writable, nullptr, forever ? nullptr : &ts, nullptr),
+			      "pselect");
 	}
 	if (how == "epoll" || how == "epoll_pwait") {
 		static int epfd = -1;
@@ -82,15 +106,51 @@ bool waitFor(const std::string &how, int fd, bool forWrite, int timeoutMs, bool 
 	int n;
 	/* The _chk forms are what _FORTIFY_SOURCE makes of calls whose nfds is not a constant. */
 	if (how == "ppoll")
-		n = ppoll(&pfd, 1, &ts, nullptr);
+		n = ppoll(&pfd, 1, forever ? nullptr : &ts, nullptr);
 	else if (how == "ppoll_chk")
-		n = __ppoll_chk(&pfd, 1, &ts, nullptr, sizeof(pfd));
+		n = __ppoll_chk(&pfd, 1, forever ? nullptr : &ts, nullptr, sizeof(pfd));
 	else if (how == "poll_chk")
 		n = __poll_chk(&pfd, 1, timeoutMs, sizeof(pfd));
 	else
 		n = poll(&pfd, 1, timeoutMs);
 	*hangup = n > 0 && (pfd.revents & POLLRDHUP);
 	return failed(n, "poll");
+}
+
+void onTimer(int) {}
+
+/* Waits for data that never comes while SIGALRM fires every 10 ms; prints how it ended. */
+int waitInterrupted(const std::string &how, int fd)
+{
+	struct sigaction action = {};
+	action.sa_handler = onTimer; /* no SA_RESTART: the wait must return EINTR */
+	sigaction(SIGALRM, &action, nullptr);
+	const struct itimerval every10ms = { { 0, 10000 }, { 0, 10000 } };
+	setitimer(ITIMER_REAL, &every10ms, nullptr);
+	bool hangup = false;
+	waitFor(how, fd, false, -1, &hangup);
+	const struct itimerval off = {};
+	setitimer(ITIMER_REAL, &off, nullptr);
+	std::printf("interrupted: %d %s\n", g_lastWait,
+		    g_lastErrno == EINTR ? "EINTR" : g_lastErrno ? strerror(g_lastErrno) : "no error");
+	return g_lastWait == -1 && g_lastErrno == EINTR ? 0 : 6;
+}
+
+/* Moves fd to number target, raising the soft RLIMIT_NOFILE to reach it. */
+int moveTo(int fd, int target)
+{
+	struct rlimit limit;
+	if (getrlimit(RLIMIT_NOFILE, &limit) != 0)
+		fail("getrlimit");
+	if (limit.rlim_cur <= static_cast<rlim_t>(target)) {
+		limit.rlim_cur = static_cast<rlim_t>(target) + 1;
+		if (setrlimit(RLIMIT_NOFILE, &limit) != 0)
+			fail("setrlimit");
+	}
+	if (dup2(fd, target) != target)
+		fail("dup2");
+	close(fd);
+	return target;
 }
 
 } /* namespace */
@@ -102,16 +162,20 @@ int main(int argc, char **argv)
 	const uint64_t wanted = number(argc, argv, "--lines", 1);
 	const std::string how = option(argc, argv, "--wait", "poll");
 	const int stallMs = static_cast<int>(number(argc, argv, "--stall-ms", 3000));
-	bool hangupCheck = false, reuseCheck = false;
+	const int highFd = static_cast<int>(number(argc, argv, "--high-fd", 0));
+	bool hangupCheck = false, reuseCheck = false, interrupt = false;
 	for (int i = 1; i < argc; i++) {
 		hangupCheck = hangupCheck || std::string(argv[i]) == "--hangup-check";
 		reuseCheck = reuseCheck || std::string(argv[i]) == "--reuse-check";
+		interrupt = interrupt || std::string(argv[i]) == "--interrupt";
 	}
 	bool hangup = false;
 
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	SSL *ssl = SSL_new(ctx);
 	int fd = connectTo(argv[1], argv[2]);
+	if (highFd > 0)
+		fd = moveTo(fd, highFd);
 	setNonBlocking(fd);
 	SSL_set_fd(ssl, fd);
 
@@ -171,8 +235,11 @@ int main(int argc, char **argv)
 	}
 	if (status == 0) {
 		std::printf("lines %llu\n", static_cast<unsigned long long>(lines));
-		SSL_shutdown(ssl);
+		if (interrupt)
+			status = waitInterrupted(how, fd);
 	}
+	if (status == 0)
+		SSL_shutdown(ssl);
 	SSL_free(ssl);
 	close(fd);
 	SSL_CTX_free(ctx);

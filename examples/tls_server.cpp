@@ -9,7 +9,9 @@
  *   --lines                  print each line read as "line TEXT" as soon as it arrives
  *   --hold                   with --sink: read a line from stdin before reading the client,
  *                            so that the client's socket buffer fills up first
- *   --reset-after BYTES      with --sink: after reading BYTES, reset the connection (RST)
+ *   --reset-after BYTES      with --sink: after reading BYTES, reset the connection (RST);
+ *                            with --send: after sending BYTES (what the kernel has not
+ *                            sent yet is lost, as a reset does)
  * Prints "port N" on stdout once it listens (--port 0 picks a free one).
  */
 
@@ -67,6 +69,17 @@ void cork(int fd, int on)
 	setsockopt(fd, IPPROTO_TCP, TCP_CORK, &on, sizeof(on));
 }
 
+/* Ends the connection with a RST instead of a FIN, and says so on stdout. */
+void reset(SSL *ssl, int fd)
+{
+	struct linger now = { 1, 0 };
+	setsockopt(fd, SOL_SOCKET, SO_LINGER, &now, sizeof(now));
+	close(fd);
+	SSL_free(ssl);
+	std::printf("reset\n");
+	std::fflush(stdout);
+}
+
 } /* namespace */
 
 int main(int argc, char **argv)
@@ -119,12 +132,17 @@ int main(int argc, char **argv)
 			bufferWrites(ssl);
 			Pattern pattern(seed);
 			unsigned char chunk[16384];
-			for (uint64_t sent = 0; sent < sendBytes; sent += sizeof(chunk)) {
+			uint64_t sent = 0;
+			for (; sent < sendBytes && !(resetAfter && sent >= resetAfter); sent += sizeof(chunk)) {
 				size_t n = static_cast<size_t>(std::min<uint64_t>(sizeof(chunk), sendBytes - sent));
 				pattern.fill(chunk, n);
 				writeAll(ssl, chunk, n);
 			}
 			BIO_flush(SSL_get_wbio(ssl));
+			if (resetAfter) {
+				reset(ssl, fd);
+				continue;
+			}
 			SSL_shutdown(ssl);
 			drain(ssl, nullptr);
 		} else if (burstLines) {
@@ -164,12 +182,7 @@ int main(int argc, char **argv)
 			size_t n = 0;
 			for (uint64_t received = 0; received < resetAfter && SSL_read_ex(ssl, buffer, sizeof(buffer), &n);)
 				received += n;
-			struct linger reset = { 1, 0 };
-			setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
-			close(fd);
-			SSL_free(ssl);
-			std::printf("reset\n");
-			std::fflush(stdout);
+			reset(ssl, fd);
 			continue;
 		} else if (sink) {
 			if (hold) {

@@ -6,6 +6,8 @@ the shim can be compared line by line.
   rewrite CAFILE NEW PORT1 PORT2
                           verify both ports, rewrite CAFILE in place with NEW (same inode and
                           size, old mtime restored), verify both again
+  vanish CAFILE PORT      verify; truncate CAFILE to half, then remove it, then put it back,
+                          loading it into a fresh context after each step
 """
 import hashlib
 import os
@@ -60,6 +62,28 @@ def rewrite(cafile, new, port1, port2):
     print("after", attempt(cafile, port1), "/", attempt(cafile, port2))
 
 
+def load(cafile):
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile)
+        return "loaded"
+    except Exception as error:  # the exact type and text are what is compared
+        return f"{type(error).__name__} {error}"
+
+
+def vanish(cafile, port):
+    with open(cafile, "rb") as source:
+        content = source.read()
+    print("whole", attempt(cafile, port))
+    with open(cafile, "r+b") as target:
+        target.truncate(len(content) // 2)
+    print("truncated", load(cafile))
+    os.remove(cafile)
+    print("removed", load(cafile))
+    with open(cafile, "wb") as target:
+        target.write(content)
+    print("restored", attempt(cafile, port))
+
+
 if __name__ == "__main__":
     command, arguments = sys.argv[1], sys.argv[2:]
     if command == "store":
@@ -68,5 +92,7 @@ if __name__ == "__main__":
         verify(arguments[0], arguments[1:])
     elif command == "rewrite":
         rewrite(*arguments)
+    elif command == "vanish":
+        vanish(*arguments)
     else:
         sys.exit(f"unknown command {command}")

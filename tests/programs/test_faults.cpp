@@ -1,0 +1,104 @@
+/*
+ * Faults a program meets, with and without the shim: the same outcome both ways. Signals
+ * interrupting a wait, sockets numbered above FD_SETSIZE, TLS from a library constructor
+ * before main() (and before the shim's own constructor), a peer that resets mid-download.
+ */
+
+#include <gtest/gtest.h>
+
+#include "process.h"
+#include "tls_fixture.h"
+
+using namespace testsupport;
+
+namespace {
+
+constexpr int kTimeoutMs = 120000;
+
+class Waits : public ::testing::TestWithParam<const char *> {};
+
+/* 50 lines, then a wait with no timeout for data that never comes, cut by SIGALRM. */
+std::string interruptedWait(const char *how, const std::vector<std::string> &more = {})
+{
+	std::vector<std::string> argv;
+	std::string out;
+	for (bool withShim : { false, true }) {
+		ExampleServer server({ "--burst", "50" });
+		argv = { examplePath("poll_reader"), "127.0.0.1", server.portText(), "--lines", "50",
+			 "--wait", how, "--interrupt" };
+		argv.insert(argv.end(), more.begin(), more.end());
+		const Captured run = runProgram(argv, withShim, {}, kTimeoutMs);
+		EXPECT_EQ(run.status, 0) << run.err;
+		if (withShim) {
+			EXPECT_EQ(run.out, out) << run.err;
+		}
+		out = run.out;
+	}
+	return out;
+}
+
+} /* namespace */
+
+TEST_P(Waits, ASignalInterruptsTheWaitWithEintrAsWithoutTheShim)
+{
+	EXPECT_EQ(interruptedWait(GetParam()), "lines 50\ninterrupted: -1 EINTR\n");
+}
+
+INSTANTIATE_TEST_SUITE_P(Faults, Waits,
+			 ::testing::Values("poll", "poll_chk", "ppoll", "ppoll_chk", "select", "pselect",
+					   "epoll", "epoll_pwait"));
+
+class HighFds : public ::testing::TestWithParam<const char *> {};
+
+TEST_P(HighFds, ASocketAboveFdSetSizeReadsAndWaitsAsWithoutTheShim)
+{
+	/* fd 3000: above FD_SETSIZE (1024), where select cannot go and poll and epoll must. */
+	EXPECT_EQ(interruptedWait(GetParam(), { "--high-fd", "3000" }), "lines 50\ninterrupted: -1 EINTR\n");
+}
+
+INSTANTIATE_TEST_SUITE_P(Faults, HighFds, ::testing::Values("poll", "ppoll", "epoll", "epoll_pwait"));
+
+TEST(Faults, TlsFromALibraryConstructorBeforeMainWorksThroughTheShim)
+{
+	std::string outputs[2];
+	for (bool withShim : { false, true }) {
+		ExampleServer server({ "--echo", "--connections", "2" });
+		const Captured run = runProgram({ examplePath("constructor_client") }, withShim,
+						{ "EXCHANGE_PORT=" + server.portText(),
+						  "SSL_CERT_FILE=" + certificate().cert, "TLSTUNE_STATS=1" },
+						kTimeoutMs);
+		EXPECT_EQ(run.status, 0) << run.err;
+		if (withShim) {
+			/* Both exchanges went through the shim: tuned, cached, coalesced. */
+			EXPECT_NE(run.err.find("contexts_tuned=2 connections=2 "), std::string::npos) << run.err;
+			EXPECT_NE(run.err.find("ca_hits=1 ca_misses=1 "), std::string::npos) << run.err;
+			EXPECT_EQ(run.err.find("writes_coalesced=0 "), std::string::npos) << run.err;
+		}
+		outputs[withShim] = run.out;
+	}
+	EXPECT_EQ(outputs[1], outputs[0]);
+	EXPECT_EQ(outputs[0], "constructor: verify 0, sent 2300, echoed 2300, same bytes yes\n"
+			      "main: verify 0, sent 1600, echoed 1600, same bytes yes\n");
+}
+
+class Resets : public ::testing::TestWithParam<const char *> {};
+
+TEST_P(Resets, APeerResetMidDownloadEndsAsWithoutTheShim)
+{
+	/* The bytes that arrive before the reset vary with timing; how it ends, and that they
+	 * are the start of what was sent, do not. */
+	for (bool withShim : { false, true }) {
+		ExampleServer server({ "--send", "8000000", "--reset-after", "1000000", "--seed", "9",
+				       "--tls", GetParam() });
+		const Captured run = runProgram({ examplePath("bulk_download"), "127.0.0.1", server.portText(),
+						  "--seed", "9" },
+						withShim, {}, kTimeoutMs);
+		EXPECT_EQ(run.status, 3) << run.err;
+		EXPECT_EQ(run.out, "ended without close_notify: SSL_get_error 5, errno Connection reset by "
+				   "peer; what arrived is the pattern's start: yes\n")
+			<< (withShim ? "with" : "without") << " the shim";
+		EXPECT_EQ(server.process().readLine(kTimeoutMs), "reset");
+	}
+}
+
+INSTANTIATE_TEST_SUITE_P(Faults, Resets, ::testing::Values("1.2", "1.3"));
