@@ -40,6 +40,7 @@ int main(int argc, char **argv)
 		total += n;
 	}
 	const int error = SSL_get_error(ssl, 0);
+	int status = 0;
 	if (error != SSL_ERROR_ZERO_RETURN) {
 		const int saved = errno;
 		Pattern pattern(number(argc, argv, "--seed", 1));
@@ -53,13 +54,13 @@ int main(int argc, char **argv)
 		std::printf("ended without close_notify: SSL_get_error %d, errno %s; what arrived is the "
 			    "pattern's start: %s\n", error, saved ? strerror(saved) : "0",
 			    expected.hex() == digest.hex() ? "yes" : "no");
-		return 3;
+		status = 3;
+	} else {
+		std::printf("received %llu sha256 %s\n", total, digest.hex().c_str());
+		SSL_shutdown(ssl);
 	}
-
-	std::printf("received %llu sha256 %s\n", total, digest.hex().c_str());
-	SSL_shutdown(ssl);
 	SSL_free(ssl);
 	close(fd);
 	SSL_CTX_free(ctx);
-	return 0;
+	return status;
 }
