@@ -1,6 +1,6 @@
 /*
  * More of the programs a user puts tlstune in front of: openssl s_client and s_server,
- * nginx itself as the TLS server, and wget, which is built on GnuTLS and must be left
+ * nginx itself as the TLS server for downloads and for curl's uploads, and wget, which is built on GnuTLS and must be left
  * exactly as it is. Bytes are checked by sha256; TLSTUNE_STATS shows whether the shim
  * tuned the program.
  */
@@ -100,6 +100,29 @@ TEST_F(MorePrograms, NginxServesThroughTheShim)
 		const std::string log = nginx.stop();
 		/* The worker served the connection; the master made the context. */
 		EXPECT_NE(log.find("tlstune: stats: contexts_tuned="), std::string::npos) << log;
+		EXPECT_NE(log.find("connections=1 "), std::string::npos) << log;
+	}
+}
+
+TEST_F(MorePrograms, CurlUploadsToNginxBothThroughTheShim)
+{
+	for (const char *tls : { "1.2", "1.3" }) {
+		Nginx nginx(dir_.path(), tls, shimEnv({ "TLSTUNE_STATS=1" }));
+		/* Four PUTs in one curl, on one keep-alive connection. */
+		std::vector<std::string> argv = { "curl", "--silent", "--show-error", "--fail",
+						  "--cacert", certificate().cert, "--max-time", "120" };
+		for (int i = 0; i < 4; i++)
+			argv.insert(argv.end(), { "--upload-file", dir_.file("data"),
+						  nginx.url("/uploads/" + std::string(tls) + "-" + std::to_string(i)) });
+		std::string errors;
+		ASSERT_EQ(runTo(argv, shimEnv({ "TLSTUNE_STATS=1" }), &errors), 0) << tls << ": " << errors;
+		EXPECT_NE(errors.find("tlstune: stats: contexts_tuned=1 connections=1 "), std::string::npos)
+			<< errors;
+		for (int i = 0; i < 4; i++)
+			EXPECT_EQ(fileSha256(dir_.file("uploads/" + std::string(tls) + "-" + std::to_string(i))),
+				  expected_)
+				<< tls;
+		const std::string log = nginx.stop();
 		EXPECT_NE(log.find("connections=1 "), std::string::npos) << log;
 	}
 }

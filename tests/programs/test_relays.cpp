@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "process.h"
 #include "servers.h"
 #include "tls_fixture.h"
 
@@ -151,3 +152,40 @@ INSTANTIATE_TEST_SUITE_P(
 			  Case{ Program::Stunnel, Mode::Server, Direction::Upload },
 			  Case{ Program::Stunnel, Mode::Server, Direction::Download }),
 	name);
+
+/*
+ * Interactive line traffic through socat at both ends, both under the shim: a client that
+ * relays its stdin (a FIFO the test types into) to an OPENSSL connection, and an
+ * OPENSSL-LISTEN server that runs cat. Each line comes back before the next is typed, so
+ * nothing waits in either socat's buffers for more input.
+ */
+TEST(SocatInteractive, EachLineComesBackBeforeTheNextIsTyped)
+{
+	SKIP_IN_SANITIZER_BUILD();
+	TempDir dir;
+	const int port = freePort();
+	Command server;
+	server.argv = { "socat", "-d", "-d",
+			"OPENSSL-LISTEN:" + std::to_string(port) + ",bind=127.0.0.1,reuseaddr,verify=0,cert=" +
+				certificate().cert + ",key=" + certificate().key,
+			"EXEC:cat" };
+	server.env = shimEnv({ "TLSTUNE_STATS=1" });
+	Daemon echo(server, "listening on");
+
+	Fifo typed(dir.file("stdin"));
+	Command client;
+	client.argv = { "socat", "STDIO", "OPENSSL:" + loopback(port) + ",verify=0" };
+	client.env = shimEnv({ "TLSTUNE_STATS=1" });
+	client.stdinPath = typed.path();
+	client.stderrPath = dir.file("client.log");
+	Process relay(client);
+	for (int i = 0; i < 20; i++) {
+		const std::string line = "command " + std::to_string(i) + " " + std::string(i * 7, 'x');
+		typed.write(line + "\n");
+		ASSERT_EQ(relay.readLine(kTimeoutMs), line);
+	}
+	typed.closeWriter();
+	EXPECT_EQ(relay.wait(kTimeoutMs), 0);
+	expectTuned(readFile(dir.file("client.log")));
+	EXPECT_NE(echo.stop().find("tlstune: stats: contexts_tuned=1 "), std::string::npos);
+}

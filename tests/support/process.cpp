@@ -14,6 +14,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -217,6 +218,27 @@ TempDir::~TempDir()
 {
 	std::error_code ignored;
 	std::filesystem::remove_all(path_, ignored);
+}
+
+Fifo::Fifo(const std::string &path) : path_(path)
+{
+	if (mkfifo(path.c_str(), 0600) != 0)
+		throw std::runtime_error("mkfifo " + path);
+	/* Read-write: opening does not wait for the reader, and the child's open does not either. */
+	fd_ = open(path.c_str(), O_RDWR | O_CLOEXEC);
+}
+
+void Fifo::write(const std::string &text)
+{
+	if (::write(fd_, text.data(), text.size()) != static_cast<ssize_t>(text.size()))
+		throw std::runtime_error("short write to " + path_);
+}
+
+void Fifo::closeWriter()
+{
+	if (fd_ >= 0)
+		close(fd_);
+	fd_ = -1;
 }
 
 std::string readFile(const std::string &path)

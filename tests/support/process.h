@@ -78,6 +78,23 @@ private:
 	std::string path_;
 };
 
+/* A FIFO a child reads as stdin while the test writes to it, one line at a time. */
+class Fifo {
+public:
+	explicit Fifo(const std::string &path);
+	~Fifo() { closeWriter(); }
+	Fifo(const Fifo &) = delete;
+	Fifo &operator=(const Fifo &) = delete;
+	const std::string &path() const { return path_; }
+	void write(const std::string &text);
+	/* The child reads EOF once it has read everything written. */
+	void closeWriter();
+
+private:
+	std::string path_;
+	int fd_ = -1;
+};
+
 std::string readFile(const std::string &path);
 void writeFile(const std::string &path, const std::string &text);
 /* A free TCP port on 127.0.0.1 for a server that cannot pick its own (nginx, socat). */

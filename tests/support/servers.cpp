@@ -32,6 +32,8 @@ Nginx::Nginx(const std::string &root, const std::string &tls, const std::vector<
 		  "    ssl_certificate_key " + certificate().key + ";\n"
 		  "    " + protocols + "\n"
 		  "    root " + root + ";\n"
+		  /* PUT /uploads/NAME stores the body as root/uploads/NAME. */
+		  "    location /uploads/ { dav_methods PUT; create_full_put_path on; client_max_body_size 0; }\n"
 		  "  }\n"
 		  "}\n");
 

@@ -25,7 +25,10 @@ private:
 	std::unique_ptr<Process> process_;
 };
 
-/* nginx serving root over HTTPS on 127.0.0.1 with the test certificate. */
+/*
+ * nginx serving root over HTTPS on 127.0.0.1 with the test certificate; a PUT to
+ * /uploads/NAME stores the body in root/uploads/NAME.
+ */
 class Nginx {
 public:
 	/* tls: "1.2" (the seed's ECDHE-RSA-AES256-GCM-SHA384) or "1.3". */

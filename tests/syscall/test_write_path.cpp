@@ -6,8 +6,6 @@
 
 #include <gtest/gtest.h>
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "process.h"
@@ -31,31 +29,6 @@ void expectSameBytes(const std::string &clientOut, ExampleServer &server)
 	const std::string sent = clientOut.substr(clientOut.rfind("sent ") + 5);
 	EXPECT_EQ(server.process().readLine(kTimeoutMs) + "\n", "received " + sent) << clientOut;
 }
-
-/* A FIFO a child reads as stdin while the test writes to it, one line at a time. */
-class Fifo {
-public:
-	explicit Fifo(const std::string &path) : path_(path)
-	{
-		if (mkfifo(path.c_str(), 0600) != 0)
-			throw std::runtime_error("mkfifo " + path);
-		/* Read-write: opening does not wait for the reader, and the child's open does not either. */
-		fd_ = open(path.c_str(), O_RDWR | O_CLOEXEC);
-	}
-	~Fifo() { closeWriter(); }
-	const std::string &path() const { return path_; }
-	void write(const std::string &text) { ASSERT_EQ(::write(fd_, text.data(), text.size()), ssize_t(text.size())); }
-	void closeWriter()
-	{
-		if (fd_ >= 0)
-			close(fd_);
-		fd_ = -1;
-	}
-
-private:
-	std::string path_;
-	int fd_ = -1;
-};
 
 } /* namespace */
 
