@@ -6,8 +6,10 @@
                             as the server will (the CRLF body smtplib sends)
   asyncio CAFILE PORT LINES asyncio streams with TLS against an echo server: writes LINES
                             lines, reads them back; prints their count and sha256
+  ftp CAFILE PORT FILE      ftplib.FTP_TLS with a protected data channel: 100 NOOPs, stores
+                            FILE, fetches it back; prints the sha256 of both
 """
-import asyncio, hashlib, imaplib, smtplib, ssl, sys
+import asyncio, ftplib, hashlib, imaplib, smtplib, ssl, sys
 
 
 def context(cafile):
@@ -55,6 +57,23 @@ async def echo(cafile, port, lines):
     print("lines", count, "same" if got.digest() == sent.digest() else "different")
 
 
+def ftp(cafile, port, path):
+    client = ftplib.FTP_TLS(context=context(cafile), timeout=60)
+    client.connect("localhost", int(port))
+    client.login("user", "pass")
+    client.prot_p()
+    for _ in range(100):  # small commands, each answered before the next
+        client.voidcmd("NOOP")
+    with open(path, "rb") as source:
+        client.storbinary("STOR upload", source)
+    with open(path, "rb") as source:
+        sent = hashlib.sha256(source.read()).hexdigest()
+    got = hashlib.sha256()
+    client.retrbinary("RETR upload", got.update)
+    client.quit()
+    print("stored", sent, "fetched", got.hexdigest())
+
+
 if __name__ == "__main__":
     command, arguments = sys.argv[1], sys.argv[2:]
     if command == "imap":
@@ -63,5 +82,7 @@ if __name__ == "__main__":
         smtp(*arguments)
     elif command == "asyncio":
         asyncio.run(echo(*arguments))
+    elif command == "ftp":
+        ftp(*arguments)
     else:
         sys.exit(f"unknown command {command}")

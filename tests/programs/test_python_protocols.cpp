@@ -1,6 +1,7 @@
 /*
  * Python's own TLS clients through the shim, against small local servers the test starts:
- * line protocols answering each command (IMAP, SMTP) and asyncio's streams (memory BIOs).
+ * line protocols answering each command (IMAP, SMTP, FTP with TLS data connections) and
+ * asyncio's streams (memory BIOs).
  * Each runs without and with the shim and must print the same thing.
  */
 
@@ -65,6 +66,21 @@ TEST_F(PythonProtocols, SmtplibDeliversTheMessageIntact)
 		PythonServer server({ kPrograms + "smtp_server.py", certificate().cert, certificate().key });
 		const std::string sent = client({ "smtp", certificate().cert, server.port, "5000" }, withShim);
 		EXPECT_EQ(server.process.readLine(60000) + "\n", sent) << withShim;
+		EXPECT_EQ(server.process.wait(60000), 0);
+	}
+}
+
+TEST_F(PythonProtocols, FtplibStoresAndFetchesTheFileIntact)
+{
+	TempDir dir;
+	const std::string expected = writePattern(dir.file("data"), 4u << 20, 23);
+	for (bool withShim : { false, true }) {
+		TempDir served;
+		PythonServer server({ kPrograms + "ftp_server.py", certificate().cert, certificate().key,
+				      served.path() });
+		EXPECT_EQ(client({ "ftp", certificate().cert, server.port, dir.file("data") }, withShim),
+			  "stored " + expected + " fetched " + expected + "\n") << withShim;
+		EXPECT_EQ(server.process.readLine(60000), "received 4194304 sha256 " + expected);
 		EXPECT_EQ(server.process.wait(60000), 0);
 	}
 }
