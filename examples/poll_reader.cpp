@@ -16,13 +16,16 @@
  * server never sends, while a timer signal (no SA_RESTART) fires every 10 ms: the wait must
  * end as the real one does, in -1 and EINTR ("interrupted: -1 EINTR").
  *
+ * With --fork-after N it forks once N lines are in: the child reads the rest (which
+ * read-ahead may already hold in OpenSSL's buffers) and the parent exits with its status.
+ *
  * With --high-fd N the socket is moved to fd N first (raising RLIMIT_NOFILE as needed), to
  * run above FD_SETSIZE with poll and epoll.
  *
  * Usage: poll_reader HOST PORT --lines N [--wait poll|poll_chk|ppoll|ppoll_chk|select|pselect|
  *                    epoll|epoll_pwait]
  *                    [--stall-ms MS] [--hangup-check] [--reuse-check] [--interrupt]
- *                    [--high-fd N]
+ *                    [--high-fd N] [--fork-after N]
  * Prints "lines N" and exits 0 once N lines arrived; when one wait sees nothing for
  * MS milliseconds while the server has gone quiet, prints "stalled ..." and exits 3;
  * when the hangup check closes early, prints "hung up ..." and exits 4.
@@ -34,6 +37,7 @@
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/epoll.h>
@@ -163,6 +167,7 @@ int main(int argc, char **argv)
 	const std::string how = option(argc, argv, "--wait", "poll");
 	const int stallMs = static_cast<int>(number(argc, argv, "--stall-ms", 3000));
 	const int highFd = static_cast<int>(number(argc, argv, "--high-fd", 0));
+	uint64_t forkAfter = number(argc, argv, "--fork-after", 0);
 	bool hangupCheck = false, reuseCheck = false, interrupt = false;
 	for (int i = 1; i < argc; i++) {
 		hangupCheck = hangupCheck || std::string(argv[i]) == "--hangup-check";
@@ -215,6 +220,15 @@ int main(int argc, char **argv)
 		}
 		for (int i = 0; i < n; i++)
 			lines += buffer[i] == '\n';
+		if (forkAfter && lines >= forkAfter) {
+			forkAfter = 0;
+			const pid_t child = fork();
+			if (child < 0)
+				fail("fork");
+			int childStatus = 0;
+			if (child > 0 && waitpid(child, &childStatus, 0) == child)
+				std::exit(WIFEXITED(childStatus) ? WEXITSTATUS(childStatus) : 1);
+		}
 	}
 	if (reuseCheck && status == 0) {
 		/* One more line, so that OpenSSL holds the rest, then the socket goes away. */

@@ -1,7 +1,8 @@
 /*
  * Faults a program meets, with and without the shim: the same outcome both ways. Signals
- * interrupting a wait, sockets numbered above FD_SETSIZE, TLS from a library constructor
- * before main() (and before the shim's own constructor), a peer that resets mid-download.
+ * interrupting a wait, sockets numbered above FD_SETSIZE, fork() while OpenSSL holds
+ * read-ahead data, TLS from a library constructor before main() (and before the shim's
+ * own constructor), a peer that resets mid-download.
  */
 
 #include <gtest/gtest.h>
@@ -57,6 +58,23 @@ TEST_P(HighFds, ASocketAboveFdSetSizeReadsAndWaitsAsWithoutTheShim)
 }
 
 INSTANTIATE_TEST_SUITE_P(Faults, HighFds, ::testing::Values("poll", "ppoll", "epoll", "epoll_pwait"));
+
+class Forks : public ::testing::TestWithParam<const char *> {};
+
+TEST_P(Forks, AChildForkedWithReadAheadDataReadsTheRest)
+{
+	/* 200 lines in one segment: after 10, read-ahead holds the rest in OpenSSL's buffers. */
+	for (bool withShim : { false, true }) {
+		ExampleServer server({ "--burst", "200" });
+		const Captured run = runProgram({ examplePath("poll_reader"), "127.0.0.1", server.portText(),
+						  "--lines", "200", "--wait", GetParam(), "--fork-after", "10" },
+						withShim, {}, kTimeoutMs);
+		EXPECT_EQ(run.status, 0) << run.out << run.err;
+		EXPECT_EQ(run.out, "lines 200\n") << (withShim ? "with" : "without") << " the shim";
+	}
+}
+
+INSTANTIATE_TEST_SUITE_P(Faults, Forks, ::testing::Values("poll", "select", "epoll"));
 
 TEST(Faults, TlsFromALibraryConstructorBeforeMainWorksThroughTheShim)
 {
