@@ -98,6 +98,7 @@ TEST(CaCache, EveryLoaderAnswersAsOpenSslDoesAndParsesOnce)
 
 TEST(CaCache, FailuresAreOpenSslsOwn)
 {
+	RecordProperty("fault", "CA files missing, empty, garbage, truncated, key-only, a directory");
 	TempDir dir;
 	for (const std::string &file : badFiles(dir)) {
 		for (const char *loader : { "ctx-locations", "store-file" }) {
@@ -197,6 +198,7 @@ TEST(CaCache, PythonVerifiesTheSame)
 
 TEST(CaCache, ARewrittenFileIsParsedAgainEvenWithItsOldMtime)
 {
+	RecordProperty("fault", "the CA file rewritten in place, its old mtime restored");
 	SKIP_IN_SANITIZER_BUILD();
 	/* Both CA files padded to one size (PEM ignores text after the block): only ctime moves. */
 	std::string first = readFile(pki().ca1), second = readFile(pki().ca2);
@@ -228,6 +230,7 @@ TEST(CaCache, ARewrittenFileIsParsedAgainEvenWithItsOldMtime)
 
 TEST(CaCache, AFileTruncatedOrRemovedBetweenLoadsFailsAsWithoutTheShim)
 {
+	RecordProperty("fault", "the CA file truncated, then removed, between loads");
 	SKIP_IN_SANITIZER_BUILD();
 	ExampleServer server({ "--connections", "4", "--send", "5" }, {}, pki().server);
 	std::string outputs[2];

@@ -42,6 +42,7 @@ std::string interruptedWait(const char *how, const std::vector<std::string> &mor
 
 TEST_P(Waits, ASignalInterruptsTheWaitWithEintrAsWithoutTheShim)
 {
+	RecordProperty("fault", std::string("a signal (SIGALRM, no SA_RESTART) during ") + GetParam());
 	EXPECT_EQ(interruptedWait(GetParam()), "lines 50\ninterrupted: -1 EINTR\n");
 }
 
@@ -53,6 +54,7 @@ class HighFds : public ::testing::TestWithParam<const char *> {};
 
 TEST_P(HighFds, ASocketAboveFdSetSizeReadsAndWaitsAsWithoutTheShim)
 {
+	RecordProperty("fault", std::string("the socket at fd 3000, above FD_SETSIZE, with ") + GetParam());
 	/* fd 3000: above FD_SETSIZE (1024), where select cannot go and poll and epoll must. */
 	EXPECT_EQ(interruptedWait(GetParam(), { "--high-fd", "3000" }), "lines 50\ninterrupted: -1 EINTR\n");
 }
@@ -63,6 +65,7 @@ class Forks : public ::testing::TestWithParam<const char *> {};
 
 TEST_P(Forks, AChildForkedWithReadAheadDataReadsTheRest)
 {
+	RecordProperty("fault", std::string("fork() while read-ahead holds data; the child waits in ") + GetParam());
 	/* 200 lines in one segment: after 10, read-ahead holds the rest in OpenSSL's buffers. */
 	for (bool withShim : { false, true }) {
 		ExampleServer server({ "--burst", "200" });
@@ -78,6 +81,7 @@ INSTANTIATE_TEST_SUITE_P(Faults, Forks, ::testing::Values("poll", "select", "epo
 
 TEST(Faults, TlsFromALibraryConstructorBeforeMainWorksThroughTheShim)
 {
+	RecordProperty("fault", "TLS from a library constructor, before main() and the shim's own");
 	std::string outputs[2];
 	for (bool withShim : { false, true }) {
 		ExampleServer server({ "--echo", "--connections", "2" });
@@ -103,6 +107,7 @@ class Resets : public ::testing::TestWithParam<const char *> {};
 
 TEST_P(Resets, APeerResetMidDownloadEndsAsWithoutTheShim)
 {
+	RecordProperty("fault", std::string("the peer resets mid-download, TLS ") + GetParam());
 	/* The bytes that arrive before the reset vary with timing; how it ends, and that they
 	 * are the start of what was sent, do not. */
 	for (bool withShim : { false, true }) {

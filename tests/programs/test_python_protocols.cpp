@@ -81,6 +81,7 @@ TEST_F(PythonProtocols, FtplibStoresAndFetchesTheFileIntact)
 		EXPECT_EQ(client({ "ftp", certificate().cert, server.port, dir.file("data") }, withShim),
 			  "stored " + expected + " fetched " + expected + "\n") << withShim;
 		EXPECT_EQ(server.process.readLine(60000), "received 4194304 sha256 " + expected);
+		countCheckedBytes(2 * 4194304); /* stored, then fetched back */
 		EXPECT_EQ(server.process.wait(60000), 0);
 	}
 }

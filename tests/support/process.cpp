@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -18,6 +19,8 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <gtest/gtest.h>
 
 #include "common/example.h"
 
@@ -262,15 +265,31 @@ int freePort()
 	return chosen;
 }
 
+void countCheckedBytes(unsigned long long bytes)
+{
+	const ::testing::TestInfo *test = ::testing::UnitTest::GetInstance()->current_test_info();
+	if (!test)
+		return;
+	static std::mutex mutex;
+	static std::map<std::string, unsigned long long> totals;
+	std::lock_guard<std::mutex> lock(mutex);
+	unsigned long long &total = totals[std::string(test->test_suite_name()) + "." + test->name()];
+	total += bytes;
+	::testing::Test::RecordProperty("bytes_checked", std::to_string(total));
+}
+
 std::string fileSha256(const std::string &path)
 {
 	example::Sha256 digest;
 	std::ifstream in(path, std::ios::binary);
 	std::vector<char> buffer(1 << 20);
+	unsigned long long bytes = 0;
 	while (in) {
 		in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
 		digest.update(buffer.data(), static_cast<size_t>(in.gcount()));
+		bytes += static_cast<unsigned long long>(in.gcount());
 	}
+	countCheckedBytes(bytes);
 	return digest.hex();
 }
 
@@ -302,6 +321,7 @@ std::string writePattern(const std::string &path, unsigned long long bytes, unsi
 
 std::string patternSha256(unsigned long long bytes, unsigned long long seed)
 {
+	countCheckedBytes(bytes);
 	return pattern(nullptr, bytes, seed);
 }
 

@@ -99,11 +99,17 @@ std::string readFile(const std::string &path);
 void writeFile(const std::string &path, const std::string &text);
 /* A free TCP port on 127.0.0.1 for a server that cannot pick its own (nginx, socat). */
 int freePort();
-/* sha256 of a file, hex. */
+/*
+ * The running test compared this many more bytes end to end (sent and received, by
+ * sha256): recorded as its "bytes_checked" property, which tools/evidence adds up.
+ */
+void countCheckedBytes(unsigned long long bytes);
+/* sha256 of a file, hex; its size counts as checked (tests hash files to compare them). */
 std::string fileSha256(const std::string &path);
 /* Writes bytes of the examples' data pattern (seed) to path; returns its sha256. */
 std::string writePattern(const std::string &path, unsigned long long bytes, unsigned long long seed);
-/* The sha256 of that many bytes of the pattern, without writing them anywhere. */
+/* The sha256 of that many bytes of the pattern, without writing them anywhere; counted
+ * as checked (it is what a test expects a stream to hash to). */
 std::string patternSha256(unsigned long long bytes, unsigned long long seed);
 /* Is the program on PATH (or an absolute path that exists)? */
 bool haveProgram(const std::string &name);

@@ -202,6 +202,7 @@ TEST_F(HangupCheck, ReadsEverythingWithoutTheShim)
 
 TEST_F(HangupCheck, ReadsEverythingWithTheShim)
 {
+	RecordProperty("fault", "the peer sends its last records and hangs up at once (stunnel's hangup check)");
 	int status = -1;
 	EXPECT_EQ(read(shimEnv(), &status), "lines 200\n");
 	EXPECT_EQ(status, 0);
@@ -217,6 +218,7 @@ TEST_F(HangupCheck, LosesTheEndWithReadAheadAndNoReadinessLayer)
 
 TEST(FdReuse, ANewSocketOnTheSameNumberIsNotReadable)
 {
+	RecordProperty("fault", "the fd closed while OpenSSL holds data, its number reused");
 	ExampleServer server({ "--burst", "200" });
 	Command command;
 	command.argv = { examplePath("poll_reader"), "127.0.0.1", server.portText(), "--lines", "1",

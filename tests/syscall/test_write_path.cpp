@@ -28,6 +28,7 @@ void expectSameBytes(const std::string &clientOut, ExampleServer &server)
 {
 	const std::string sent = clientOut.substr(clientOut.rfind("sent ") + 5);
 	EXPECT_EQ(server.process().readLine(kTimeoutMs) + "\n", "received " + sent) << clientOut;
+	countCheckedBytes(std::strtoull(sent.c_str(), nullptr, 10));
 }
 
 } /* namespace */
@@ -62,6 +63,7 @@ TEST(WritePath, ABurstOfSmallWritesTakesAHundredTimesFewerSends)
 
 TEST(WritePath, CloseAndFreeSendWhatIsPendingFirst)
 {
+	RecordProperty("fault", "close() or SSL_free() first, bytes pending, no close_notify");
 	/*
 	 * No close_notify: the server reads to the end of the stream and counts the bytes.
 	 * TLS 1.2, because a TLS 1.3 client that never read the server's session tickets
@@ -111,6 +113,7 @@ TEST(WritePath, RequestResponseWorksUnchanged)
 
 TEST(WritePath, AFullNonBlockingSocketLosesNothing)
 {
+	RecordProperty("fault", "the peer stops reading: a full non-blocking socket");
 	/* The server reads nothing until told: the client's socket fills and says WANT_WRITE. */
 	for (bool withShim : { false, true }) {
 		TempDir dir;
@@ -131,6 +134,7 @@ TEST(WritePath, AFullNonBlockingSocketLosesNothing)
 
 TEST(WritePath, APeerResetMidBurstIsAnErrorNotAHang)
 {
+	RecordProperty("fault", "the peer resets mid-write");
 	for (bool withShim : { false, true }) {
 		ExampleServer server({ "--sink", "--reset-after", "1000000" });
 		const Captured run = runProgram(burstClient(server, { "--writes", "10000000", "--size", "100" }),
@@ -143,6 +147,7 @@ TEST(WritePath, APeerResetMidBurstIsAnErrorNotAHang)
 
 TEST(WritePath, AForkedChildDoesNotSendThePendingBytesAgain)
 {
+	RecordProperty("fault", "fork() with coalesced bytes pending");
 	/* The child exits through exit(), whose handlers would flush a copy of them. */
 	ExampleServer server({ "--sink" });
 	const Captured run = runProgram(burstClient(server, { "--writes", "20000", "--size", "100",

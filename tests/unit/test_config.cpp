@@ -108,6 +108,7 @@ TEST(Config, CoalescingTakesALimitAndADelay)
 
 TEST(Config, EveryKindOfBadValueGetsOneLineAndTheDefault)
 {
+	RecordProperty("fault", "every kind of bad TLSTUNE_* value");
 	const std::pair<const char *, const char *> cases[] = {
 		{ "TLSTUNE_READ_BUFFER", "abc" },
 		{ "TLSTUNE_READ_BUFFER", "-1" },
