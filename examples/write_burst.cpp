@@ -6,6 +6,9 @@
  *     --nonblocking       on a non-blocking socket: WANT_WRITE waits for POLLOUT and the
  *                         write is retried; prints "socket full" the first time
  *     --fork-at K         fork after write K; the child exits at once through exit()
+ *     --discard           the records go to a null BIO after the handshake, never sent:
+ *                         what the burst costs OpenSSL alone, without a syscall (the
+ *                         floor for any coalescing under SSL_write); ends as "free"
  *     --end HOW           how the connection ends after the burst: "shutdown" (default,
  *                         close_notify both ways), "close" (close(fd), then SSL_free) or
  *                         "free" (SSL_free, then close(fd)); the last two send no close_notify
@@ -13,11 +16,12 @@
  *                         for the next (tls_server --lines prints them as they arrive)
  *   --ping N              N times: write --size bytes, poll until readable, read the
  *                         echo back (tls_server --echo); prints "pings N ok"
- *   --threads T --cert C --key K
- *                         T threads, each with its own connection over a socketpair to a
- *                         server thread of this process: --writes N writes of --size B,
- *                         polling now and then; prints "threads T ok" when every server
- *                         thread got exactly its client's bytes
+ *   --threads T --cert C --key K [--rounds R]
+ *                         T threads, each R times (default 1) making a context that
+ *                         verifies C, and a connection over a socketpair to a server
+ *                         thread of this process that reads it: --writes N writes of
+ *                         --size B, polling now and then; prints "threads T ok" when every
+ *                         connection verified and its server thread got exactly its bytes
  * SIGPIPE is ignored: a failed write prints "write failed: SSL error E, errno X" and
  * exits 1.
  */
@@ -111,9 +115,18 @@ void ping(SSL *ssl, int fd, uint64_t count, size_t size)
 	std::printf("pings %llu ok\n", static_cast<unsigned long long>(count));
 }
 
-/* One client thread's connection and its server thread, over a socketpair. */
-bool pairedBurst(SSL_CTX *clientCtx, SSL_CTX *serverCtx, uint64_t writes, size_t size, uint64_t seed)
+/*
+ * One client thread's connection, in a context of its own that verifies the server with
+ * the CA file ca, and its server thread, over a socketpair.
+ */
+bool pairedBurst(const std::string &ca, SSL_CTX *serverCtx, uint64_t writes, size_t size, uint64_t seed)
 {
+	SSL_CTX *clientCtx = SSL_CTX_new(TLS_client_method());
+	if (SSL_CTX_load_verify_locations(clientCtx, ca.c_str(), nullptr) != 1) {
+		SSL_CTX_free(clientCtx);
+		return false;
+	}
+	SSL_CTX_set_verify(clientCtx, SSL_VERIFY_PEER, nullptr);
 	int fds[2];
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
 		return false;
@@ -136,6 +149,7 @@ bool pairedBurst(SSL_CTX *clientCtx, SSL_CTX *serverCtx, uint64_t writes, size_t
 
 	SSL *ssl = SSL_new(clientCtx);
 	SSL_set_fd(ssl, fds[0]);
+	SSL_set1_host(ssl, "localhost");
 	Pattern pattern(seed);
 	Sha256 digest;
 	std::vector<unsigned char> chunk(size);
@@ -150,36 +164,42 @@ bool pairedBurst(SSL_CTX *clientCtx, SSL_CTX *serverCtx, uint64_t writes, size_t
 			poll(&pfd, 1, 0);
 		}
 	}
+	ok = ok && SSL_get_verify_result(ssl) == X509_V_OK;
 	SSL_shutdown(ssl);
 	SSL_free(ssl);
 	shutdown(fds[0], SHUT_WR);
 	server.join();
 	close(fds[0]);
+	SSL_CTX_free(clientCtx);
 	return ok && received == digest.hex();
 }
 
 int threads(int argc, char **argv, uint64_t count, size_t size)
 {
-	SSL_CTX *client = SSL_CTX_new(TLS_client_method());
+	const std::string cert = option(argc, argv, "--cert", "");
 	SSL_CTX *server = SSL_CTX_new(TLS_server_method());
-	if (SSL_CTX_use_certificate_chain_file(server, option(argc, argv, "--cert", "").c_str()) != 1 ||
+	if (SSL_CTX_use_certificate_chain_file(server, cert.c_str()) != 1 ||
 	    SSL_CTX_use_PrivateKey_file(server, option(argc, argv, "--key", "").c_str(), SSL_FILETYPE_PEM) != 1)
 		fail("cannot load the certificate and key");
 	const uint64_t writes = number(argc, argv, "--writes", 1);
+	const uint64_t rounds = number(argc, argv, "--rounds", 1);
 	std::vector<std::thread> workers;
-	std::vector<int> ok(count, 0);
-	for (uint64_t t = 0; t < count; t++)
-		workers.emplace_back([&, t] { ok[t] = pairedBurst(client, server, writes, size, t + 1); });
+	std::vector<uint64_t> ok(count, 0);
+	for (uint64_t t = 0; t < count; t++) {
+		workers.emplace_back([&, t] {
+			for (uint64_t r = 0; r < rounds; r++)
+				ok[t] += pairedBurst(cert, server, writes, size, t * rounds + r + 1);
+		});
+	}
 	uint64_t good = 0;
 	for (uint64_t t = 0; t < count; t++) {
 		workers[t].join();
 		good += ok[t];
 	}
-	SSL_CTX_free(client);
 	SSL_CTX_free(server);
-	if (good != count) {
-		std::printf("threads %llu of %llu ok\n", static_cast<unsigned long long>(good),
-			    static_cast<unsigned long long>(count));
+	if (good != count * rounds) {
+		std::printf("threads %llu of %llu connections ok\n", static_cast<unsigned long long>(good),
+			    static_cast<unsigned long long>(count * rounds));
 		return 1;
 	}
 	std::printf("threads %llu ok\n", static_cast<unsigned long long>(count));
@@ -193,10 +213,11 @@ int main(int argc, char **argv)
 	std::signal(SIGPIPE, SIG_IGN);
 	if (argc < 2)
 		fail("usage: write_burst PORT --writes N --size B | --lines | --ping N | --threads T");
-	bool nonBlocking = false, lineMode = false;
+	bool nonBlocking = false, lineMode = false, discard = false;
 	for (int i = 1; i < argc; i++) {
 		nonBlocking = nonBlocking || std::string(argv[i]) == "--nonblocking";
 		lineMode = lineMode || std::string(argv[i]) == "--lines";
+		discard = discard || std::string(argv[i]) == "--discard";
 	}
 	const size_t size = number(argc, argv, "--size", 100);
 	if (const uint64_t count = number(argc, argv, "--threads", 0))
@@ -210,6 +231,8 @@ int main(int argc, char **argv)
 		fail("handshake");
 	if (nonBlocking)
 		setNonBlocking(fd);
+	if (discard)
+		SSL_set0_wbio(ssl, BIO_new(BIO_s_null()));
 
 	if (lineMode)
 		lines(ssl, fd);
@@ -220,7 +243,7 @@ int main(int argc, char **argv)
 		      number(argc, argv, "--fork-at", 0));
 	std::fflush(stdout);
 
-	const std::string end = option(argc, argv, "--end", "shutdown");
+	const std::string end = discard ? "free" : option(argc, argv, "--end", "shutdown");
 	if (end == "close" || end == "free") {
 		if (end == "close")
 			close(fd);
