@@ -4,7 +4,7 @@
  * Usage: bulk_download HOST PORT [--no-read-ahead] [--seed S]
  * --no-read-ahead: the program turns read-ahead off on its context, as some do on purpose.
  * A connection that ends without close_notify (a reset) prints how it ended, as OpenSSL
- * and errno tell it, and whether what arrived is the start of the pattern of seed S
+ * (SSL_get_error, the error queue) and errno tell it, and whether what arrived is the start of the pattern of seed S
  * (tls_server --send's); exit 3.
  */
 
@@ -51,9 +51,15 @@ int main(int argc, char **argv)
 			expected.update(buffer, chunk);
 			done += chunk;
 		}
-		std::printf("ended without close_notify: SSL_get_error %d, errno %s; what arrived is the "
-			    "pattern's start: %s\n", error, saved ? strerror(saved) : "0",
-			    expected.hex() == digest.hex() ? "yes" : "no");
+		std::string queue;
+		while (const unsigned long code = ERR_get_error()) {
+			char text[256];
+			ERR_error_string_n(code, text, sizeof(text));
+			queue += std::string(queue.empty() ? "" : "; ") + text;
+		}
+		std::printf("ended without close_notify: SSL_get_error %d, errno %s, error queue [%s]; "
+			    "what arrived is the pattern's start: %s\n", error, saved ? strerror(saved) : "0",
+			    queue.c_str(), expected.hex() == digest.hex() ? "yes" : "no");
 		status = 3;
 	} else {
 		std::printf("received %llu sha256 %s\n", total, digest.hex().c_str());

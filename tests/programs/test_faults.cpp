@@ -118,7 +118,7 @@ TEST_P(Resets, APeerResetMidDownloadEndsAsWithoutTheShim)
 						withShim, {}, kTimeoutMs);
 		EXPECT_EQ(run.status, 3) << run.err;
 		EXPECT_EQ(run.out, "ended without close_notify: SSL_get_error 5, errno Connection reset by "
-				   "peer; what arrived is the pattern's start: yes\n")
+				   "peer, error queue []; what arrived is the pattern's start: yes\n")
 			<< (withShim ? "with" : "without") << " the shim";
 		EXPECT_EQ(server.process().readLine(kTimeoutMs), "reset");
 	}
