@@ -5,17 +5,13 @@ Every reply is its own TLS record, and each data connection is TLS too, ended by
 close_notify exchange (ftplib unwraps it). Prints "received N sha256 H" for each STOR.
 Usage: ftp_server.py CERT KEY DIR   (prints "port N" once it listens; serves one client)
 """
-import hashlib, os, socket, ssl, sys
+import hashlib, os, socket, sys
+
+from tls_listener import accept_plain, server_context
 
 cert, key, directory = sys.argv[1:4]
-context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-context.load_cert_chain(cert, key)
-listener = socket.socket()
-listener.bind(("127.0.0.1", 0))
-listener.listen(1)
-print("port", listener.getsockname()[1], flush=True)
-control, _ = listener.accept()
-listener.close()
+context = server_context(cert, key)
+control = accept_plain()  # plain until AUTH TLS
 passive = None
 
 

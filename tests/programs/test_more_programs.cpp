@@ -41,6 +41,13 @@ protected:
 		return status;
 	}
 
+	/* curl trusting the test certificate, failing on an HTTP error; URLs to follow. */
+	static std::vector<std::string> curl()
+	{
+		return { "curl", "--silent", "--show-error", "--fail", "--cacert", certificate().cert,
+			 "--max-time", "120" };
+	}
+
 	TempDir dir_;
 	std::string expected_;
 };
@@ -70,12 +77,10 @@ TEST_F(MorePrograms, OpensslSServerServesThroughTheShim)
 	command.cwd = dir_.path();
 	Daemon server(command, "ACCEPT");
 
+	std::vector<std::string> argv = curl();
+	argv.push_back("https://127.0.0.1:" + std::to_string(port) + "/data");
 	std::string errors;
-	ASSERT_EQ(runTo({ "curl", "--silent", "--show-error", "--fail", "--cacert", certificate().cert,
-			  "https://127.0.0.1:" + std::to_string(port) + "/data" },
-			{}, &errors),
-		  0)
-		<< errors;
+	ASSERT_EQ(runTo(argv, {}, &errors), 0) << errors;
 	EXPECT_EQ(fileSha256(dir_.file("out")), expected_);
 	/* -naccept 1: it exits by itself, through exit(), where the stats line is printed. */
 	const std::string log = server.process().readAll(kTimeoutMs);
@@ -87,8 +92,7 @@ TEST_F(MorePrograms, NginxServesThroughTheShim)
 {
 	for (const char *tls : { "1.2", "1.3" }) {
 		Nginx nginx(dir_.path(), tls, shimEnv({ "TLSTUNE_STATS=1" }));
-		std::vector<std::string> argv = { "curl", "--silent", "--show-error", "--fail",
-						  "--cacert", certificate().cert, "--max-time", "120" };
+		std::vector<std::string> argv = curl();
 		for (int i = 0; i < 4; i++)
 			argv.insert(argv.end(), { "--output", dir_.file("out" + std::to_string(i)),
 						  nginx.url("/data") });
@@ -109,8 +113,7 @@ TEST_F(MorePrograms, CurlUploadsToNginxBothThroughTheShim)
 	for (const char *tls : { "1.2", "1.3" }) {
 		Nginx nginx(dir_.path(), tls, shimEnv({ "TLSTUNE_STATS=1" }));
 		/* Four PUTs in one curl, on one keep-alive connection. */
-		std::vector<std::string> argv = { "curl", "--silent", "--show-error", "--fail",
-						  "--cacert", certificate().cert, "--max-time", "120" };
+		std::vector<std::string> argv = curl();
 		for (int i = 0; i < 4; i++)
 			argv.insert(argv.end(), { "--upload-file", dir_.file("data"),
 						  nginx.url("/uploads/" + std::string(tls) + "-" + std::to_string(i)) });
