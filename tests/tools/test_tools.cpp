@@ -1,7 +1,8 @@
-/* The user's tools: the tlstune wrapper and tlstune-check. */
+/* The user's tools: the tlstune wrapper, tlstune-check, the bench and tools/evidence. */
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <sstream>
 
 #include "core/config.h"
@@ -151,8 +152,48 @@ TEST(Bench, QuickRunsEndToEnd)
 				  "## Read buffer sweep", "| off (no read-ahead) |", "| 4 x 16,413 + 3 |",
 				  "| 8 x 16,413 + 3 |", "## CA cache",
 				  "| python ssl.create_default_context() | 10 |",
-				  "| C: GET, new context and connection | 10 |" })
+				  "| C: GET, new context and connection | 10 |",
+				  "## Write coalescing", "encrypted and dropped (null BIO, no shim)" })
 		EXPECT_NE(report.find(part), std::string::npos) << part << " not in\n" << report;
 	for (const char *chart : { "ab.svg", "sweep.svg" })
 		EXPECT_NE(readFile(out.file(chart)).find("<svg"), std::string::npos) << chart;
+}
+
+TEST(Evidence, SumsUpCasesFaultsBytesAndFuzzRunsFromTheLogs)
+{
+	/* Logs shaped as meson writes them: gtest's suites renamed "project.project:suite / test.Suite". */
+	TempDir root;
+	std::filesystem::create_directories(root.file("build/meson-logs"));
+	std::filesystem::create_directories(root.file("build-fuzz/meson-logs"));
+	writeFile(root.file("build/meson-logs/testlog.junit.xml"),
+		  "<testsuites><testsuite name=\"tlstune.tlstune:programs / programs-faults.Faults\">"
+		  "<testcase name=\"Reset\" status=\"run\"><properties>"
+		  "<property name=\"fault\" value=\"the peer resets\"/>"
+		  "<property name=\"bytes_checked\" value=\"3145728\"/></properties></testcase>"
+		  "<testcase name=\"Skipped\" status=\"run\"><skipped/></testcase>"
+		  "<testcase name=\"Broken\" status=\"run\"><failure/><properties>"
+		  "<property name=\"bytes_checked\" value=\"5\"/></properties></testcase>"
+		  "</testsuite></testsuites>");
+	writeFile(root.file("build-fuzz/meson-logs/testlog.junit.xml"),
+		  "<testsuites><testsuite name=\"tlstune\"><testcase name=\"fuzz-config\">"
+		  "<system-err>#2 INITED\nDone 1234567 runs in 31 second(s)</system-err></testcase>"
+		  "</testsuite></testsuites>");
+	writeFile(root.file("README.md"), "before\n<!-- evidence: begin -->\nold\n<!-- evidence: end -->\nafter\n");
+
+	Command evidence;
+	evidence.argv = { std::string(TLSTUNE_SOURCE_ROOT) + "/tools/evidence", "--root", root.path(),
+			  "--update", root.file("README.md") };
+	const Captured run = runCaptured(evidence, 60000);
+	ASSERT_EQ(run.status, 0) << run.err;
+	const std::string readme = readFile(root.file("README.md"));
+	for (const char *part :
+	     { "before\n<!-- evidence: begin -->\n| tests |",
+	       "| `programs-faults` | signals, fds above FD_SETSIZE, fork, library constructors, resets | "
+	       "1 passed, 1 failed, 1 skipped | not run | not run |",
+	       "3 MiB in 1 passing cases; bytes lost, duplicated or reordered: 5 ",
+	       "| the peer resets | `programs-faults` Faults.Reset | passed |",
+	       "| `fuzz-config` | 1,234,567 in 31 s | passed |",
+	       "<!-- evidence: end -->\nafter\n" })
+		EXPECT_NE(readme.find(part), std::string::npos) << part << " not in\n" << readme;
+	EXPECT_EQ(readme.find("old"), std::string::npos) << readme;
 }

@@ -23,7 +23,9 @@ http {
   }
 }
 CONF
-	nginx -p "$work" -c "$work/nginx.conf" -e stderr 2>"$work/nginx.log" &
+	# The log exists before tail looks for it: the background job may open it later.
+	: >"$work/nginx.log"
+	nginx -p "$work" -c "$work/nginx.conf" -e stderr 2>>"$work/nginx.log" &
 	nginx_pid=$!
 	timeout 30 grep -q -m1 "start worker process" <(tail -f "$work/nginx.log")
 }
