@@ -6,6 +6,9 @@
  *     --nonblocking       on a non-blocking socket: WANT_WRITE waits for POLLOUT and the
  *                         write is retried; prints "socket full" the first time
  *     --fork-at K         fork after write K; the child exits at once through exit()
+ *     --timing            first prints "burst microseconds U": from the first write to
+ *                         the end of a zero-timeout poll after the last (a program that
+ *                         waits next; by then every byte is in the kernel)
  *     --discard           the records go to a null BIO after the handshake, never sent:
  *                         what the burst costs OpenSSL alone, without a syscall (the
  *                         floor for any coalescing under SSL_write); ends as "free"
@@ -26,6 +29,7 @@
  * exits 1.
  */
 
+#include <chrono>
 #include <csignal>
 #include <poll.h>
 #include <sys/socket.h>
@@ -68,11 +72,12 @@ void writeAll(SSL *ssl, int fd, const unsigned char *data, size_t length)
 	}
 }
 
-void burst(SSL *ssl, int fd, uint64_t writes, size_t size, uint64_t seed, uint64_t forkAt)
+void burst(SSL *ssl, int fd, uint64_t writes, size_t size, uint64_t seed, uint64_t forkAt, bool timing)
 {
 	Pattern pattern(seed);
 	Sha256 digest;
 	std::vector<unsigned char> chunk(size);
+	const auto started = std::chrono::steady_clock::now();
 	for (uint64_t i = 0; i < writes; i++) {
 		pattern.fill(chunk.data(), size);
 		digest.update(chunk.data(), size);
@@ -84,6 +89,13 @@ void burst(SSL *ssl, int fd, uint64_t writes, size_t size, uint64_t seed, uint64
 			int status = 0;
 			waitpid(child, &status, 0);
 		}
+	}
+	if (timing) {
+		/* A program that waits next (here for nothing): every byte is in the kernel then. */
+		struct pollfd pfd = { fd, POLLOUT, 0 };
+		poll(&pfd, 1, 0);
+		const std::chrono::duration<double, std::micro> took = std::chrono::steady_clock::now() - started;
+		std::printf("burst microseconds %.0f\n", took.count());
 	}
 	std::printf("sent %llu sha256 %s\n", static_cast<unsigned long long>(writes * size),
 		    digest.hex().c_str());
@@ -213,8 +225,9 @@ int main(int argc, char **argv)
 	std::signal(SIGPIPE, SIG_IGN);
 	if (argc < 2)
 		fail("usage: write_burst PORT --writes N --size B | --lines | --ping N | --threads T");
-	bool nonBlocking = false, lineMode = false, discard = false;
+	bool nonBlocking = false, lineMode = false, discard = false, timing = false;
 	for (int i = 1; i < argc; i++) {
+		timing = timing || std::string(argv[i]) == "--timing";
 		nonBlocking = nonBlocking || std::string(argv[i]) == "--nonblocking";
 		lineMode = lineMode || std::string(argv[i]) == "--lines";
 		discard = discard || std::string(argv[i]) == "--discard";
@@ -240,7 +253,7 @@ int main(int argc, char **argv)
 		ping(ssl, fd, count, size);
 	else
 		burst(ssl, fd, number(argc, argv, "--writes", 1), size, number(argc, argv, "--seed", 1),
-		      number(argc, argv, "--fork-at", 0));
+		      number(argc, argv, "--fork-at", 0), timing);
 	std::fflush(stdout);
 
 	const std::string end = discard ? "free" : option(argc, argv, "--end", "shutdown");
