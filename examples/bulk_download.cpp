@@ -4,8 +4,8 @@
  * Usage: bulk_download HOST PORT [--no-read-ahead] [--seed S]
  * --no-read-ahead: the program turns read-ahead off on its context, as some do on purpose.
  * A connection that ends without close_notify (a reset) prints how it ended, as OpenSSL
- * (SSL_get_error, the error queue) and errno tell it, and whether what arrived is the start of the pattern of seed S
- * (tls_server --send's); exit 3.
+ * (SSL_get_error, the error queue) and errno tell it, and whether what arrived is the
+ * start of the pattern of seed S (tls_server --send's); exit 3.
  */
 
 #include <cerrno>

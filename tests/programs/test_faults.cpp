@@ -65,7 +65,8 @@ class Forks : public ::testing::TestWithParam<const char *> {};
 
 TEST_P(Forks, AChildForkedWithReadAheadDataReadsTheRest)
 {
-	RecordProperty("fault", std::string("fork() while read-ahead holds data; the child waits in ") + GetParam());
+	RecordProperty("fault", std::string("fork() while read-ahead holds data; the child waits in ") +
+					GetParam());
 	/* 200 lines in one segment: after 10, read-ahead holds the rest in OpenSSL's buffers. */
 	for (bool withShim : { false, true }) {
 		ExampleServer server({ "--burst", "200" });

@@ -1,8 +1,8 @@
 /*
  * More of the programs a user puts tlstune in front of: openssl s_client and s_server,
- * nginx itself as the TLS server for downloads and for curl's uploads, and wget, which is built on GnuTLS and must be left
- * exactly as it is. Bytes are checked by sha256; TLSTUNE_STATS shows whether the shim
- * tuned the program.
+ * nginx itself as the TLS server for downloads and for curl's uploads, and wget, which
+ * is built on GnuTLS and must be left exactly as it is. Bytes are checked by sha256;
+ * TLSTUNE_STATS shows whether the shim tuned the program.
  */
 
 #include <gtest/gtest.h>
