@@ -166,7 +166,8 @@ TEST(Evidence, SumsUpCasesFaultsBytesAndFuzzRunsFromTheLogs)
 	std::filesystem::create_directories(root.file("build/meson-logs"));
 	std::filesystem::create_directories(root.file("build-fuzz/meson-logs"));
 	writeFile(root.file("build/meson-logs/testlog.junit.xml"),
-		  "<testsuites><testsuite name=\"tlstune.tlstune:programs / programs-faults.Faults\">"
+		  "<testsuites><testsuite name=\"tlstune.tlstune:programs / programs-faults.Faults\" "
+		  "timestamp=\"2026-01-02T03:04:05\">"
 		  "<testcase name=\"Reset\" status=\"run\"><properties>"
 		  "<property name=\"fault\" value=\"the peer resets\"/>"
 		  "<property name=\"bytes_checked\" value=\"3145728\"/></properties></testcase>"
@@ -187,7 +188,7 @@ TEST(Evidence, SumsUpCasesFaultsBytesAndFuzzRunsFromTheLogs)
 	ASSERT_EQ(run.status, 0) << run.err;
 	const std::string readme = readFile(root.file("README.md"));
 	for (const char *part :
-	     { "before\n<!-- evidence: begin -->\n| tests |",
+	     { "before\n<!-- evidence: begin -->\nRun of 2026-01-02, cases per test binary and build tree:\n",
 	       "| `programs-faults` | signals, fds above FD_SETSIZE, fork, library constructors, resets | "
 	       "1 passed, 1 failed, 1 skipped | not run | not run |",
 	       "3 MiB in 1 passing cases; bytes lost, duplicated or reordered: 5 ",
