@@ -20,18 +20,28 @@ namespace {
 constexpr int kIdleRounds = 50;
 
 /*
- * This thread holds the registry: a close() from inside (a sanitizer's symbolizer, a
- * signal handler) must not wait for the lock it holds.
+ * How many fds apart a close may range before closing() walks every attached connection
+ * instead of looking each number up (close_range over a wide range, exit).
  */
-thread_local bool holdingRegistry = false;
+constexpr long long kLookedUpRange = 64;
 
-class RegistryLock {
+/*
+ * This thread holds one of the Coalescer's locks: a close() or wait from inside (a
+ * sanitizer's symbolizer, a signal handler) must not wait for a lock it holds.
+ */
+thread_local bool insideCoalescer = false;
+
+class InsideLock {
 public:
-	explicit RegistryLock(std::mutex &mutex) : lock_(mutex) { holdingRegistry = true; }
-	~RegistryLock() { holdingRegistry = false; }
+	explicit InsideLock(std::mutex &mutex) : lock_(mutex), outer_(insideCoalescer)
+	{
+		insideCoalescer = true;
+	}
+	~InsideLock() { insideCoalescer = outer_; }
 
 private:
 	std::lock_guard<std::mutex> lock_;
+	const bool outer_;
 };
 
 } /* namespace */
@@ -50,32 +60,63 @@ PendingWrites *Coalescer::open(int fd)
 									       &counters_));
 	if (!writes)
 		return nullptr;
-	RegistryLock lock(registry_);
+	PendingWrites *const added = writes.get();
+	InsideLock lock(registry_);
 	try {
-		entries_.push_back(std::move(writes));
+		/* Room on the dirty list for every connection: dirtied() never allocates. */
+		{
+			InsideLock listed(dirtyListMutex_);
+			if (dirtyList_.capacity() <= entries_.size())
+				dirtyList_.reserve(2 * entries_.size() + 1);
+		}
+		const auto indexed = byFd_.emplace(fd, added);
+		try {
+			entries_.emplace(added, std::move(writes));
+		} catch (const std::bad_alloc &) {
+			byFd_.erase(indexed);
+			return nullptr;
+		}
 	} catch (const std::bad_alloc &) {
 		return nullptr;
 	}
 	entryCount_.fetch_add(1, std::memory_order_relaxed);
-	return entries_.back().get();
+	return added;
 }
 
 void Coalescer::release(PendingWrites *writes)
 {
 	const int savedErrno = errno;
 	writes->drain(kDrainTimeoutMs);
-	RegistryLock lock(registry_);
-	auto entry = std::find_if(entries_.begin(), entries_.end(),
-				  [&](const std::unique_ptr<PendingWrites> &e) { return e.get() == writes; });
-	if (entry != entries_.end()) {
-		entries_.erase(entry);
-		entryCount_.fetch_sub(1, std::memory_order_relaxed);
+	InsideLock lock(registry_);
+	{
+		InsideLock listed(dirtyListMutex_);
+		const auto entry = std::find(dirtyList_.begin(), dirtyList_.end(), writes);
+		if (entry != dirtyList_.end())
+			dirtyList_.erase(entry);
 	}
+	const auto attached = byFd_.equal_range(writes->fd());
+	for (auto it = attached.first; it != attached.second; ++it) {
+		if (it->second == writes) {
+			byFd_.erase(it);
+			break;
+		}
+	}
+	if (entries_.erase(writes))
+		entryCount_.fetch_sub(1, std::memory_order_relaxed);
 	errno = savedErrno;
 }
 
-bool Coalescer::dirtied()
+bool Coalescer::dirtied(PendingWrites *writes)
 {
+	if (insideCoalescer)
+		return false;
+	{
+		InsideLock listed(dirtyListMutex_);
+		if (!writes->listed()) {
+			dirtyList_.push_back(writes); /* within the capacity open() reserved */
+			writes->setListed(true);
+		}
+	}
 	if (!flusherRunning_.load(std::memory_order_acquire) && !startFlusher())
 		return false;
 	if (flusherIdle_.load(std::memory_order_acquire)) {
@@ -127,32 +168,50 @@ void Coalescer::flusherLoop()
 
 void Coalescer::flushDirty()
 {
-	if (holdingRegistry)
+	if (insideCoalescer)
 		return;
 	const int savedErrno = errno;
-	RegistryLock lock(registry_);
-	for (const std::unique_ptr<PendingWrites> &writes : entries_) {
+	/* A listed connection is not freed while this lock is held: release() unlists first. */
+	InsideLock listed(dirtyListMutex_);
+	std::size_t kept = 0;
+	for (PendingWrites *writes : dirtyList_) {
 		/* Busy: the connection's own thread holds it and is sending itself. */
 		if (writes->dirty())
 			writes->tryFlush(kBackgroundSend);
+		if (writes->dirty())
+			dirtyList_[kept++] = writes;
+		else
+			writes->setListed(false);
 	}
+	dirtyList_.resize(kept);
 	errno = savedErrno;
 }
 
 void Coalescer::closing(int first, int last, bool detach)
 {
-	if (entryCount_.load(std::memory_order_relaxed) == 0 || holdingRegistry)
+	if (entryCount_.load(std::memory_order_relaxed) == 0 || insideCoalescer)
 		return;
 	const int savedErrno = errno;
-	RegistryLock lock(registry_);
-	for (const std::unique_ptr<PendingWrites> &writes : entries_) {
-		const int fd = writes->fd();
-		if (fd < first || fd > last)
-			continue;
+	InsideLock lock(registry_);
+	/* Sends what fd's connection holds; a detached one leaves the index. */
+	auto visit = [&](std::unordered_multimap<int, PendingWrites *>::iterator it) {
+		PendingWrites *writes = it->second;
 		if (writes->dirty())
 			writes->drain(kDrainTimeoutMs);
-		if (detach)
-			writes->detach();
+		if (!detach)
+			return std::next(it);
+		writes->detach();
+		return byFd_.erase(it);
+	};
+	if (static_cast<long long>(last) - first < kLookedUpRange) {
+		for (long long fd = first; fd <= last; fd++) {
+			auto range = byFd_.equal_range(static_cast<int>(fd));
+			for (auto it = range.first; it != range.second;)
+				it = visit(it);
+		}
+	} else {
+		for (auto it = byFd_.begin(); it != byFd_.end();)
+			it = it->first < first || it->first > last ? std::next(it) : visit(it);
 	}
 	errno = savedErrno;
 }
@@ -166,27 +225,33 @@ void Coalescer::lockForFork()
 {
 	registry_.lock();
 	wakeMutex_.lock();
-	for (const std::unique_ptr<PendingWrites> &writes : entries_)
-		writes->mutex().lock();
+	dirtyListMutex_.lock();
+	for (const auto &entry : entries_)
+		entry.second->mutex().lock();
 }
 
 void Coalescer::unlockInParent()
 {
-	for (const std::unique_ptr<PendingWrites> &writes : entries_)
-		writes->mutex().unlock();
+	for (const auto &entry : entries_)
+		entry.second->mutex().unlock();
+	dirtyListMutex_.unlock();
 	wakeMutex_.unlock();
 	registry_.unlock();
 }
 
 void Coalescer::unlockInChild()
 {
-	for (const std::unique_ptr<PendingWrites> &writes : entries_) {
-		writes->dropAfterFork();
-		writes->mutex().unlock();
+	for (const auto &entry : entries_) {
+		entry.second->dropAfterFork();
+		entry.second->mutex().unlock();
 	}
+	for (PendingWrites *writes : dirtyList_)
+		writes->setListed(false);
+	dirtyList_.clear();
 	/* The flusher thread did not come along: the next write starts one. */
 	flusherRunning_.store(false, std::memory_order_relaxed);
 	flusherIdle_.store(false, std::memory_order_relaxed);
+	dirtyListMutex_.unlock();
 	wakeMutex_.unlock();
 	registry_.unlock();
 }

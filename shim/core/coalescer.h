@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "pending_writes.h"
@@ -24,8 +25,14 @@ namespace tlstune {
  * PendingWrites' lock and send(2), never an OpenSSL call or lock; only the connection's
  * own thread, inside its own OpenSSL call, touches OpenSSL state. A close of that fd
  * (seen by the close family) detaches it under the same lock before the number is freed.
- * Lock order: registry_, then a PendingWrites' lock; nobody takes registry_ while
- * holding a PendingWrites' lock.
+ *
+ * Nothing here is proportional to the number of connections: a server with thousands
+ * closes files and waits all the time. A close finds its fd's connections by number, a
+ * wait visits only the connections holding bytes (the dirty list), a connection leaves
+ * by its address.
+ *
+ * Lock order: registry_, then dirtyListMutex_, then a PendingWrites' lock; nobody takes
+ * either while holding a PendingWrites' lock. wakeMutex_ is never held with another.
  */
 class Coalescer {
 public:
@@ -45,10 +52,12 @@ public:
 	void release(PendingWrites *writes);
 
 	/*
-	 * After an append made writes non-empty: the flusher will send them within the delay.
-	 * False when no flusher thread could be started: the caller must flush itself.
+	 * After an append made writes non-empty: they go on the dirty list, and the flusher
+	 * will send them within the delay. False when that cannot be promised (no flusher
+	 * thread could be started, or this thread is inside the Coalescer already, from a
+	 * signal handler): the caller must flush itself.
 	 */
-	bool dirtied();
+	bool dirtied(PendingWrites *writes);
 
 	/* The program is about to wait: every connection's bytes go out, without blocking. */
 	void flushAll()
@@ -83,9 +92,14 @@ private:
 	const std::chrono::microseconds delay_;
 	const SocketCalls calls_;
 
-	std::mutex registry_; /* guards entries_; taken before any PendingWrites lock */
-	std::vector<std::unique_ptr<PendingWrites>> entries_;
+	std::mutex registry_; /* guards entries_ and byFd_ */
+	std::unordered_map<const PendingWrites *, std::unique_ptr<PendingWrites>> entries_;
+	std::unordered_multimap<int, PendingWrites *> byFd_; /* the attached ones */
 	std::atomic<int> entryCount_{0};
+
+	/* The connections that may hold bytes; its capacity is kept at entries_.size(). */
+	std::mutex dirtyListMutex_;
+	std::vector<PendingWrites *> dirtyList_;
 	PendingWrites::Counters counters_;
 
 	std::mutex wakeMutex_;

@@ -61,7 +61,7 @@ int filterWrite(BIO *bio, const char *data, int length)
 	switch (writes->append(data, static_cast<std::size_t>(length), &becameDirty)) {
 	case PendingWrites::Result::Done:
 		/* Without a flusher thread nothing would bound the wait: send now. */
-		if (becameDirty && !g_coalescer->dirtied())
+		if (becameDirty && !g_coalescer->dirtied(writes))
 			writes->flush(0);
 		return length;
 	case PendingWrites::Result::Again:

@@ -87,6 +87,10 @@ public:
 
 	std::mutex &mutex() noexcept { return mutex_; }
 
+	/* On the Coalescer's list of connections to flush; only that list's lock reads it. */
+	bool listed() const noexcept { return listed_; }
+	void setListed(bool listed) noexcept { listed_ = listed; }
+
 private:
 	Result flushLocked(int flags);
 	void markClean() noexcept;
@@ -100,6 +104,7 @@ private:
 	std::size_t sent_ = 0; /* bytes_[0, sent_) already went out */
 	std::atomic<bool> dirty_{false};
 	int error_ = 0;
+	bool listed_ = false;
 };
 
 } /* namespace tlstune */

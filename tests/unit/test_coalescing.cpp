@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <fcntl.h>
 #include <string>
 #include <sys/socket.h>
@@ -59,6 +61,17 @@ protected:
 	{
 		bool dirty = false;
 		return writes.append(record.data(), record.size(), &dirty);
+	}
+
+	/* What the filter BIO does: append, and list a connection that was clean before. */
+	PendingWrites::Result write(Coalescer &coalescer, PendingWrites &writes, const std::string &record)
+	{
+		bool becameDirty = false;
+		const PendingWrites::Result result = writes.append(record.data(), record.size(), &becameDirty);
+		if (becameDirty) {
+			EXPECT_TRUE(coalescer.dirtied(&writes));
+		}
+		return result;
 	}
 
 	int fds_[2];
@@ -162,15 +175,64 @@ TEST_F(Pair, TheCoalescerSendsBeforeAWaitAndBeforeAClose)
 	Coalescer coalescer(1024, std::chrono::milliseconds(100), kCalls);
 	PendingWrites *writes = coalescer.open(fds_[0]);
 	ASSERT_NE(writes, nullptr);
-	ASSERT_EQ(append(*writes, "before a wait"), PendingWrites::Result::Done);
+	ASSERT_EQ(write(coalescer, *writes, "before a wait"), PendingWrites::Result::Done);
 	coalescer.flushAll();
 	EXPECT_EQ(received(), "before a wait");
 
-	ASSERT_EQ(append(*writes, "before a close"), PendingWrites::Result::Done);
+	ASSERT_EQ(write(coalescer, *writes, "before a close"), PendingWrites::Result::Done);
 	coalescer.closing(fds_[0], fds_[0], true);
 	EXPECT_EQ(received(), "before a close");
 	EXPECT_EQ(writes->fd(), -1);
 	coalescer.release(writes);
+}
+
+TEST_F(Pair, ACloseReachesOnlyTheConnectionsOnItsFds)
+{
+	int other[2];
+	ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, other), 0);
+	Coalescer coalescer(1024, std::chrono::milliseconds(100), kCalls);
+	PendingWrites *mine = coalescer.open(fds_[0]);
+	PendingWrites *theirs = coalescer.open(other[0]);
+	ASSERT_EQ(write(coalescer, *mine, "mine"), PendingWrites::Result::Done);
+	ASSERT_EQ(write(coalescer, *theirs, "theirs"), PendingWrites::Result::Done);
+
+	/* (The flusher may send the bytes any time: only who is detached is asserted.) */
+	const int unrelated = std::max(fds_[1], other[1]) + 100;
+	coalescer.closing(unrelated, unrelated, true);
+	EXPECT_EQ(mine->fd(), fds_[0]);
+	EXPECT_EQ(theirs->fd(), other[0]);
+
+	coalescer.closing(other[0], other[0], true);
+	EXPECT_EQ(theirs->fd(), -1);
+	EXPECT_FALSE(theirs->dirty());
+	char buffer[16] = {};
+	EXPECT_EQ(read(other[1], buffer, sizeof(buffer)), 6) << "sent before the close";
+	EXPECT_EQ(mine->fd(), fds_[0]) << "its own fd was not closed";
+
+	/* A wide range (close_range, exit) reaches it too, without detaching at exit. */
+	coalescer.closing(0, INT_MAX, false);
+	EXPECT_EQ(received(), "mine");
+	EXPECT_EQ(mine->fd(), fds_[0]);
+	coalescer.release(mine);
+	coalescer.release(theirs);
+	close(other[0]);
+	close(other[1]);
+}
+
+TEST_F(Pair, AConnectionFreedWithBytesListedLeavesTheList)
+{
+	Coalescer coalescer(1024, std::chrono::milliseconds(100), kCalls);
+	PendingWrites *writes = coalescer.open(fds_[0]);
+	ASSERT_EQ(write(coalescer, *writes, "last words"), PendingWrites::Result::Done);
+	coalescer.release(writes);
+	EXPECT_EQ(received(), "last words");
+	EXPECT_EQ(coalescer.counters().dirty.load(), 0);
+	coalescer.flushAll(); /* AddressSanitizer: the freed connection is not visited */
+	PendingWrites *next = coalescer.open(fds_[0]);
+	ASSERT_EQ(write(coalescer, *next, "next"), PendingWrites::Result::Done);
+	coalescer.flushAll();
+	EXPECT_EQ(received(), "next");
+	coalescer.release(next);
 }
 
 TEST_F(Pair, TheFlusherSendsWhatNobodyElseDoes)
@@ -178,8 +240,7 @@ TEST_F(Pair, TheFlusherSendsWhatNobodyElseDoes)
 	/* The program just stops: nothing of ours runs in its thread any more. */
 	Coalescer coalescer(1024, std::chrono::microseconds(200), kCalls);
 	PendingWrites *writes = coalescer.open(fds_[0]);
-	ASSERT_EQ(append(*writes, "by the flusher"), PendingWrites::Result::Done);
-	ASSERT_TRUE(coalescer.dirtied());
+	ASSERT_EQ(write(coalescer, *writes, "by the flusher"), PendingWrites::Result::Done);
 	struct pollfd readable = { fds_[1], POLLIN, 0 };
 	ASSERT_EQ(::poll(&readable, 1, 30000), 1) << "within the bound of a stalled test, not a timing claim";
 	EXPECT_EQ(received(), "by the flusher");
@@ -190,7 +251,7 @@ TEST_F(Pair, AForkedChildDropsItsCopyOfThePendingBytes)
 {
 	Coalescer coalescer(1024, std::chrono::milliseconds(100), kCalls);
 	PendingWrites *writes = coalescer.open(fds_[0]);
-	ASSERT_EQ(append(*writes, "once"), PendingWrites::Result::Done);
+	ASSERT_EQ(write(coalescer, *writes, "once"), PendingWrites::Result::Done);
 	coalescer.lockForFork();
 	const pid_t child = fork();
 	if (child == 0) {
