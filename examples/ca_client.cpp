@@ -20,10 +20,7 @@
  */
 
 #include <chrono>
-#include <functional>
-#include <thread>
 #include <unistd.h>
-#include <vector>
 
 #include <openssl/x509v3.h>
 
@@ -142,31 +139,20 @@ bool handshakeInMemory(SSL_CTX *client, SSL_CTX *server)
 
 int stress(int argc, char **argv, const std::string &loader, const std::string &ca, uint64_t contexts)
 {
-	SSL_CTX *server = SSL_CTX_new(TLS_server_method());
-	if (SSL_CTX_use_certificate_chain_file(server, option(argc, argv, "--server-cert", "").c_str()) != 1 ||
-	    SSL_CTX_use_PrivateKey_file(server, option(argc, argv, "--server-key", "").c_str(),
-					SSL_FILETYPE_PEM) != 1)
-		fail("cannot load the server certificate and key");
+	SSL_CTX *server = serverContext(option(argc, argv, "--server-cert", ""),
+					option(argc, argv, "--server-key", ""));
 	const uint64_t threads = number(argc, argv, "--threads", 8);
-	std::vector<uint64_t> verified(threads, 0);
-	std::vector<std::thread> workers;
-	for (uint64_t t = 0; t < threads; t++) {
-		workers.emplace_back([&, t] {
-			for (uint64_t i = 0; i < contexts; i++) {
-				SSL_CTX *client = SSL_CTX_new(TLS_client_method());
-				SSL_CTX_set_verify(client, SSL_VERIFY_PEER, nullptr);
-				if (load(client, loader, ca) == 1 && handshakeInMemory(client, server))
-					verified[t]++;
-				ERR_clear_error();
-				SSL_CTX_free(client);
-			}
-		});
-	}
-	uint64_t total = 0;
-	for (uint64_t t = 0; t < threads; t++) {
-		workers[t].join();
-		total += verified[t];
-	}
+	const uint64_t total = sumOverThreads(threads, [&](uint64_t) {
+		uint64_t verified = 0;
+		for (uint64_t i = 0; i < contexts; i++) {
+			SSL_CTX *client = SSL_CTX_new(TLS_client_method());
+			SSL_CTX_set_verify(client, SSL_VERIFY_PEER, nullptr);
+			verified += load(client, loader, ca) == 1 && handshakeInMemory(client, server);
+			ERR_clear_error();
+			SSL_CTX_free(client);
+		}
+		return verified;
+	});
 	SSL_CTX_free(server);
 	if (total != threads * contexts) {
 		std::printf("stress failed %llu of %llu handshakes verified\n",

@@ -101,10 +101,7 @@ int main(int argc, char **argv)
 		lines = lines || std::string(argv[i]) == "--lines";
 	}
 
-	SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
-	if (!ctx || SSL_CTX_use_certificate_chain_file(ctx, cert.c_str()) != 1 ||
-	    SSL_CTX_use_PrivateKey_file(ctx, key.c_str(), SSL_FILETYPE_PEM) != 1)
-		fail("cannot load the certificate and key");
+	SSL_CTX *ctx = serverContext(cert, key);
 	if (tls == "1.2") {
 		SSL_CTX_set_max_proto_version(ctx, TLS1_2_VERSION);
 		SSL_CTX_set_cipher_list(ctx, "ECDHE-RSA-AES256-GCM-SHA384");

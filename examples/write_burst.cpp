@@ -189,25 +189,15 @@ bool pairedBurst(const std::string &ca, SSL_CTX *serverCtx, uint64_t writes, siz
 int threads(int argc, char **argv, uint64_t count, size_t size)
 {
 	const std::string cert = option(argc, argv, "--cert", "");
-	SSL_CTX *server = SSL_CTX_new(TLS_server_method());
-	if (SSL_CTX_use_certificate_chain_file(server, cert.c_str()) != 1 ||
-	    SSL_CTX_use_PrivateKey_file(server, option(argc, argv, "--key", "").c_str(), SSL_FILETYPE_PEM) != 1)
-		fail("cannot load the certificate and key");
+	SSL_CTX *server = serverContext(cert, option(argc, argv, "--key", ""));
 	const uint64_t writes = number(argc, argv, "--writes", 1);
 	const uint64_t rounds = number(argc, argv, "--rounds", 1);
-	std::vector<std::thread> workers;
-	std::vector<uint64_t> ok(count, 0);
-	for (uint64_t t = 0; t < count; t++) {
-		workers.emplace_back([&, t] {
-			for (uint64_t r = 0; r < rounds; r++)
-				ok[t] += pairedBurst(cert, server, writes, size, t * rounds + r + 1);
-		});
-	}
-	uint64_t good = 0;
-	for (uint64_t t = 0; t < count; t++) {
-		workers[t].join();
-		good += ok[t];
-	}
+	const uint64_t good = sumOverThreads(count, [&](uint64_t t) {
+		uint64_t ok = 0;
+		for (uint64_t r = 0; r < rounds; r++)
+			ok += pairedBurst(cert, server, writes, size, t * rounds + r + 1);
+		return ok;
+	});
 	SSL_CTX_free(server);
 	if (good != count * rounds) {
 		std::printf("threads %llu of %llu connections ok\n", static_cast<unsigned long long>(good),

@@ -8,7 +8,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -97,5 +100,30 @@ int connectTo(const std::string &host, const std::string &port);
 /* Listens on 127.0.0.1:port (0: any free port); returns the fd and the port chosen. */
 int listenOn(int port, int *chosen);
 void setNonBlocking(int fd);
+
+/* A server context with the certificate chain and key in these files; exits when it cannot. */
+inline SSL_CTX *serverContext(const std::string &cert, const std::string &key)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+	if (!ctx || SSL_CTX_use_certificate_chain_file(ctx, cert.c_str()) != 1 ||
+	    SSL_CTX_use_PrivateKey_file(ctx, key.c_str(), SSL_FILETYPE_PEM) != 1)
+		fail("cannot load the certificate and key");
+	return ctx;
+}
+
+/* Runs work(t) for every t below count, each on a thread of its own, all at once; the sum. */
+inline uint64_t sumOverThreads(uint64_t count, const std::function<uint64_t(uint64_t)> &work)
+{
+	std::vector<uint64_t> results(count, 0);
+	std::vector<std::thread> threads;
+	for (uint64_t t = 0; t < count; t++)
+		threads.emplace_back([&, t] { results[t] = work(t); });
+	uint64_t sum = 0;
+	for (uint64_t t = 0; t < count; t++) {
+		threads[t].join();
+		sum += results[t];
+	}
+	return sum;
+}
 
 } /* namespace example */

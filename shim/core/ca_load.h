@@ -8,10 +8,9 @@ namespace tlstune {
 
 /*
  * One load of a PEM CA file into store (for the default library context and propq),
- * served from the cache: what
- * X509_load_cert_crl_file returns, or -1 when the file is not cacheable or not loadable
- * (then the caller passes the call on, and the program sees OpenSSL's own result and
- * errors).
+ * served from the cache: what X509_load_cert_crl_file returns, or -1 when the file is not
+ * cacheable or not loadable (then the caller passes the call on, and the program sees
+ * OpenSSL's own result and errors).
  */
 int loadCaFile(const CaApi &api, CaCache &cache, Stats &stats, X509_STORE *store,
 	       const char *path, const char *propq);

@@ -182,14 +182,14 @@ PendingWrites *CoalescingBio::attached(const OpenSslApi &api, SSL *ssl) const no
 	return writes;
 }
 
-CoalescingBio::Direct::Direct() noexcept
+CoalescingBio::Direct::Direct(bool on) noexcept : on_(on)
 {
-	directWrites++;
+	directWrites += on_;
 }
 
 CoalescingBio::Direct::~Direct()
 {
-	directWrites--;
+	directWrites -= on_;
 }
 
 } /* namespace tlstune */

@@ -28,15 +28,19 @@ public:
 	PendingWrites *attached(const OpenSslApi &api, SSL *ssl) const noexcept;
 
 	/*
-	 * While one lives on this thread, the filter passes records straight on (after what
-	 * is pending): a write of the coalescing limit or more is not copied.
+	 * While one made with on = true lives on this thread, the filter passes records
+	 * straight on (after what is pending): a write of the coalescing limit or more is
+	 * not copied.
 	 */
 	class Direct {
 	public:
-		Direct() noexcept;
+		explicit Direct(bool on) noexcept;
 		~Direct();
 		Direct(const Direct &) = delete;
 		Direct &operator=(const Direct &) = delete;
+
+	private:
+		const bool on_;
 	};
 
 private:

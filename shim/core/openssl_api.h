@@ -44,7 +44,6 @@ struct OpenSslApi {
 	decltype(&::BIO_meth_set_ctrl) BIO_meth_set_ctrl = nullptr;
 	decltype(&::BIO_meth_set_destroy) BIO_meth_set_destroy = nullptr;
 	decltype(&::BIO_new) BIO_new = nullptr;
-	decltype(&::BIO_free) BIO_free = nullptr;
 	decltype(&::BIO_up_ref) BIO_up_ref = nullptr;
 	decltype(&::BIO_push) BIO_push = nullptr;
 	decltype(&::BIO_next) BIO_next = nullptr;
@@ -63,7 +62,7 @@ struct OpenSslApi {
 	{
 		return SSL_get_wbio && SSL_set0_wbio && BIO_get_new_index && BIO_meth_new &&
 		       BIO_meth_set_write && BIO_meth_set_read && BIO_meth_set_ctrl &&
-		       BIO_meth_set_destroy && BIO_new && BIO_free &&
+		       BIO_meth_set_destroy && BIO_new &&
 		       BIO_up_ref && BIO_push && BIO_next && BIO_get_data && BIO_set_data &&
 		       BIO_set_init && BIO_write && BIO_read && BIO_ctrl && BIO_set_flags &&
 		       BIO_clear_flags && BIO_copy_next_retry && BIO_method_type;

@@ -63,10 +63,7 @@ int onWrite(SSL *ssl, size_t length, Function OpenSslApi::*function, Args... arg
 {
 	const OpenSsl &o = openssl();
 	PendingWrites *writes = o.coalescing ? o.filter.attached(o.api, ssl) : nullptr;
-	if (writes && length >= process().coalescer.limit()) {
-		CoalescingBio::Direct direct;
-		return onConnection(ssl, function, args...);
-	}
+	CoalescingBio::Direct direct(writes && length >= process().coalescer.limit());
 	return onConnection(ssl, function, args...);
 }
 

@@ -131,7 +131,6 @@ bool resolveOpenSsl(OpenSslApi *api) noexcept
 	RESOLVE(BIO_meth_set_ctrl);
 	RESOLVE(BIO_meth_set_destroy);
 	RESOLVE(BIO_new);
-	RESOLVE(BIO_free);
 	RESOLVE(BIO_up_ref);
 	RESOLVE(BIO_push);
 	RESOLVE(BIO_next);

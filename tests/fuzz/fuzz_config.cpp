@@ -6,23 +6,14 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <string>
 
 #include "core/config.h"
+#include "environment.h"
 
 using namespace tlstune;
 
 namespace {
-
-using Env = std::map<std::string, std::string>;
-
-const char *lookup(const char *name, void *context)
-{
-	const Env &env = *static_cast<const Env *>(context);
-	auto it = env.find(name);
-	return it == env.end() ? nullptr : it->second.c_str();
-}
 
 void require(bool condition)
 {
@@ -36,7 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	/* "NAME=VALUE" entries split by NULs, as in /proc/PID/environ: a value may hold a newline. */
 	const std::string text(reinterpret_cast<const char *>(data), size);
-	Env env;
+	testsupport::Environment env;
 	for (std::size_t start = 0; start < text.size();) {
 		std::size_t end = text.find('\0', start);
 		if (end == std::string::npos)
@@ -48,7 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		start = end + 1;
 	}
 
-	const ParsedConfig parsed = parseConfig(lookup, &env);
+	const ParsedConfig parsed = testsupport::parseEnvironment(env);
 	for (const std::string &error : parsed.errors)
 		require(error.find('\n') == std::string::npos && error.size() < 1024);
 	const Config &config = parsed.config;

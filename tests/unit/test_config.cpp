@@ -1,35 +1,19 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <map>
 #include <sstream>
 #include <string>
 
 #include "core/config.h"
+#include "environment.h"
 
 using namespace tlstune;
 
-namespace {
-
-using Env = std::map<std::string, std::string>;
-
-const char *lookup(const char *name, void *context)
-{
-	const Env &env = *static_cast<const Env *>(context);
-	auto it = env.find(name);
-	return it == env.end() ? nullptr : it->second.c_str();
-}
-
-ParsedConfig parse(const Env &env)
-{
-	return parseConfig(lookup, const_cast<Env *>(&env));
-}
-
-} /* namespace */
+using testsupport::parseEnvironment;
 
 TEST(Config, DefaultsWhenNothingIsSet)
 {
-	ParsedConfig parsed = parse({});
+	ParsedConfig parsed = parseEnvironment({});
 	EXPECT_TRUE(parsed.errors.empty());
 	EXPECT_FALSE(parsed.config.disable);
 	EXPECT_TRUE(parsed.config.readAhead);
@@ -45,7 +29,7 @@ TEST(Config, TableDefaultsMatchTheConfig)
 	/* The table is what users read (README, --help): it must say what the code does. */
 	const Config defaults;
 	for (const OptionInfo &option : optionTable()) {
-		ParsedConfig parsed = parse({ { option.name, option.defaultValue } });
+		ParsedConfig parsed = parseEnvironment({ { option.name, option.defaultValue } });
 		EXPECT_TRUE(parsed.errors.empty()) << option.name;
 		EXPECT_EQ(describeConfig(parsed.config), describeConfig(defaults)) << option.name;
 	}
@@ -54,12 +38,12 @@ TEST(Config, TableDefaultsMatchTheConfig)
 TEST(Config, BooleansTakeTheUsualWords)
 {
 	for (const char *yes : { "1", "true", "yes", "on", "ON", "True" }) {
-		ParsedConfig parsed = parse({ { "TLSTUNE_STATS", yes } });
+		ParsedConfig parsed = parseEnvironment({ { "TLSTUNE_STATS", yes } });
 		EXPECT_TRUE(parsed.errors.empty()) << yes;
 		EXPECT_TRUE(parsed.config.stats) << yes;
 	}
 	for (const char *no : { "0", "false", "no", "off", "OFF" }) {
-		ParsedConfig parsed = parse({ { "TLSTUNE_READ_AHEAD", no } });
+		ParsedConfig parsed = parseEnvironment({ { "TLSTUNE_READ_AHEAD", no } });
 		EXPECT_TRUE(parsed.errors.empty()) << no;
 		EXPECT_FALSE(parsed.config.readAhead) << no;
 	}
@@ -72,7 +56,7 @@ TEST(Config, SizesTakeBinarySuffixes)
 		{ "1M", 1048576 },  { "1MiB", 1048576 }, { "16K", 16384 }, { "20000b", 20000 },
 	};
 	for (const auto &c : cases) {
-		ParsedConfig parsed = parse({ { "TLSTUNE_READ_BUFFER", c.first } });
+		ParsedConfig parsed = parseEnvironment({ { "TLSTUNE_READ_BUFFER", c.first } });
 		EXPECT_TRUE(parsed.errors.empty()) << c.first;
 		EXPECT_EQ(parsed.config.readBuffer, c.second) << c.first;
 	}
@@ -85,25 +69,27 @@ TEST(Config, DurationsTakeSecondsOrAUnit)
 		{ "24h", 86400 }, { "2D", 172800 }, { "365d", 31536000 },
 	};
 	for (const auto &c : cases) {
-		ParsedConfig parsed = parse({ { "TLSTUNE_CA_CACHE_TTL", c.first } });
+		ParsedConfig parsed = parseEnvironment({ { "TLSTUNE_CA_CACHE_TTL", c.first } });
 		EXPECT_TRUE(parsed.errors.empty()) << c.first;
 		EXPECT_EQ(parsed.config.caCacheTtl, c.second) << c.first;
 	}
-	EXPECT_EQ(parse({}).config.caCacheTtl, 86400u);
-	EXPECT_TRUE(parse({}).config.caCache);
+	EXPECT_EQ(parseEnvironment({}).config.caCacheTtl, 86400u);
+	EXPECT_TRUE(parseEnvironment({}).config.caCache);
 }
 
 TEST(Config, CoalescingTakesALimitAndADelay)
 {
-	ParsedConfig parsed = parse({ { "TLSTUNE_COALESCE_LIMIT", "16K" }, { "TLSTUNE_COALESCE_DELAY", "1ms" } });
+	ParsedConfig parsed = parseEnvironment({ { "TLSTUNE_COALESCE_LIMIT", "16K" },
+						{ "TLSTUNE_COALESCE_DELAY", "1ms" } });
 	EXPECT_TRUE(parsed.errors.empty());
 	EXPECT_EQ(parsed.config.coalesceLimit, 16384u);
 	EXPECT_EQ(parsed.config.coalesceDelayUs, 1000u);
-	parsed = parse({ { "TLSTUNE_COALESCE_LIMIT", "1K" }, { "TLSTUNE_COALESCE_DELAY", "50" } });
+	parsed = parseEnvironment({ { "TLSTUNE_COALESCE_LIMIT", "1K" },
+				   { "TLSTUNE_COALESCE_DELAY", "50" } });
 	EXPECT_TRUE(parsed.errors.empty());
 	EXPECT_EQ(parsed.config.coalesceLimit, 1024u);
 	EXPECT_EQ(parsed.config.coalesceDelayUs, 50u);
-	EXPECT_TRUE(parse({}).config.coalesce);
+	EXPECT_TRUE(parseEnvironment({}).config.coalesce);
 }
 
 TEST(Config, EveryKindOfBadValueGetsOneLineAndTheDefault)
@@ -140,7 +126,7 @@ TEST(Config, EveryKindOfBadValueGetsOneLineAndTheDefault)
 	};
 	const Config defaults;
 	for (const auto &c : cases) {
-		ParsedConfig parsed = parse({ { c.first, c.second } });
+		ParsedConfig parsed = parseEnvironment({ { c.first, c.second } });
 		ASSERT_EQ(parsed.errors.size(), 1u) << c.first << "=" << c.second;
 		const std::string &error = parsed.errors[0];
 		EXPECT_NE(error.find(std::string(c.first) + "=" + c.second), std::string::npos) << error;
@@ -153,11 +139,11 @@ TEST(Config, EveryKindOfBadValueGetsOneLineAndTheDefault)
 
 TEST(Config, ABadValueIsShownOnOneShortLine)
 {
-	ParsedConfig parsed = parse({ { "TLSTUNE_STATS", "on\nTLSTUNE_FAKE=1\x1b[2J" } });
+	ParsedConfig parsed = parseEnvironment({ { "TLSTUNE_STATS", "on\nTLSTUNE_FAKE=1\x1b[2J" } });
 	ASSERT_EQ(parsed.errors.size(), 1u);
 	EXPECT_NE(parsed.errors[0].find("TLSTUNE_STATS=on\\x0aTLSTUNE_FAKE=1\\x1b[2J is not valid"),
 		  std::string::npos) << parsed.errors[0];
-	parsed = parse({ { "TLSTUNE_READ_BUFFER", std::string(10000, '9') } });
+	parsed = parseEnvironment({ { "TLSTUNE_READ_BUFFER", std::string(10000, '9') } });
 	ASSERT_EQ(parsed.errors.size(), 1u);
 	EXPECT_LT(parsed.errors[0].size(), 300u);
 	EXPECT_NE(parsed.errors[0].find(std::string(64, '9') + "... is not valid"), std::string::npos);
@@ -165,8 +151,9 @@ TEST(Config, ABadValueIsShownOnOneShortLine)
 
 TEST(Config, OneBadValueLeavesTheOthersAlone)
 {
-	ParsedConfig parsed = parse({ { "TLSTUNE_READ_BUFFER", "huge" }, { "TLSTUNE_STATS", "on" },
-				      { "TLSTUNE_LOG", "debug" } });
+	ParsedConfig parsed = parseEnvironment({ { "TLSTUNE_READ_BUFFER", "huge" },
+						{ "TLSTUNE_STATS", "on" },
+						{ "TLSTUNE_LOG", "debug" } });
 	EXPECT_EQ(parsed.errors.size(), 1u);
 	EXPECT_TRUE(parsed.config.stats);
 	EXPECT_EQ(parsed.config.logLevel, LogLevel::Debug);
@@ -175,7 +162,8 @@ TEST(Config, OneBadValueLeavesTheOthersAlone)
 
 TEST(Config, EmptyMeansUnset)
 {
-	ParsedConfig parsed = parse({ { "TLSTUNE_READ_AHEAD", "" }, { "TLSTUNE_READ_BUFFER", "" } });
+	ParsedConfig parsed = parseEnvironment({ { "TLSTUNE_READ_AHEAD", "" },
+						{ "TLSTUNE_READ_BUFFER", "" } });
 	EXPECT_TRUE(parsed.errors.empty());
 	EXPECT_TRUE(parsed.config.readAhead);
 	EXPECT_EQ(parsed.config.readBuffer, kDefaultReadBuffer);
@@ -183,11 +171,12 @@ TEST(Config, EmptyMeansUnset)
 
 TEST(Config, DescribeShowsEffectiveSettings)
 {
-	ParsedConfig parsed = parse({ { "TLSTUNE_READ_BUFFER", "32K" }, { "TLSTUNE_READINESS", "off" } });
+	ParsedConfig parsed = parseEnvironment({ { "TLSTUNE_READ_BUFFER", "32K" },
+						{ "TLSTUNE_READINESS", "off" } });
 	EXPECT_EQ(describeConfig(parsed.config),
 		  "read_ahead=on read_buffer=32768 readiness=off ca_cache=on ca_cache_ttl=86400 "
 		  "coalesce=on coalesce_limit=65536 coalesce_delay_us=200 stats=off log=warn");
-	EXPECT_EQ(describeConfig(parse({ { "TLSTUNE_DISABLE", "1" } }).config), "disabled");
+	EXPECT_EQ(describeConfig(parseEnvironment({ { "TLSTUNE_DISABLE", "1" } }).config), "disabled");
 }
 
 TEST(Config, TheReadmeShowsTheTable)
