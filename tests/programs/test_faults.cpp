@@ -21,12 +21,11 @@ class Waits : public ::testing::TestWithParam<const char *> {};
 /* 50 lines, then a wait with no timeout for data that never comes, cut by SIGALRM. */
 std::string interruptedWait(const char *how, const std::vector<std::string> &more = {})
 {
-	std::vector<std::string> argv;
 	std::string out;
 	for (bool withShim : { false, true }) {
 		ExampleServer server({ "--burst", "50" });
-		argv = { examplePath("poll_reader"), "127.0.0.1", server.portText(), "--lines", "50",
-			 "--wait", how, "--interrupt" };
+		std::vector<std::string> argv = { examplePath("poll_reader"), "127.0.0.1", server.portText(),
+						  "--lines", "50", "--wait", how, "--interrupt" };
 		argv.insert(argv.end(), more.begin(), more.end());
 		const Captured run = runProgram(argv, withShim, {}, kTimeoutMs);
 		EXPECT_EQ(run.status, 0) << run.err;
