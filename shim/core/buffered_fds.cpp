@@ -19,7 +19,8 @@ bool socketInode(int fd, ino_t *ino) noexcept
 	return true;
 }
 
-void BufferedFds::set(const void *owner, int fd, ino_t ino, bool buffered) noexcept
+void BufferedFds::set(const void *owner, int fd, ino_t ino, bool buffered,
+		      unsigned long long arrival) noexcept
 {
 	std::lock_guard<std::mutex> lock(mutex_);
 
@@ -31,9 +32,10 @@ void BufferedFds::set(const void *owner, int fd, ino_t ino, bool buffered) noexc
 	} else if (it != entries_.end()) {
 		it->fd = fd;
 		it->ino = ino;
+		it->arrival = arrival;
 	} else {
 		try {
-			entries_.push_back({ owner, fd, ino });
+			entries_.push_back({ owner, fd, ino, arrival });
 		} catch (const std::bad_alloc &) {
 			/* Out of memory: this connection goes without readiness help. */
 		}
@@ -77,6 +79,15 @@ bool BufferedFds::holds(int fd, ino_t ino) const noexcept
 {
 	ino_t registered;
 	return lookup(fd, &registered) && registered == ino;
+}
+
+bool BufferedFds::holdsInode(ino_t ino) const noexcept
+{
+	if (empty())
+		return false;
+	std::lock_guard<std::mutex> lock(mutex_);
+	return std::any_of(entries_.begin(), entries_.end(),
+			   [ino](const Entry &e) { return e.ino == ino; });
 }
 
 void BufferedFds::closed(int first, int last) noexcept

@@ -30,14 +30,30 @@ class BufferedFds {
 public:
 	bool empty() const noexcept { return count_.load(std::memory_order_relaxed) == 0; }
 
-	/* Records whether owner (one connection) holds buffered data for the socket fd. */
-	void set(const void *owner, int fd, ino_t ino, bool buffered) noexcept;
+	/*
+	 * Records whether owner (one connection) holds buffered data for the socket fd.
+	 * arrival counts the calls that left newly read data in OpenSSL: each is one edge an
+	 * edge-triggered epoll registration of the socket may be told of (EpollSets).
+	 */
+	void set(const void *owner, int fd, ino_t ino, bool buffered,
+		 unsigned long long arrival = 0) noexcept;
 	void forget(const void *owner) noexcept;
 
 	/* True when fd has buffered data. */
 	bool holds(int fd) const noexcept;
 	/* Same, and ino is the inode of that socket (an epoll registration of it). */
 	bool holds(int fd, ino_t ino) const noexcept;
+	/* A connection holding data reads the socket whose inode is ino, by whatever fd. */
+	bool holdsInode(ino_t ino) const noexcept;
+
+	/* Calls visit(fd, ino, arrival) for every entry, under the lock: visit must not call in. */
+	template <typename Visit>
+	void forEach(Visit visit) const
+	{
+		std::lock_guard<std::mutex> lock(mutex_);
+		for (const Entry &entry : entries_)
+			visit(entry.fd, entry.ino, entry.arrival);
+	}
 
 	/*
 	 * The program closed fds first..last (close, dup2 onto it, close_range): their numbers
@@ -56,6 +72,7 @@ private:
 		const void *owner;
 		int fd;
 		ino_t ino;
+		unsigned long long arrival;
 	};
 
 	const Entry *find(int fd) const noexcept;

@@ -23,8 +23,9 @@ void freeConnection(void * /*parent*/, void *ptr, CRYPTO_EX_DATA * /*ad*/, int /
 
 } /* namespace */
 
-void Connection::noteSocketRead(int fd) noexcept
+void Connection::noteSocketRead(int fd, bool gotBytes) noexcept
 {
+	readBytes_ = readBytes_ || gotBytes;
 	if (fd == fd_)
 		return;
 	ino_t ino;
@@ -43,12 +44,16 @@ void Connection::afterCall(BufferedFds &buffered, bool progressed, bool wantsRea
 		partial_ = false;
 
 	const bool now = fd_ >= 0 && !partial_ && hasPending;
+	const bool arrived = now && readBytes_;
+	readBytes_ = false;
+	if (arrived)
+		arrivals_++;
 	const unsigned closings = buffered.closings();
-	if (now == buffered_ && (!now || closings == closings_))
+	if (now == buffered_ && !arrived && (!now || closings == closings_))
 		return;
 	buffered_ = now;
 	closings_ = closings;
-	buffered.set(this, fd_, ino_, now);
+	buffered.set(this, fd_, ino_, now, arrivals_);
 }
 
 bool ConnectionSlot::init(const OpenSslApi &api, BufferedFds *buffered) noexcept
@@ -100,13 +105,13 @@ CallScope::~CallScope()
 	innermost = previous_;
 }
 
-bool CallScope::noteSocketRead(int fd) noexcept
+bool CallScope::noteSocketRead(int fd, bool gotBytes) noexcept
 {
 	CallScope *scope = innermost;
 	if (!scope)
 		return false;
 	for (; scope; scope = scope->previous_)
-		scope->connection_->noteSocketRead(fd);
+		scope->connection_->noteSocketRead(fd, gotBytes);
 	return true;
 }
 

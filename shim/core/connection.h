@@ -18,9 +18,9 @@ public:
 	/*
 	 * The socket this connection reads from, learnt from the read syscalls made while
 	 * it is inside an OpenSSL call. SSL_get_rfd() is not enough: a program with its
-	 * own BIO (curl 7.88) makes it answer -1.
+	 * own BIO (curl 7.88) makes it answer -1. gotBytes: the read returned data.
 	 */
-	void noteSocketRead(int fd) noexcept;
+	void noteSocketRead(int fd, bool gotBytes = true) noexcept;
 
 	/*
 	 * After the program's outermost call on this SSL returned. progressed: it returned
@@ -43,6 +43,14 @@ private:
 	bool partial_ = false;
 	bool buffered_ = false;
 	unsigned closings_ = 0; /* BufferedFds::closings() when buffered_ was registered */
+	/*
+	 * Edge-triggered epoll promises one event per arrival. A call that read bytes from the
+	 * socket and left data in OpenSSL is such an arrival: had the bytes stayed in the
+	 * socket, the kernel would have reported them (the handshake that took the first
+	 * records with it is the case that stalls without this).
+	 */
+	bool readBytes_ = false; /* during the current call */
+	unsigned long long arrivals_ = 0;
 };
 
 /*
@@ -83,7 +91,7 @@ public:
 	 * connection reads through the outer one, and its program polls the same socket.
 	 * Returns false when the thread is inside no OpenSSL call.
 	 */
-	static bool noteSocketRead(int fd) noexcept;
+	static bool noteSocketRead(int fd, bool gotBytes = true) noexcept;
 
 private:
 	Connection *connection_;

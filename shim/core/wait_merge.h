@@ -5,6 +5,7 @@
 #include <sys/select.h>
 
 #include "buffered_fds.h"
+#include "epoll_sets.h"
 
 namespace tlstune {
 
@@ -96,20 +97,6 @@ inline void countBufferedBytes(const BufferedFds &buffered, int fd, int *bytes) 
 }
 
 /*
- * One registration of an epoll set, as the kernel reports it in /proc/self/fdinfo/EPFD:
- * the program's own events mask and data, and the inode of the file registered.
- */
-struct EpollRegistration {
-	int fd;
-	unsigned events;
-	unsigned long long data;
-	unsigned long ino;
-};
-
-/* Parses one "tfd: ..." line of an epoll fdinfo file; false for any other line. */
-bool parseEpollFdinfoLine(const char *line, EpollRegistration *out) noexcept;
-
-/*
  * Adds the registration's event to the `ready` events the real epoll_wait returned (at
  * most maxevents in all), joining an event with the same data. Returns the new count;
  * *delivered says whether the event is among them.
@@ -117,39 +104,39 @@ bool parseEpollFdinfoLine(const char *line, EpollRegistration *out) noexcept;
 int mergeEpollEvent(struct epoll_event *events, int ready, int maxevents,
 		    const EpollRegistration &registration, bool *delivered) noexcept;
 
-/*
- * The registrations of epfd that wait for input on an fd holding buffered data, read from
- * the kernel's own list so the program's data comes back exactly as it registered it and
- * a registration that the kernel dropped (fd closed) is never reported. At most max.
- */
-int bufferedRegistrations(const BufferedFds &buffered, int epfd, EpollRegistration *out,
-			  int max) noexcept;
-
 /* EPOLLONESHOT: an event the shim delivered disarms the registration, as the kernel's would. */
-void disarmOneShot(int epfd, const EpollRegistration &registration) noexcept;
+void disarmOneShot(EpollCtl realCtl, int epfd, const EpollRegistration &registration) noexcept;
 
-/* realWait(zeroTimeout) runs the real epoll_wait/epoll_pwait/epoll_pwait2. */
+/*
+ * realWait(zeroTimeout) runs the real epoll_wait/epoll_pwait/epoll_pwait2. The kernel's
+ * semantics, had read-ahead left the bytes in the socket: a level-triggered registration
+ * is readable while its connection holds data; an edge-triggered one gets one event per
+ * arrival (EpollSets::claim), so a server that leaves data unread on purpose (nginx under
+ * backpressure) is not woken again until more arrives.
+ */
 template <typename RealWait>
-int epollMerged(const BufferedFds &buffered, int epfd, struct epoll_event *events, int maxevents,
-		RealWait realWait)
+int epollMerged(const BufferedFds &buffered, EpollSets &sets, EpollCtl realCtl, int epfd,
+		struct epoll_event *events, int maxevents, RealWait realWait)
 {
 	constexpr int kMaxExtra = 64;
-	if (buffered.empty() || maxevents <= 0)
-		return realWait(false);
+	if (buffered.empty() || maxevents <= 0) {
+		int ready = realWait(false);
+		sets.delivered(epfd, events, ready);
+		return ready;
+	}
 
 	EpollRegistration extra[kMaxExtra];
-	const int found = bufferedRegistrations(buffered, epfd, extra, kMaxExtra);
-	if (found == 0)
-		return realWait(false);
-
-	int ready = realWait(true);
-	if (ready < 0)
-		return ready;
+	const int found = sets.claim(epfd, buffered, extra, kMaxExtra);
+	int ready = realWait(found > 0);
+	sets.delivered(epfd, events, ready);
 	for (int i = 0; i < found; i++) {
 		bool delivered = false;
-		ready = mergeEpollEvent(events, ready, maxevents, extra[i], &delivered);
-		if (delivered && (extra[i].events & EPOLLONESHOT))
-			disarmOneShot(epfd, extra[i]);
+		if (ready >= 0)
+			ready = mergeEpollEvent(events, ready, maxevents, extra[i], &delivered);
+		if (!delivered)
+			sets.unclaim(epfd, extra[i]);
+		else if (extra[i].events & EPOLLONESHOT)
+			disarmOneShot(realCtl, epfd, extra[i]);
 	}
 	return ready;
 }

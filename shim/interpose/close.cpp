@@ -19,11 +19,13 @@ namespace {
 /* After the real call: fds first..last no longer name what they did (unless it failed). */
 void forgetClosed(bool closed, int first, int last)
 {
-	BufferedFds &buffered = process().buffered;
-	if (!closed || buffered.empty())
+	Process &p = process();
+	if (!closed || (p.buffered.empty() && p.epoll.empty()))
 		return;
 	int savedErrno = errno;
-	buffered.closed(first, last);
+	if (!p.buffered.empty())
+		p.buffered.closed(first, last);
+	p.epoll.closed(first, last);
 	errno = savedErrno;
 }
 

@@ -79,10 +79,38 @@ TLSTUNE_EXPORT int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *
 	});
 }
 
+/* The sets' registrations are kept as the program makes them: a wait reads no /proc file. */
+TLSTUNE_EXPORT int epoll_create(int size)
+{
+	Process &p = process();
+	int epfd = p.libc.epoll_create(size);
+	if (epfd >= 0)
+		p.epoll.created(epfd);
+	return epfd;
+}
+
+TLSTUNE_EXPORT int epoll_create1(int flags)
+{
+	Process &p = process();
+	int epfd = p.libc.epoll_create1(flags);
+	if (epfd >= 0)
+		p.epoll.created(epfd);
+	return epfd;
+}
+
+TLSTUNE_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
+{
+	Process &p = process();
+	int result = p.libc.epoll_ctl(epfd, op, fd, event);
+	if (result == 0)
+		p.epoll.changed(epfd, op, fd, event);
+	return result;
+}
+
 TLSTUNE_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
 {
 	Process &p = beforeWait();
-	return epollMerged(p.buffered, epfd, events, maxevents, [&](bool zero) {
+	return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents, [&](bool zero) {
 		return p.libc.epoll_wait(epfd, events, maxevents, zero ? 0 : timeout);
 	});
 }
@@ -91,7 +119,7 @@ TLSTUNE_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxeven
 			       const sigset_t *sigmask)
 {
 	Process &p = beforeWait();
-	return epollMerged(p.buffered, epfd, events, maxevents, [&](bool zero) {
+	return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents, [&](bool zero) {
 		return p.libc.epoll_pwait(epfd, events, maxevents, zero ? 0 : timeout, sigmask);
 	});
 }
@@ -104,7 +132,7 @@ TLSTUNE_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxeve
 		errno = ENOSYS;
 		return -1;
 	}
-	return epollMerged(p.buffered, epfd, events, maxevents, [&](bool zero) {
+	return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents, [&](bool zero) {
 		return p.libc.epoll_pwait2(epfd, events, maxevents, zero ? &kZeroSpec : timeout,
 					   sigmask);
 	});

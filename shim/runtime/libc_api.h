@@ -20,6 +20,9 @@ struct LibcApi {
 	int (*select)(int, fd_set *, fd_set *, fd_set *, struct timeval *) = nullptr;
 	int (*pselect)(int, fd_set *, fd_set *, fd_set *, const struct timespec *,
 		       const sigset_t *) = nullptr;
+	int (*epoll_create)(int) = nullptr;
+	int (*epoll_create1)(int) = nullptr;
+	int (*epoll_ctl)(int, int, int, struct epoll_event *) = nullptr;
 	int (*epoll_wait)(int, struct epoll_event *, int, int) = nullptr;
 	int (*epoll_pwait)(int, struct epoll_event *, int, int, const sigset_t *) = nullptr;
 	int (*epoll_pwait2)(int, struct epoll_event *, int, const struct timespec *,

@@ -38,15 +38,21 @@ void lockForFork()
 	process().caCache.lockForFork();
 	process().coalescer.lockForFork();
 	process().buffered.lockForFork();
+	process().epoll.lockForFork();
 }
+/* Both processes now share every epoll set, and either may change it: read the kernel's. */
 void unlockInParent()
 {
+	process().epoll.forked();
+	process().epoll.unlockAfterFork();
 	process().buffered.unlockAfterFork();
 	process().coalescer.unlockInParent();
 	process().caCache.unlockAfterFork();
 }
 void unlockInChild()
 {
+	process().epoll.forked();
+	process().epoll.unlockAfterFork();
 	process().buffered.unlockAfterFork();
 	process().coalescer.unlockInChild();
 	process().caCache.unlockAfterFork();

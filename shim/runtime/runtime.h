@@ -7,6 +7,7 @@
 #include "core/coalescing_bio.h"
 #include "core/config.h"
 #include "core/connection.h"
+#include "core/epoll_sets.h"
 #include "core/openssl_api.h"
 #include "core/stats.h"
 #include "libc_api.h"
@@ -30,6 +31,7 @@ struct Process {
 	LibcApi libc;
 	Stats stats;
 	BufferedFds buffered;
+	EpollSets epoll;
 	CaCache caCache;
 	Coalescer coalescer;
 };

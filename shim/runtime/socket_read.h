@@ -12,7 +12,7 @@ namespace tlstune {
  */
 inline void noteRead(int fd, ssize_t n) noexcept
 {
-	if (!CallScope::noteSocketRead(fd) || n < 0)
+	if (!CallScope::noteSocketRead(fd, n > 0) || n < 0)
 		return;
 	Process &p = process();
 	if (!p.config.stats)

@@ -74,6 +74,9 @@ void resolveLibc(LibcApi *libc) noexcept
 	next(&libc->ppoll_chk, "__ppoll_chk");
 	next(&libc->select, "select");
 	next(&libc->pselect, "pselect");
+	next(&libc->epoll_create, "epoll_create");
+	next(&libc->epoll_create1, "epoll_create1");
+	next(&libc->epoll_ctl, "epoll_ctl");
 	next(&libc->epoll_wait, "epoll_wait");
 	next(&libc->epoll_pwait, "epoll_pwait");
 	next(&libc->epoll_pwait2, "epoll_pwait2");

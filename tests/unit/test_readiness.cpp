@@ -7,6 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <set>
+#include <sys/wait.h>
+#include <tuple>
 #include <fcntl.h>
 #include <thread>
 #include <openssl/err.h>
@@ -15,6 +18,7 @@
 
 #include "core/buffered_fds.h"
 #include "core/connection.h"
+#include "core/epoll_sets.h"
 #include "core/openssl_api.h"
 #include "core/wait_merge.h"
 #include "tls_fixture.h"
@@ -252,25 +256,59 @@ TEST(EpollFdinfo, ParsesTheKernelsLines)
 
 class EpollMerged : public ::testing::Test {
 protected:
-	void SetUp() override { epfd_ = epoll_create1(EPOLL_CLOEXEC); }
-	void TearDown() override { close(epfd_); }
+	/* What the shim's wrappers do: the kernel's call, then the table's. */
+	void SetUp() override
+	{
+		epfd_ = epoll_create1(EPOLL_CLOEXEC);
+		sets_.created(epfd_);
+	}
+	void TearDown() override { closeFd(epfd_); }
 
-	void add(int fd, uint32_t events, uint64_t data)
+	void control(int op, int fd, uint32_t events, uint64_t data)
 	{
 		struct epoll_event event = {};
 		event.events = events;
 		event.data.u64 = data;
-		ASSERT_EQ(epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &event), 0);
+		ASSERT_EQ(epoll_ctl(epfd_, op, fd, &event), 0);
+		sets_.changed(epfd_, op, fd, &event);
+	}
+	void add(int fd, uint32_t events, uint64_t data) { control(EPOLL_CTL_ADD, fd, events, data); }
+	void closeFd(int fd)
+	{
+		ASSERT_EQ(close(fd), 0);
+		buffered_.closed(fd, fd);
+		sets_.closed(fd, fd);
 	}
 	int wait(struct epoll_event *events, int max)
 	{
 		/* Never blocks: the tests' sockets are idle, so the program's timeout is 0 too. */
-		return epollMerged(buffered_, epfd_, events, max,
+		return epollMerged(buffered_, sets_, ::epoll_ctl, epfd_, events, max,
 				   [&](bool) { return epoll_wait(epfd_, events, max, 0); });
+	}
+	/* The registrations the shim would report for the buffered sockets, against the kernel's. */
+	void expectTableMatchesKernel(const char *when)
+	{
+		EpollRegistration ours[16], kernel[16];
+		int n = sets_.claim(epfd_, buffered_, ours, 16);
+		for (int i = 0; i < n; i++)
+			sets_.unclaim(epfd_, ours[i]);
+		int k = kernelRegistrations(buffered_, epfd_, kernel, 16);
+		/* The kernel's mask always has EPOLLERR and EPOLLHUP, asked for or not. */
+		auto key = [](const EpollRegistration &r) {
+			return std::make_tuple(r.fd, r.events & ~static_cast<unsigned>(EPOLLERR | EPOLLHUP),
+					       r.data, r.ino);
+		};
+		std::multiset<std::tuple<int, unsigned, unsigned long long, unsigned long>> a, b;
+		for (int i = 0; i < n; i++)
+			a.insert(key(ours[i]));
+		for (int i = 0; i < k; i++)
+			b.insert(key(kernel[i]));
+		EXPECT_EQ(a, b) << when;
 	}
 
 	int epfd_ = -1;
 	BufferedFds buffered_;
+	EpollSets sets_;
 	SocketPair pair_;
 };
 
@@ -321,6 +359,220 @@ TEST_F(EpollMerged, RespectsMaxevents)
 	buffered_.set(&kOwner, pair_.fds[0], inodeOf(pair_.fds[0]), true);
 	struct epoll_event events[1];
 	EXPECT_EQ(wait(events, 1), 1);
+}
+
+TEST_F(EpollMerged, EdgeTriggeredGetsOneEventPerArrival)
+{
+	add(pair_.fds[0], EPOLLIN | EPOLLOUT | EPOLLET | EPOLLRDHUP, 5);
+	const ino_t ino = inodeOf(pair_.fds[0]);
+	buffered_.set(&kOwner, pair_.fds[0], ino, true, 1);
+	struct epoll_event events[4];
+	ASSERT_EQ(wait(events, 4), 1); /* the kernel's first EPOLLOUT edge, and the arrival */
+	EXPECT_EQ(events[0].events, static_cast<uint32_t>(EPOLLIN | EPOLLOUT));
+	EXPECT_EQ(wait(events, 4), 0) << "a server that left the data unread is not woken again";
+	EXPECT_EQ(wait(events, 4), 0);
+
+	buffered_.set(&kOwner, pair_.fds[0], ino, true, 2); /* a call read more from the socket */
+	ASSERT_EQ(wait(events, 4), 1);
+	EXPECT_EQ(events[0].events, static_cast<uint32_t>(EPOLLIN));
+	EXPECT_EQ(wait(events, 4), 0);
+}
+
+TEST_F(EpollMerged, LevelTriggeredStaysReadableWhileHeld)
+{
+	add(pair_.fds[0], EPOLLIN, 5);
+	buffered_.set(&kOwner, pair_.fds[0], inodeOf(pair_.fds[0]), true, 1);
+	struct epoll_event events[4];
+	for (int i = 0; i < 3; i++)
+		ASSERT_EQ(wait(events, 4), 1);
+}
+
+TEST_F(EpollMerged, AnEdgeNotDeliveredForMaxeventsComesNextTime)
+{
+	add(pair_.fds[1], EPOLLOUT, 2); /* the kernel fills the one slot */
+	add(pair_.fds[0], EPOLLIN | EPOLLET, 1);
+	buffered_.set(&kOwner, pair_.fds[0], inodeOf(pair_.fds[0]), true, 1);
+	struct epoll_event events[1];
+	ASSERT_EQ(wait(events, 1), 1);
+	EXPECT_EQ(events[0].data.u64, 2u);
+	control(EPOLL_CTL_DEL, pair_.fds[1], 0, 0);
+	ASSERT_EQ(wait(events, 1), 1);
+	EXPECT_EQ(events[0].data.u64, 1u);
+	EXPECT_EQ(wait(events, 1), 0);
+}
+
+TEST_F(EpollMerged, OneShotReArmedByModFiresAgain)
+{
+	add(pair_.fds[0], EPOLLIN | EPOLLONESHOT, 9);
+	buffered_.set(&kOwner, pair_.fds[0], inodeOf(pair_.fds[0]), true);
+	struct epoll_event events[4];
+	ASSERT_EQ(wait(events, 4), 1);
+	EXPECT_EQ(wait(events, 4), 0);
+	expectTableMatchesKernel("fired");
+	control(EPOLL_CTL_MOD, pair_.fds[0], EPOLLIN | EPOLLONESHOT, 10);
+	ASSERT_EQ(wait(events, 4), 1);
+	EXPECT_EQ(events[0].data.u64, 10u);
+	EXPECT_EQ(wait(events, 4), 0);
+}
+
+TEST_F(EpollMerged, OneShotTheKernelFiredIsNotReportedAgain)
+{
+	add(pair_.fds[0], EPOLLIN | EPOLLOUT | EPOLLONESHOT, 9);
+	struct epoll_event events[4];
+	ASSERT_EQ(wait(events, 4), 1); /* EPOLLOUT, from the kernel: now disarmed */
+	buffered_.set(&kOwner, pair_.fds[0], inodeOf(pair_.fds[0]), true);
+	EXPECT_EQ(wait(events, 4), 0);
+	expectTableMatchesKernel("fired by the kernel");
+}
+
+TEST_F(EpollMerged, TableFollowsAddModDel)
+{
+	buffered_.set(&kOwner, pair_.fds[0], inodeOf(pair_.fds[0]), true);
+	add(pair_.fds[0], EPOLLIN | EPOLLET, 1);
+	expectTableMatchesKernel("added");
+	control(EPOLL_CTL_MOD, pair_.fds[0], EPOLLIN | EPOLLRDHUP, 2);
+	expectTableMatchesKernel("modified");
+	control(EPOLL_CTL_DEL, pair_.fds[0], 0, 0);
+	expectTableMatchesKernel("deleted");
+	EXPECT_EQ(sets_.registrations(epfd_), 0u);
+	EXPECT_TRUE(sets_.exact(epfd_));
+}
+
+TEST_F(EpollMerged, TableFollowsADupRegisteredToo)
+{
+	int copy = dup(pair_.fds[0]);
+	ASSERT_GE(copy, 0);
+	add(pair_.fds[0], EPOLLIN, 1);
+	add(copy, EPOLLIN, 2);
+	buffered_.set(&kOwner, pair_.fds[0], inodeOf(pair_.fds[0]), true);
+	expectTableMatchesKernel("the fd and its dup");
+	struct epoll_event events[4];
+	EXPECT_EQ(wait(events, 4), 2);
+	closeFd(copy);
+}
+
+TEST_F(EpollMerged, ARegistrationLivesOnThroughADupAfterItsFdCloses)
+{
+	const int original = dup(pair_.fds[0]);
+	ASSERT_GE(original, 0);
+	add(original, EPOLLIN, 3);
+	closeFd(original); /* the file stays open through pair_.fds[0]: the kernel keeps it */
+	buffered_.set(&kOwner, pair_.fds[0], inodeOf(pair_.fds[0]), true);
+	expectTableMatchesKernel("closed, alive through a dup");
+	struct epoll_event events[4];
+	ASSERT_EQ(wait(events, 4), 1);
+	EXPECT_EQ(events[0].data.u64, 3u);
+}
+
+TEST_F(EpollMerged, AReusedFdNumberIsNotTheOldRegistration)
+{
+	int number = pair_.fds[0];
+	add(number, EPOLLIN, 4);
+	pair_.fds[0] = -1;
+	closeFd(number);
+	SocketPair other; /* the lowest free number: the one just closed */
+	ASSERT_EQ(other.fds[0], number);
+	buffered_.set(&kOwner, number, inodeOf(number), true);
+	expectTableMatchesKernel("reused");
+	struct epoll_event events[4];
+	EXPECT_EQ(wait(events, 4), 0);
+}
+
+TEST_F(EpollMerged, ASetChangedByAForkedChildIsReadFromTheKernel)
+{
+	add(pair_.fds[0], EPOLLIN, 1);
+	add(pair_.fds[1], EPOLLIN, 2);
+	sets_.lockForFork();
+	pid_t child = fork();
+	ASSERT_GE(child, 0);
+	sets_.forked();
+	sets_.unlockAfterFork();
+	if (child == 0) {
+		/* The child shares the set: its change is the parent's too. */
+		_exit(epoll_ctl(epfd_, EPOLL_CTL_DEL, pair_.fds[0], nullptr) == 0 ? 0 : 1);
+	}
+	int status = 0;
+	ASSERT_EQ(waitpid(child, &status, 0), child);
+	ASSERT_EQ(status, 0);
+	EXPECT_FALSE(sets_.exact(epfd_));
+	buffered_.set(&kOwner, pair_.fds[0], inodeOf(pair_.fds[0]), true);
+	const int other = 1;
+	buffered_.set(&other, pair_.fds[1], inodeOf(pair_.fds[1]), true);
+	expectTableMatchesKernel("after the child's DEL");
+	struct epoll_event events[4];
+	ASSERT_EQ(wait(events, 4), 1);
+	EXPECT_EQ(events[0].data.u64, 2u);
+}
+
+TEST_F(EpollMerged, ASetTheShimNeverSawIsReadFromTheKernel)
+{
+	int unknown = epoll_create1(EPOLL_CLOEXEC); /* not through sets_.created */
+	struct epoll_event event = {};
+	event.events = EPOLLIN | EPOLLET;
+	event.data.u64 = 8;
+	ASSERT_EQ(epoll_ctl(unknown, EPOLL_CTL_ADD, pair_.fds[0], &event), 0);
+	sets_.changed(unknown, EPOLL_CTL_ADD, pair_.fds[0], &event);
+	buffered_.set(&kOwner, pair_.fds[0], inodeOf(pair_.fds[0]), true, 1);
+	struct epoll_event events[4];
+	auto waitUnknown = [&] {
+		return epollMerged(buffered_, sets_, ::epoll_ctl, unknown, events, 4,
+				   [&](bool) { return epoll_wait(unknown, events, 4, 0); });
+	};
+	ASSERT_EQ(waitUnknown(), 1);
+	EXPECT_EQ(events[0].data.u64, 8u);
+	EXPECT_EQ(waitUnknown(), 0) << "one event per arrival there too";
+	closeFd(unknown);
+}
+
+TEST_F(EpollMerged, ClosedRegistrationsDoNotPileUp)
+{
+	/* A server closing connections without EPOLL_CTL_DEL, as nginx does. */
+	for (int i = 0; i < 3000; i++) {
+		SocketPair connection;
+		add(connection.fds[0], EPOLLIN | EPOLLET, static_cast<uint64_t>(i));
+		closeFd(connection.fds[0]);
+		connection.fds[0] = -1;
+	}
+	EXPECT_LT(sets_.registrations(epfd_), 1100u);
+	EXPECT_TRUE(sets_.exact(epfd_));
+}
+
+TEST(EpollSetsThreads, WaitsAndChangesOnOneSetAtOnce)
+{
+	/* For ThreadSanitizer: epoll_ctl and waits on one set while connections gain and lose data. */
+	BufferedFds buffered;
+	EpollSets sets;
+	const int epfd = epoll_create1(EPOLL_CLOEXEC);
+	sets.created(epfd);
+	std::atomic<int> wrong{0};
+	std::vector<std::thread> threads;
+	for (int t = 0; t < 6; t++) {
+		threads.emplace_back([&, t] {
+			SocketPair pair;
+			const ino_t ino = inodeOf(pair.fds[0]);
+			int owner = 0;
+			struct epoll_event event = {};
+			for (int i = 0; i < 200; i++) {
+				event.events = EPOLLIN | (t % 2 ? static_cast<uint32_t>(EPOLLET) : 0u);
+				event.data.u64 = static_cast<uint64_t>(t);
+				wrong += epoll_ctl(epfd, EPOLL_CTL_ADD, pair.fds[0], &event) != 0;
+				sets.changed(epfd, EPOLL_CTL_ADD, pair.fds[0], &event);
+				buffered.set(&owner, pair.fds[0], ino, true, static_cast<unsigned long long>(i));
+				struct epoll_event events[8];
+				int n = epollMerged(buffered, sets, ::epoll_ctl, epfd, events, 8,
+						    [&](bool) { return epoll_wait(epfd, events, 8, 0); });
+				wrong += n < 0;
+				buffered.set(&owner, pair.fds[0], ino, false);
+				wrong += epoll_ctl(epfd, EPOLL_CTL_DEL, pair.fds[0], nullptr) != 0;
+				sets.changed(epfd, EPOLL_CTL_DEL, pair.fds[0], nullptr);
+			}
+		});
+	}
+	for (std::thread &thread : threads)
+		thread.join();
+	EXPECT_EQ(wrong.load(), 0);
+	EXPECT_EQ(sets.registrations(epfd), 0u);
+	close(epfd);
 }
 
 /*

@@ -1,0 +1,462 @@
+#include "epoll_sets.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <new>
+#include <set>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <utility>
+
+namespace tlstune {
+
+namespace {
+
+constexpr unsigned kInput = EPOLLIN | EPOLLRDNORM;
+/* Detached registrations tolerated beyond the live ones before a prune. */
+constexpr size_t kPruneSlack = 1024;
+
+/*
+ * Calls visit(registration) for each line of the kernel's list of epfd. Raw syscalls: the
+ * shim's own read() wrapper would take this for a socket read when a program's BIO waits
+ * inside SSL_read. False when the list cannot be read.
+ */
+template <typename Visit>
+bool readKernelList(int epfd, Visit visit) noexcept
+{
+	int savedErrno = errno;
+	char path[64];
+	std::snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", epfd);
+	int fd = static_cast<int>(syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC));
+	if (fd < 0) {
+		errno = savedErrno;
+		return false;
+	}
+	char buffer[4096];
+	size_t used = 0;
+	for (;;) {
+		ssize_t n = syscall(SYS_read, fd, buffer + used, sizeof(buffer) - 1 - used);
+		if (n <= 0)
+			break;
+		used += static_cast<size_t>(n);
+		buffer[used] = '\0';
+
+		char *start = buffer;
+		for (char *end; (end = std::strchr(start, '\n')); start = end + 1) {
+			*end = '\0';
+			EpollRegistration registration;
+			if (parseEpollFdinfoLine(start, &registration))
+				visit(registration);
+		}
+		used = static_cast<size_t>(buffer + used - start);
+		std::memmove(buffer, start, used);
+		if (used == sizeof(buffer) - 1)
+			used = 0; /* a line longer than any fdinfo line: drop it */
+	}
+	syscall(SYS_close, fd);
+	errno = savedErrno;
+	return true;
+}
+
+} /* namespace */
+
+bool parseEpollFdinfoLine(const char *line, EpollRegistration *out) noexcept
+{
+	/* "tfd:        5 events:       19 data:                5  pos:0 ino:3d1a sdev:8" */
+	int fd;
+	unsigned events;
+	unsigned long long data;
+	unsigned long ino;
+	if (std::sscanf(line, "tfd: %d events: %x data: %llx pos:%*d ino:%lx", &fd, &events, &data,
+			&ino) != 4)
+		return false;
+	*out = { fd, events, data, ino };
+	return true;
+}
+
+int kernelRegistrations(const BufferedFds &buffered, int epfd, EpollRegistration *out,
+			int max) noexcept
+{
+	int found = 0;
+	readKernelList(epfd, [&](const EpollRegistration &registration) {
+		if (found < max && (registration.events & kInput) &&
+		    buffered.holdsInode(registration.ino))
+			out[found++] = registration;
+	});
+	return found;
+}
+
+EpollSets::Set *EpollSets::find(int epfd) noexcept
+{
+	auto it = sets_.find(epfd);
+	return it == sets_.end() ? nullptr : &it->second;
+}
+
+const EpollSets::Set *EpollSets::find(int epfd) const noexcept
+{
+	auto it = sets_.find(epfd);
+	return it == sets_.end() ? nullptr : &it->second;
+}
+
+EpollSets::Stored *EpollSets::live(Set &set, int fd) noexcept
+{
+	auto it = set.liveByFd.find(fd);
+	if (it == set.liveByFd.end())
+		return nullptr;
+	auto range = set.byIno.equal_range(it->second);
+	for (auto entry = range.first; entry != range.second; ++entry) {
+		if (!entry->second.detached && entry->second.registration.fd == fd)
+			return &entry->second;
+	}
+	return nullptr;
+}
+
+void EpollSets::index(Set &set, Stored *stored)
+{
+	if (!(stored->registration.events & EPOLLONESHOT))
+		return;
+	set.oneShotByData.emplace(stored->registration.data, stored);
+	oneShotCount_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void EpollSets::unindex(Set &set, const Stored *stored) noexcept
+{
+	auto range = set.oneShotByData.equal_range(stored->registration.data);
+	for (auto it = range.first; it != range.second; ++it) {
+		if (it->second == stored) {
+			set.oneShotByData.erase(it);
+			oneShotCount_.fetch_sub(1, std::memory_order_relaxed);
+			return;
+		}
+	}
+}
+
+void EpollSets::erase(Set &set, Stored *stored) noexcept
+{
+	unindex(set, stored);
+	if (stored->detached)
+		set.detached--;
+	else
+		set.liveByFd.erase(stored->registration.fd);
+	auto range = set.byIno.equal_range(stored->registration.ino);
+	for (auto entry = range.first; entry != range.second; ++entry) {
+		if (&entry->second == stored) {
+			set.byIno.erase(entry);
+			return;
+		}
+	}
+}
+
+void EpollSets::dropSet(std::unordered_map<int, Set>::iterator it) noexcept
+{
+	oneShotCount_.fetch_sub(it->second.oneShotByData.size(), std::memory_order_relaxed);
+	sets_.erase(it);
+	count_.store(sets_.size(), std::memory_order_relaxed);
+}
+
+void EpollSets::created(int epfd) noexcept
+{
+	std::lock_guard<std::mutex> lock(mutex_);
+	auto old = sets_.find(epfd);
+	if (old != sets_.end())
+		dropSet(old); /* its fd was closed behind the shim's back */
+	try {
+		sets_.emplace(epfd, Set());
+	} catch (const std::bad_alloc &) {
+		/* Out of memory: the set stays unknown, and its waits read the kernel's list. */
+	}
+	count_.store(sets_.size(), std::memory_order_relaxed);
+}
+
+void EpollSets::changed(int epfd, int op, int fd, const struct epoll_event *event) noexcept
+{
+	/* The file's identity, as the kernel's list gives it: what a connection is matched by. */
+	struct stat st;
+	const int savedErrno = errno;
+	const ino_t ino = op == EPOLL_CTL_ADD && fstat(fd, &st) == 0 ? st.st_ino : 0;
+	errno = savedErrno;
+
+	std::lock_guard<std::mutex> lock(mutex_);
+	Set *set = find(epfd);
+	if (!set) {
+		/*
+		 * A set the shim never saw created (made before it, or through a dup of a known
+		 * set's fd, which changes that set behind its back): trust none of the tables.
+		 */
+		for (auto &entry : sets_)
+			entry.second.exact = false;
+		return;
+	}
+	if (!set->exact)
+		return; /* its waits read the kernel's list */
+	Stored *stored = live(*set, fd);
+	if (op == EPOLL_CTL_DEL) {
+		if (stored)
+			erase(*set, stored);
+		return;
+	}
+	if (!event || (op == EPOLL_CTL_MOD && !stored)) {
+		set->exact = false; /* the kernel has a registration the shim missed */
+		return;
+	}
+	if (op == EPOLL_CTL_MOD) {
+		unindex(*set, stored);
+		stored->registration.events = event->events;
+		stored->registration.data = event->data.u64;
+		stored->fired = false; /* MOD re-arms */
+	} else {
+		if (stored)
+			erase(*set, stored); /* a registration whose end the shim missed */
+		stored = nullptr;
+	}
+	try {
+		if (!stored) {
+			Stored added = { { fd, event->events, event->data.u64, ino }, 0, false, false, false, 0 };
+			stored = &set->byIno.emplace(ino, added)->second;
+			set->liveByFd[fd] = ino;
+		}
+		index(*set, stored);
+	} catch (const std::bad_alloc &) {
+		set->exact = false;
+	}
+}
+
+void EpollSets::detach(Set &set, int fd) noexcept
+{
+	Stored *stored = live(set, fd);
+	if (!stored)
+		return;
+	set.liveByFd.erase(fd);
+	stored->detached = true;
+	stored->closedAt = closings_;
+	set.detached++;
+}
+
+void EpollSets::closed(int first, int last) noexcept
+{
+	if (empty())
+		return;
+	constexpr int kMaxPrunes = 4;
+	int prunes[kMaxPrunes];
+	int wanted = 0;
+	{
+		std::lock_guard<std::mutex> lock(mutex_);
+		wanted = closedLocked(first, last, prunes, kMaxPrunes);
+	}
+	/* Outside the lock: reading the kernel's list takes a while for a large set. */
+	for (int i = 0; i < wanted; i++)
+		prune(prunes[i]);
+}
+
+int EpollSets::closedLocked(int first, int last, int *prune, int max) noexcept
+{
+	closings_++;
+	for (auto it = sets_.begin(); it != sets_.end();) {
+		auto next = std::next(it);
+		if (it->first >= first && it->first <= last)
+			dropSet(it);
+		it = next;
+	}
+
+	/* A wide close_range (after fork, before exec) looks the fds up from the sets' side. */
+	const bool wide = last - first > 64;
+	int wanted = 0;
+	for (auto &entry : sets_) {
+		Set &set = entry.second;
+		if (!wide) {
+			for (int fd = first; fd <= last; fd++)
+				detach(set, fd);
+		} else {
+			for (auto it = set.liveByFd.begin(); it != set.liveByFd.end();) {
+				const int fd = (it++)->first;
+				if (fd >= first && fd <= last)
+					detach(set, fd);
+			}
+		}
+		if (set.detached > set.liveByFd.size() + kPruneSlack && wanted < max)
+			prune[wanted++] = entry.first;
+	}
+	return wanted;
+}
+
+void EpollSets::prune(int epfd) noexcept
+{
+	unsigned long long before;
+	{
+		std::lock_guard<std::mutex> lock(mutex_);
+		before = closings_;
+	}
+	std::set<std::pair<int, unsigned long>> kernel;
+	bool read;
+	try {
+		read = readKernelList(epfd, [&](const EpollRegistration &registration) {
+			kernel.emplace(registration.fd, registration.ino);
+		});
+	} catch (const std::bad_alloc &) {
+		return;
+	}
+	if (!read)
+		return;
+
+	std::lock_guard<std::mutex> lock(mutex_);
+	Set *set = find(epfd);
+	if (!set)
+		return;
+	for (auto it = set->byIno.begin(); it != set->byIno.end();) {
+		Stored &stored = it->second;
+		/* Detached after the list was read: the list says nothing about it yet. */
+		const bool dead = stored.detached && stored.closedAt < before &&
+				  !kernel.count({ stored.registration.fd, stored.registration.ino });
+		if (!dead) {
+			++it;
+			continue;
+		}
+		unindex(*set, &stored);
+		set->detached--;
+		it = set->byIno.erase(it);
+	}
+}
+
+void EpollSets::forked() noexcept
+{
+	/* Called with the lock held (between lockForFork and unlockAfterFork). */
+	for (auto &entry : sets_)
+		entry.second.exact = false;
+}
+
+void EpollSets::reload(int epfd, const BufferedFds &buffered) noexcept
+{
+	constexpr int kMax = 64;
+	EpollRegistration kernel[kMax];
+	const int found = kernelRegistrations(buffered, epfd, kernel, kMax);
+
+	std::lock_guard<std::mutex> lock(mutex_);
+	Set *set = find(epfd);
+	if (!set)
+		return;
+	Set fresh;
+	fresh.exact = false;
+	try {
+		for (int i = 0; i < found; i++) {
+			Stored stored = { kernel[i], 0, false, false, false, 0 };
+			/* The same registration as last time keeps what it was told. */
+			auto range = set->byIno.equal_range(kernel[i].ino);
+			for (auto it = range.first; it != range.second; ++it) {
+				const EpollRegistration &old = it->second.registration;
+				if (old.fd == kernel[i].fd && old.data == kernel[i].data) {
+					stored.toldArrival = it->second.toldArrival;
+					stored.told = it->second.told;
+				}
+			}
+			fresh.byIno.emplace(kernel[i].ino, stored);
+		}
+	} catch (const std::bad_alloc &) {
+		return;
+	}
+	oneShotCount_.fetch_sub(set->oneShotByData.size(), std::memory_order_relaxed);
+	*set = std::move(fresh);
+}
+
+int EpollSets::claim(int epfd, const BufferedFds &buffered, EpollRegistration *out,
+		     int max) noexcept
+{
+	bool known;
+	{
+		std::lock_guard<std::mutex> lock(mutex_);
+		const Set *set = find(epfd);
+		known = set && set->exact;
+		if (!set) {
+			try {
+				sets_[epfd].exact = false;
+				count_.store(sets_.size(), std::memory_order_relaxed);
+			} catch (const std::bad_alloc &) {
+				return kernelRegistrations(buffered, epfd, out, max);
+			}
+		}
+	}
+	if (!known)
+		reload(epfd, buffered);
+
+	int found = 0;
+	buffered.forEach([&](int, ino_t ino, unsigned long long arrival) {
+		std::lock_guard<std::mutex> lock(mutex_);
+		Set *set = find(epfd);
+		if (!set)
+			return;
+		auto range = set->byIno.equal_range(ino);
+		for (auto it = range.first; it != range.second && found < max; ++it) {
+			Stored &stored = it->second;
+			const unsigned events = stored.registration.events;
+			if (!(events & kInput) || stored.fired)
+				continue;
+			if ((events & EPOLLET) && stored.told && stored.toldArrival == arrival)
+				continue;
+			stored.told = true;
+			stored.toldArrival = arrival;
+			stored.fired = (events & EPOLLONESHOT) != 0;
+			out[found++] = stored.registration;
+		}
+	});
+	return found;
+}
+
+void EpollSets::unclaim(int epfd, const EpollRegistration &registration) noexcept
+{
+	std::lock_guard<std::mutex> lock(mutex_);
+	Set *set = find(epfd);
+	if (!set)
+		return;
+	auto range = set->byIno.equal_range(registration.ino);
+	for (auto it = range.first; it != range.second; ++it) {
+		Stored &stored = it->second;
+		if (stored.registration.fd == registration.fd &&
+		    stored.registration.data == registration.data) {
+			stored.told = false;
+			stored.fired = false;
+		}
+	}
+}
+
+void EpollSets::delivered(int epfd, const struct epoll_event *events, int count) noexcept
+{
+	if (count <= 0 || oneShotCount_.load(std::memory_order_relaxed) == 0)
+		return;
+	std::lock_guard<std::mutex> lock(mutex_);
+	Set *set = find(epfd);
+	if (!set || !set->exact || set->oneShotByData.empty())
+		return;
+	/*
+	 * The kernel disarmed the EPOLLONESHOT registrations it reported. Where two of them
+	 * share their data the shim cannot tell which fired: it reads the kernel's list from
+	 * then on.
+	 */
+	for (int i = 0; i < count; i++) {
+		auto range = set->oneShotByData.equal_range(events[i].data.u64);
+		if (range.first == range.second)
+			continue;
+		if (std::next(range.first) != range.second) {
+			set->exact = false;
+			return;
+		}
+		range.first->second->fired = true;
+	}
+}
+
+size_t EpollSets::registrations(int epfd) const noexcept
+{
+	std::lock_guard<std::mutex> lock(mutex_);
+	const Set *set = find(epfd);
+	return set ? set->byIno.size() : 0;
+}
+
+bool EpollSets::exact(int epfd) const noexcept
+{
+	std::lock_guard<std::mutex> lock(mutex_);
+	const Set *set = find(epfd);
+	return set && set->exact;
+}
+
+} /* namespace tlstune */
