@@ -1,5 +1,6 @@
 #include "servers.h"
 
+#include <cstdlib>
 #include <signal.h>
 #include <stdexcept>
 
@@ -7,7 +8,8 @@
 
 namespace testsupport {
 
-Nginx::Nginx(const std::string &root, const std::string &tls, const std::vector<std::string> &env)
+Nginx::Nginx(const std::string &root, const std::string &tls, const std::vector<std::string> &env,
+	     const std::string &server, int connections)
 	: port_(freePort())
 {
 	const std::string d = dir_.path();
@@ -17,7 +19,8 @@ Nginx::Nginx(const std::string &root, const std::string &tls, const std::vector<
 	writeFile(dir_.file("nginx.conf"),
 		  "daemon off; master_process on; worker_processes 1; user root;\n"
 		  "error_log stderr notice; pid " + d + "/nginx.pid;\n"
-		  "events { worker_connections 64; }\n"
+		  "worker_rlimit_nofile " + std::to_string(connections * 2 + 64) + ";\n"
+		  "events { worker_connections " + std::to_string(connections) + "; }\n"
 		  "http {\n"
 		  "  access_log off; sendfile on; tcp_nodelay on;\n"
 		  /* Longer than any test: a client stalled on a keep-alive connection fails by its
@@ -34,6 +37,7 @@ Nginx::Nginx(const std::string &root, const std::string &tls, const std::vector<
 		  "    root " + root + ";\n"
 		  /* PUT /uploads/NAME stores the body as root/uploads/NAME. */
 		  "    location /uploads/ { dav_methods PUT; create_full_put_path on; client_max_body_size 0; }\n"
+		  "    " + server + "\n"
 		  "  }\n"
 		  "}\n");
 
@@ -41,6 +45,14 @@ Nginx::Nginx(const std::string &root, const std::string &tls, const std::vector<
 	command.argv = { "nginx", "-p", d, "-c", dir_.file("nginx.conf"), "-e", "stderr" };
 	command.env = env;
 	daemon_.reset(new Daemon(command, "start worker process"));
+}
+
+pid_t Nginx::worker() const
+{
+	const pid_t master = daemon_->process().pid();
+	const std::string children = readFile("/proc/" + std::to_string(master) + "/task/" +
+					      std::to_string(master) + "/children");
+	return static_cast<pid_t>(std::atoi(children.c_str()));
 }
 
 std::string Nginx::url(const std::string &path) const

@@ -31,9 +31,15 @@ private:
  */
 class Nginx {
 public:
-	/* tls: "1.2" (the seed's ECDHE-RSA-AES256-GCM-SHA384) or "1.3". */
-	Nginx(const std::string &root, const std::string &tls, const std::vector<std::string> &env = {});
+	/*
+	 * tls: "1.2" (the seed's ECDHE-RSA-AES256-GCM-SHA384) or "1.3". server: more lines for
+	 * the server block (locations); connections: worker_connections.
+	 */
+	Nginx(const std::string &root, const std::string &tls, const std::vector<std::string> &env = {},
+	      const std::string &server = "", int connections = 64);
 	int port() const { return port_; }
+	/* The worker's pid (worker_processes 1): the process whose CPU a test reads. */
+	pid_t worker() const;
 	/* Stops it (SIGTERM) and returns what it logged since it started. */
 	std::string stop() { return daemon_->stop(); }
 	std::string url(const std::string &path) const;
