@@ -4,7 +4,9 @@
 nginx_pid=""
 
 # start_nginx TLS: serves $work over TLS 1.2 (the seed's cipher) or 1.3 on a free port of
-# 127.0.0.1; sets port and nginx_pid.
+# 127.0.0.1; sets port and nginx_pid. Set before the call: nginx_env (VAR=value words for
+# nginx's environment, e.g. LD_PRELOAD), nginx_server (more lines for the server block),
+# nginx_connections (worker_connections, default 1024).
 start_nginx() {
 	local protocols="ssl_protocols TLSv1.3;"
 	[ "$1" = 1.2 ] && protocols="ssl_protocols TLSv1.2; ssl_ciphers ECDHE-RSA-AES256-GCM-SHA384;"
@@ -12,7 +14,8 @@ start_nginx() {
 	cat >"$work/nginx.conf" <<CONF
 daemon off; master_process on; worker_processes 1; user root;
 error_log stderr notice; pid $work/nginx.pid;
-events { }
+worker_rlimit_nofile $((${nginx_connections:-1024} + 512));
+events { worker_connections ${nginx_connections:-1024}; }
 http {
   access_log off; sendfile on; tcp_nodelay on; keepalive_timeout 600s; keepalive_requests 100000;
   client_body_temp_path $work/body; proxy_temp_path $work/proxy; fastcgi_temp_path $work/fcgi;
@@ -20,14 +23,26 @@ http {
   server {
     listen 127.0.0.1:$port ssl; $protocols
     ssl_certificate $work/cert.pem; ssl_certificate_key $work/key.pem; root $work;
+    ${nginx_server:-}
   }
 }
 CONF
 	# The log exists before tail looks for it: the background job may open it later.
 	: >"$work/nginx.log"
-	nginx -p "$work" -c "$work/nginx.conf" -e stderr 2>>"$work/nginx.log" &
+	# shellcheck disable=SC2086
+	env ${nginx_env:-} nginx -p "$work" -c "$work/nginx.conf" -e stderr 2>>"$work/nginx.log" &
 	nginx_pid=$!
 	timeout 30 grep -q -m1 "start worker process" <(tail -f "$work/nginx.log")
+}
+
+# nginx_worker: the pid of the worker (worker_processes 1), whose CPU a row reads.
+nginx_worker() {
+	cut -d' ' -f1 "/proc/$nginx_pid/task/$nginx_pid/children"
+}
+
+# cpu_ms PID: the CPU time (user + system) PID has used, in ms.
+cpu_ms() {
+	awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); print ($12 + $13) * 1000 / hz }' "/proc/$1/stat"
 }
 
 stop_nginx() {
