@@ -108,16 +108,18 @@ int main(int argc, char **argv)
 	if (SSL_connect(client) != 1) /* 3 */
 		fail("client handshake");
 
+	int status = 0;
 	if (waitForEdge(epfd) != 1) {
 		std::printf("no event for the greeting\n");
-		return 3;
+		status = 3;
+	} else {
+		char line[64];
+		int n = SSL_read(client, line, sizeof(line) - 1);
+		if (n <= 0)
+			fail("SSL_read");
+		line[n] = '\0';
+		std::printf("greeting %s", line);
 	}
-	char line[64];
-	int n = SSL_read(client, line, sizeof(line) - 1);
-	if (n <= 0)
-		fail("SSL_read");
-	line[n] = '\0';
-	std::printf("greeting %s", line);
 	SSL_free(client);
 	SSL_free(server.ssl);
 	SSL_CTX_free(clientCtx);
@@ -125,5 +127,5 @@ int main(int argc, char **argv)
 	close(epfd);
 	close(fds[0]);
 	close(fds[1]);
-	return 0;
+	return status;
 }
