@@ -380,10 +380,11 @@ int EpollSets::claim(int epfd, const BufferedFds &buffered, EpollRegistration *o
 	if (!known)
 		reload(epfd, buffered);
 
+	/* Lock order: this one's, then the buffered set's (never the other way round). */
+	std::lock_guard<std::mutex> lock(mutex_);
+	Set *set = find(epfd);
 	int found = 0;
 	buffered.forEach([&](int, ino_t ino, unsigned long long arrival) {
-		std::lock_guard<std::mutex> lock(mutex_);
-		Set *set = find(epfd);
 		if (!set)
 			return;
 		auto range = set->byIno.equal_range(ino);

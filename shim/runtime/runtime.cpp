@@ -37,8 +37,8 @@ void lockForFork()
 {
 	process().caCache.lockForFork();
 	process().coalescer.lockForFork();
+	process().epoll.lockForFork(); /* before buffered: EpollSets::claim's order */
 	process().buffered.lockForFork();
-	process().epoll.lockForFork();
 }
 /* Both processes now share every epoll set, and either may change it: read the kernel's. */
 void unlockInParent()

@@ -537,6 +537,53 @@ TEST_F(EpollMerged, ClosedRegistrationsDoNotPileUp)
 	EXPECT_TRUE(sets_.exact(epfd_));
 }
 
+TEST_F(EpollMerged, EachSetOfAnFdGetsItsOwnEdge)
+{
+	const int other = epoll_create1(EPOLL_CLOEXEC);
+	sets_.created(other);
+	struct epoll_event event = {};
+	event.events = EPOLLIN | EPOLLET;
+	event.data.u64 = 20;
+	ASSERT_EQ(epoll_ctl(other, EPOLL_CTL_ADD, pair_.fds[0], &event), 0);
+	sets_.changed(other, EPOLL_CTL_ADD, pair_.fds[0], &event);
+	add(pair_.fds[0], EPOLLIN | EPOLLET, 10);
+	buffered_.set(&kOwner, pair_.fds[0], inodeOf(pair_.fds[0]), true, 1);
+
+	struct epoll_event events[4];
+	auto waitOther = [&] {
+		return epollMerged(buffered_, sets_, ::epoll_ctl, other, events, 4,
+				   [&](bool) { return epoll_wait(other, events, 4, 0); });
+	};
+	ASSERT_EQ(wait(events, 4), 1);
+	EXPECT_EQ(events[0].data.u64, 10u);
+	ASSERT_EQ(waitOther(), 1) << "the other set was not told yet";
+	EXPECT_EQ(events[0].data.u64, 20u);
+	EXPECT_EQ(wait(events, 4), 0);
+	EXPECT_EQ(waitOther(), 0);
+	closeFd(other);
+}
+
+TEST_F(EpollMerged, ANestedSetIsNotReportedByTheOuterOne)
+{
+	/* A limit the README names: the outer set learns of the inner one from the kernel only. */
+	const int outer = epoll_create1(EPOLL_CLOEXEC);
+	sets_.created(outer);
+	struct epoll_event event = {};
+	event.events = EPOLLIN;
+	event.data.u64 = 30;
+	ASSERT_EQ(epoll_ctl(outer, EPOLL_CTL_ADD, epfd_, &event), 0);
+	sets_.changed(outer, EPOLL_CTL_ADD, epfd_, &event);
+	add(pair_.fds[0], EPOLLIN, 10);
+	buffered_.set(&kOwner, pair_.fds[0], inodeOf(pair_.fds[0]), true, 1);
+
+	struct epoll_event events[4];
+	EXPECT_EQ(epollMerged(buffered_, sets_, ::epoll_ctl, outer, events, 4,
+			      [&](bool) { return epoll_wait(outer, events, 4, 0); }),
+		  0);
+	EXPECT_EQ(wait(events, 4), 1) << "the inner set itself reports it";
+	closeFd(outer);
+}
+
 TEST(EpollSetsThreads, WaitsAndChangesOnOneSetAtOnce)
 {
 	/* For ThreadSanitizer: epoll_ctl and waits on one set while connections gain and lose data. */
