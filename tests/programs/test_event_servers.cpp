@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <memory>
 #include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -183,3 +184,41 @@ TEST_P(NginxProxy, AStalledUpstreamLeavesTheWorkerIdleAndLosesNothing)
 }
 
 INSTANTIATE_TEST_SUITE_P(Tls, NginxProxy, ::testing::Values("1.2", "1.3"));
+
+TEST_P(NginxProxy, ManyIdleConnectionsWhileOthersUploadLoseNothing)
+{
+	TempDir dir;
+	constexpr unsigned long long kBytes = 16ull << 20;
+	constexpr int kIdle = 1000;
+	const std::string expected = writePattern(dir.file("body"), kBytes, 9);
+	for (bool withShim : { false, true }) {
+		SCOPED_TRACE(withShim ? "with the shim" : "without the shim");
+		Nginx nginx(dir.path(), GetParam(), withShim ? shimEnv() : std::vector<std::string>{}, "",
+			    kIdle + 256);
+		Fifo release(dir.file(withShim ? "idle-shim" : "idle"));
+		Command idleCommand;
+		idleCommand.argv = { "/usr/bin/python3", std::string(TLSTUNE_SOURCE_ROOT) + "/tools/lib/idle_clients.py",
+				     std::to_string(kIdle), std::to_string(nginx.port()) };
+		idleCommand.stdinPath = release.path();
+		Process idle(idleCommand);
+		ASSERT_EQ(idle.readLine(kTimeoutMs), "idle " + std::to_string(kIdle));
+
+		std::vector<std::unique_ptr<Process>> uploads;
+		for (int i = 0; i < 4; i++) {
+			Command curl;
+			curl.argv = { "curl", "--silent", "--show-error", "--fail", "--cacert", certificate().cert,
+				      "--max-time", "120", "-T", dir.file("body"),
+				      nginx.url("/uploads/" + std::string(withShim ? "with-" : "without-") +
+						std::to_string(i)) };
+			uploads.emplace_back(new Process(curl));
+		}
+		for (int i = 0; i < 4; i++) {
+			EXPECT_EQ(uploads[i]->wait(kTimeoutMs), 0);
+			EXPECT_EQ(fileSha256(dir.file("uploads/" + std::string(withShim ? "with-" : "without-") +
+						      std::to_string(i))),
+				  expected);
+		}
+		release.closeWriter();
+		EXPECT_EQ(idle.wait(kTimeoutMs), 0);
+	}
+}

@@ -45,6 +45,7 @@ Nginx::Nginx(const std::string &root, const std::string &tls, const std::vector<
 	command.argv = { "nginx", "-p", d, "-c", dir_.file("nginx.conf"), "-e", "stderr" };
 	command.env = env;
 	daemon_.reset(new Daemon(command, "start worker process"));
+	daemon_->drainLog();
 }
 
 pid_t Nginx::worker() const
@@ -70,6 +71,12 @@ Daemon::Daemon(const Command &command, const std::string &ready)
 		throw std::runtime_error(command.argv[0] + " did not start:\n" + log);
 }
 
+void Daemon::drainLog()
+{
+	/* Until the daemon's end (EOF), bounded by the longest test. */
+	drain_ = std::thread([this] { log_ = process_->readAll(3600 * 1000); });
+}
+
 Daemon::~Daemon()
 {
 	stop();
@@ -78,9 +85,12 @@ Daemon::~Daemon()
 std::string Daemon::stop()
 {
 	process_->kill(SIGTERM);
-	std::string log = process_->readAll(30000);
+	if (drain_.joinable())
+		drain_.join();
+	else
+		log_ += process_->readAll(30000);
 	process_->wait(30000);
-	return log;
+	return std::move(log_);
 }
 
 } /* namespace testsupport */

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "process.h"
@@ -20,9 +21,17 @@ public:
 	Process &process() { return *process_; }
 	/* Stops it (SIGTERM) and returns what it logged since it became ready. */
 	std::string stop();
+	/*
+	 * Reads the log as it comes, from now on (process() is then not to be read): a daemon
+	 * whose log pipe fills up blocks in write(2). nginx with a thousand clients did, and
+	 * stopped accepting.
+	 */
+	void drainLog();
 
 private:
 	std::unique_ptr<Process> process_;
+	std::thread drain_;
+	std::string log_;
 };
 
 /*
