@@ -4,6 +4,8 @@
 #include <cerrno>
 #include <climits>
 #include <new>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <system_error>
 #include <thread>
@@ -13,11 +15,11 @@ namespace tlstune {
 namespace {
 
 /*
- * The flusher sleeps for good after this many rounds with nothing to send. Waking it
- * costs a futex call and a context switch, so a program writing now and then (a
- * request-response loop) keeps it ticking instead of waking it for every request.
+ * The flusher thread ends after this long with nothing to send, and the next held write
+ * starts another: a process with a thread of the shim's cannot unshare(CLONE_NEWUSER) or
+ * run under seccomp's strict mode (issue 11).
  */
-constexpr int kIdleRounds = 50;
+constexpr std::chrono::seconds kFlusherIdleExit{1};
 
 /*
  * How many fds apart a close may range before closing() walks every attached connection
@@ -106,6 +108,14 @@ void Coalescer::release(PendingWrites *writes)
 	errno = savedErrno;
 }
 
+bool Coalescer::quietWrite(PendingWrites *writes) noexcept
+{
+	const auto now = std::chrono::steady_clock::now();
+	const bool quiet = !writes->dirty() && now - writes->lastWrite() >= delay_;
+	writes->setLastWrite(now);
+	return quiet;
+}
+
 bool Coalescer::dirtied(PendingWrites *writes)
 {
 	if (insideCoalescer)
@@ -117,10 +127,12 @@ bool Coalescer::dirtied(PendingWrites *writes)
 			writes->setListed(true);
 		}
 	}
-	if (!flusherRunning_.load(std::memory_order_acquire) && !startFlusher())
-		return false;
-	if (flusherIdle_.load(std::memory_order_acquire)) {
+	/* An active flusher looks at the dirty count before it sleeps: only a waiting one needs a call. */
+	if (flusherIdle_.load(std::memory_order_acquire) ||
+	    !flusherRunning_.load(std::memory_order_acquire)) {
 		std::lock_guard<std::mutex> lock(wakeMutex_);
+		if (!flusherRunning_.load(std::memory_order_relaxed))
+			return startFlusher();
 		wake_.notify_one();
 	}
 	return true;
@@ -128,31 +140,40 @@ bool Coalescer::dirtied(PendingWrites *writes)
 
 bool Coalescer::startFlusher()
 {
-	std::lock_guard<std::mutex> lock(wakeMutex_);
-	if (flusherRunning_.load(std::memory_order_relaxed))
-		return true;
+	/* Signals are the program's: the thread takes none (a sigwait loop, pselect's EINTR). */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	bool started = true;
 	try {
 		std::thread(&Coalescer::flusherLoop, this).detach();
 	} catch (const std::system_error &) {
-		return false;
+		started = false;
 	}
-	flusherRunning_.store(true, std::memory_order_release);
-	return true;
+	pthread_sigmask(SIG_SETMASK, &old, nullptr);
+	if (started)
+		flusherRunning_.store(true, std::memory_order_release);
+	return started;
 }
 
 void Coalescer::flusherLoop()
 {
-	int quietRounds = 0;
 	for (;;) {
 		{
+			/* Nothing held: block (no timer ticks), and end after a quiet while. */
 			std::unique_lock<std::mutex> lock(wakeMutex_);
-			if (counters_.dirty.load(std::memory_order_relaxed) == 0 && ++quietRounds >= kIdleRounds) {
+			if (counters_.dirty.load(std::memory_order_relaxed) == 0) {
 				flusherIdle_.store(true, std::memory_order_release);
-				wake_.wait(lock, [this] {
+				const bool woken = wake_.wait_for(lock, kFlusherIdleExit, [this] {
 					return stopping_ || counters_.dirty.load(std::memory_order_relaxed) > 0;
 				});
-				flusherIdle_.store(false, std::memory_order_relaxed);
-				quietRounds = 0;
+				if (!woken) {
+					flusherRunning_.store(false, std::memory_order_release);
+					flusherIdle_.store(false, std::memory_order_release);
+					wake_.notify_all();
+					return;
+				}
+				flusherIdle_.store(false, std::memory_order_release);
 			}
 			if (stopping_) {
 				flusherRunning_.store(false, std::memory_order_relaxed);
@@ -160,7 +181,7 @@ void Coalescer::flusherLoop()
 				return;
 			}
 		}
-		/* A byte appended just after the last round waits one delay at most. */
+		/* The first byte held waits one delay at most. */
 		std::this_thread::sleep_for(delay_);
 		flushAll();
 	}

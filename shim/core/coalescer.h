@@ -38,7 +38,7 @@ class Coalescer {
 public:
 	Coalescer(std::size_t limit, std::chrono::microseconds delay, SocketCalls calls) noexcept
 		: limit_(limit), delay_(delay), calls_(calls) {}
-	/* Stops the flusher thread (the shim's lives as long as the process; tests' do not). */
+	/* Stops the flusher thread (it ends by itself once nothing was held for a second). */
 	~Coalescer();
 	Coalescer(const Coalescer &) = delete;
 	Coalescer &operator=(const Coalescer &) = delete;
@@ -50,6 +50,14 @@ public:
 	PendingWrites *open(int fd);
 	/* The connection goes away (its filter BIO is freed): its bytes go out first (bounded). */
 	void release(PendingWrites *writes);
+
+	/*
+	 * The connection's own write is about to go through the filter: true when it finds the
+	 * connection quiet (nothing held, no write within the delay), and goes out at once, as
+	 * it would without the shim. Only writes that follow within the delay are held, so a
+	 * process that writes now and then costs no timer wake-ups.
+	 */
+	bool quietWrite(PendingWrites *writes) noexcept;
 
 	/*
 	 * After an append made writes non-empty: they go on the dirty list, and the flusher

@@ -45,7 +45,9 @@ int filterWrite(BIO *bio, const char *data, int length)
 	if (!writes || !next || length <= 0)
 		return next ? api.BIO_write(next, data, length) : -1;
 
-	if (directWrites || static_cast<std::size_t>(length) >= g_coalescer->limit()) {
+	/* First: every write of the connection's own counts for "quiet", also a direct one. */
+	const bool quiet = g_coalescer->quietWrite(writes);
+	if (quiet || directWrites || static_cast<std::size_t>(length) >= g_coalescer->limit()) {
 		if (const int error = writes->error()) {
 			errno = error;
 			return -1;

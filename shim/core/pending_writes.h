@@ -1,6 +1,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -87,6 +88,10 @@ public:
 
 	std::mutex &mutex() noexcept { return mutex_; }
 
+	/* When the connection's own last write went through the filter; only that thread reads it. */
+	std::chrono::steady_clock::time_point lastWrite() const noexcept { return lastWrite_; }
+	void setLastWrite(std::chrono::steady_clock::time_point at) noexcept { lastWrite_ = at; }
+
 	/* On the Coalescer's list of connections to flush; only that list's lock reads it. */
 	bool listed() const noexcept { return listed_; }
 	void setListed(bool listed) noexcept { listed_ = listed; }
@@ -105,6 +110,7 @@ private:
 	std::atomic<bool> dirty_{false};
 	int error_ = 0;
 	bool listed_ = false;
+	std::chrono::steady_clock::time_point lastWrite_{};
 };
 
 } /* namespace tlstune */
