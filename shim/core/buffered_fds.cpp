@@ -7,11 +7,11 @@
 
 namespace tlstune {
 
-bool socketInode(int fd, ino_t *ino) noexcept
+bool streamInode(int fd, ino_t *ino) noexcept
 {
 	int savedErrno = errno;
 	struct stat st;
-	bool ok = fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode);
+	bool ok = fstat(fd, &st) == 0 && (S_ISSOCK(st.st_mode) || S_ISFIFO(st.st_mode));
 	errno = savedErrno;
 	if (!ok)
 		return false;

@@ -10,10 +10,11 @@
 namespace tlstune {
 
 /*
- * The inode of the socket fd names: what an epoll registration is matched by, since
- * /proc/self/fdinfo gives each registration's inode. False when fd is not a socket.
+ * The inode of the stream fd names (a socket, or a pipe: TLS over a pipe pair polls it
+ * just the same): what an epoll registration is matched by, since /proc/self/fdinfo gives
+ * each registration's inode. False for any other file.
  */
-bool socketInode(int fd, ino_t *ino) noexcept;
+bool streamInode(int fd, ino_t *ino) noexcept;
 
 /*
  * The fds whose connection holds data in OpenSSL's buffers: records read ahead from the

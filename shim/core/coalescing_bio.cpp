@@ -1,6 +1,7 @@
 #include "coalescing_bio.h"
 
 #include <cerrno>
+#include <sys/stat.h>
 
 namespace tlstune {
 
@@ -163,6 +164,13 @@ PendingWrites *CoalescingBio::attached(const OpenSslApi &api, SSL *ssl) const no
 #endif
 	int fd = -1;
 	if (api.BIO_ctrl(socket, BIO_C_GET_FD, 0, &fd) < 0 || fd < 0)
+		return nullptr;
+	/* A socket BIO over a pipe (SSL_set_wfd): send(2) would fail there with ENOTSOCK. */
+	struct stat st;
+	const int savedErrno = errno;
+	const bool isSocket = fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode);
+	errno = savedErrno;
+	if (!isSocket)
 		return nullptr;
 
 	PendingWrites *writes = g_coalescer->open(fd);

@@ -29,10 +29,26 @@ void Connection::noteSocketRead(int fd, bool gotBytes) noexcept
 	if (fd == fd_)
 		return;
 	ino_t ino;
-	if (!socketInode(fd, &ino))
+	if (!streamInode(fd, &ino))
 		return;
 	fd_ = fd;
 	ino_ = ino;
+}
+
+void Connection::rebind(BufferedFds &buffered, int fd) noexcept
+{
+	ino_t ino = 0;
+	if (fd >= 0 && streamInode(fd, &ino)) {
+		fd_ = fd;
+		ino_ = ino;
+	} else {
+		fd_ = -1;
+	}
+	if (!buffered_)
+		return;
+	buffered_ = fd_ >= 0;
+	closings_ = buffered.closings();
+	buffered.set(this, fd_, ino_, buffered_, arrivals_);
 }
 
 void Connection::afterCall(BufferedFds &buffered, bool progressed, bool wantsRead,
@@ -103,6 +119,11 @@ CallScope::CallScope(Connection *connection) noexcept
 CallScope::~CallScope()
 {
 	innermost = previous_;
+}
+
+bool CallScope::active() noexcept
+{
+	return innermost != nullptr;
 }
 
 bool CallScope::noteSocketRead(int fd, bool gotBytes) noexcept

@@ -29,6 +29,13 @@ public:
 	 */
 	void afterCall(BufferedFds &buffered, bool progressed, bool wantsRead, bool hasPending) noexcept;
 
+	/*
+	 * The program gave the SSL another fd to read (SSL_set_fd, SSL_set_rfd, SSL_set_bio,
+	 * SSL_set0_rbio): fd, or -1 for a BIO without one, whose socket is learnt from reads.
+	 * What OpenSSL holds now belongs to that fd (dup, SSL_set_fd, close of the old one).
+	 */
+	void rebind(BufferedFds &buffered, int fd) noexcept;
+
 	int fd() const noexcept { return fd_; }
 	bool buffered() const noexcept { return buffered_; }
 
@@ -92,6 +99,8 @@ public:
 	 * Returns false when the thread is inside no OpenSSL call.
 	 */
 	static bool noteSocketRead(int fd, bool gotBytes = true) noexcept;
+	/* This thread is inside an OpenSSL call on some connection. */
+	static bool active() noexcept;
 
 private:
 	Connection *connection_;

@@ -24,12 +24,19 @@ struct OpenSslApi {
 	decltype(&::SSL_connect) SSL_connect = nullptr;
 	decltype(&::SSL_accept) SSL_accept = nullptr;
 	decltype(&::SSL_shutdown) SSL_shutdown = nullptr;
+	decltype(&::SSL_set_fd) SSL_set_fd = nullptr;
+	decltype(&::SSL_set_rfd) SSL_set_rfd = nullptr;
+	decltype(&::SSL_set_bio) SSL_set_bio = nullptr;
+	decltype(&::SSL_set0_rbio) SSL_set0_rbio = nullptr;
 
 	/* What the features need. */
 	decltype(&::SSL_CTX_ctrl) SSL_CTX_ctrl = nullptr;
 	decltype(&::SSL_CTX_set_default_read_buffer_len) SSL_CTX_set_default_read_buffer_len = nullptr;
 	decltype(&::SSL_has_pending) SSL_has_pending = nullptr;
 	decltype(&::SSL_want) SSL_want = nullptr;
+	/* Optional: without them a moved fd is learnt at the next read, close_notify not seen. */
+	decltype(&::SSL_get_rfd) SSL_get_rfd = nullptr;
+	decltype(&::SSL_get_shutdown) SSL_get_shutdown = nullptr;
 	decltype(&::CRYPTO_get_ex_new_index) CRYPTO_get_ex_new_index = nullptr;
 	decltype(&::SSL_get_ex_data) SSL_get_ex_data = nullptr;
 	decltype(&::SSL_set_ex_data) SSL_set_ex_data = nullptr;

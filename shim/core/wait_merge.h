@@ -1,6 +1,8 @@
 #pragma once
 
+#include <cerrno>
 #include <poll.h>
+#include <sys/socket.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
 
@@ -94,6 +96,24 @@ inline void countBufferedBytes(const BufferedFds &buffered, int fd, int *bytes) 
 {
 	if (*bytes == 0 && buffered.holds(fd))
 		*bytes = 1;
+}
+
+/*
+ * recv(MSG_PEEK) by the program (not OpenSSL) returned n on fd. Connection pools peek to
+ * tell a dead keep-alive connection (0: closed) from a live one. When OpenSSL holds the
+ * connection's records, the kernel would have had them queued: never say "closed" or
+ * "nothing" then, but one byte, 0x17, which is what the next record begins with (TLS's
+ * application_data type, the outer type of every TLS 1.3 record). Returns the answer.
+ */
+inline ssize_t peekBuffered(const BufferedFds &buffered, int fd, void *buffer, size_t length,
+			    int flags, ssize_t n) noexcept
+{
+	if (!(flags & MSG_PEEK) || length == 0 || buffered.empty())
+		return n;
+	if (n > 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) || !buffered.holds(fd))
+		return n;
+	static_cast<unsigned char *>(buffer)[0] = 0x17;
+	return 1;
 }
 
 /*

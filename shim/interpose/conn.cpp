@@ -77,6 +77,43 @@ TLSTUNE_EXPORT int SSL_accept(SSL *s)
 	return onConnection(s, &OpenSslApi::SSL_accept);
 }
 
+/* The connection's readiness follows the fd it reads from (issue 12: dup, SSL_set_fd, close). */
+TLSTUNE_EXPORT int SSL_set_fd(SSL *s, int fd)
+{
+	const OpenSslApi &api = openssl().api;
+	int ok = api.SSL_set_fd ? api.SSL_set_fd(s, fd) : 0;
+	if (ok)
+		rebindConnection(s);
+	return ok;
+}
+
+TLSTUNE_EXPORT int SSL_set_rfd(SSL *s, int fd)
+{
+	const OpenSslApi &api = openssl().api;
+	int ok = api.SSL_set_rfd ? api.SSL_set_rfd(s, fd) : 0;
+	if (ok)
+		rebindConnection(s);
+	return ok;
+}
+
+TLSTUNE_EXPORT void SSL_set_bio(SSL *s, BIO *rbio, BIO *wbio)
+{
+	const OpenSslApi &api = openssl().api;
+	if (!api.SSL_set_bio)
+		return;
+	api.SSL_set_bio(s, rbio, wbio);
+	rebindConnection(s);
+}
+
+TLSTUNE_EXPORT void SSL_set0_rbio(SSL *s, BIO *rbio)
+{
+	const OpenSslApi &api = openssl().api;
+	if (!api.SSL_set0_rbio)
+		return;
+	api.SSL_set0_rbio(s, rbio);
+	rebindConnection(s);
+}
+
 /* close_notify goes out after everything written before it (and it may read the peer's). */
 TLSTUNE_EXPORT int SSL_shutdown(SSL *s)
 {

@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "interpose/export.h"
+#include "core/wait_merge.h"
 #include "runtime/socket_read.h"
 
 using namespace tlstune;
@@ -21,6 +22,17 @@ ssize_t forward(Function LibcApi::*function, int fd, Args... args)
 	noteRead(fd, n);
 	errno = savedErrno;
 	return n;
+}
+
+/* The recv family also answers a program's MSG_PEEK for data OpenSSL holds. */
+template <typename Function, typename... Args>
+ssize_t forwardPeek(Function LibcApi::*function, int fd, void *buf, size_t len, int flags,
+		    Args... args)
+{
+	ssize_t n = forward(function, fd, buf, len, args...);
+	if (!(flags & MSG_PEEK) || CallScope::active())
+		return n;
+	return peekBuffered(process().buffered, fd, buf, len, flags, n);
 }
 
 } /* namespace */
@@ -42,24 +54,24 @@ TLSTUNE_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 
 TLSTUNE_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
 {
-	return forward(&LibcApi::recv, fd, buf, len, flags);
+	return forwardPeek(&LibcApi::recv, fd, buf, len, flags, flags);
 }
 
 TLSTUNE_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t len, size_t buflen, int flags)
 {
-	return forward(&LibcApi::recv_chk, fd, buf, len, buflen, flags);
+	return forwardPeek(&LibcApi::recv_chk, fd, buf, len, flags, buflen, flags);
 }
 
 TLSTUNE_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *from,
 				socklen_t *fromlen)
 {
-	return forward(&LibcApi::recvfrom, fd, buf, len, flags, from, fromlen);
+	return forwardPeek(&LibcApi::recvfrom, fd, buf, len, flags, flags, from, fromlen);
 }
 
 TLSTUNE_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t buflen, int flags,
 				      struct sockaddr *from, socklen_t *fromlen)
 {
-	return forward(&LibcApi::recvfrom_chk, fd, buf, len, buflen, flags, from, fromlen);
+	return forwardPeek(&LibcApi::recvfrom_chk, fd, buf, len, flags, buflen, flags, from, fromlen);
 }
 
 TLSTUNE_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)

@@ -7,6 +7,31 @@
 namespace tlstune {
 
 /*
+ * OpenSSL holds records or decrypted bytes for the program (SSL_has_pending, unlike
+ * SSL_pending, counts both). Not after close_notify: what follows the alert is never
+ * returned by SSL_read (plaintext of a StopTLS protocol), and reporting it readable would
+ * spin the program's poll loop.
+ */
+inline bool holdsData(const OpenSslApi &api, SSL *ssl) noexcept
+{
+	if (api.SSL_has_pending(ssl) != 1)
+		return false;
+	return !api.SSL_get_shutdown || !(api.SSL_get_shutdown(ssl) & SSL_RECEIVED_SHUTDOWN);
+}
+
+/* After the program gave ssl another fd or BIO to read: its readiness follows. */
+inline void rebindConnection(SSL *ssl) noexcept
+{
+	const OpenSsl &o = openssl();
+	Connection *connection = o.tracking && o.api.SSL_get_rfd ? o.slot.of(o.api, ssl) : nullptr;
+	if (!connection)
+		return;
+	int savedErrno = errno;
+	connection->rebind(process().buffered, o.api.SSL_get_rfd(ssl));
+	errno = savedErrno;
+}
+
+/*
  * Runs the program's call on ssl with the connection marked as this thread's current one
  * (so its socket reads are attributed to it), then records whether OpenSSL now holds data
  * for it. errno and the return value are the real call's.
@@ -29,8 +54,7 @@ int onConnection(SSL *ssl, Function OpenSslApi::*function, Args... args)
 	if (scope.outermost()) {
 		int savedErrno = errno;
 		connection->afterCall(process().buffered, result > 0,
-				      o.api.SSL_want(ssl) == SSL_READING,
-				      o.api.SSL_has_pending(ssl) == 1);
+				      o.api.SSL_want(ssl) == SSL_READING, holdsData(o.api, ssl));
 		errno = savedErrno;
 	}
 	return result;

@@ -116,11 +116,17 @@ bool resolveOpenSsl(OpenSslApi *api) noexcept
 	RESOLVE(SSL_connect);
 	RESOLVE(SSL_accept);
 	RESOLVE(SSL_shutdown);
+	RESOLVE(SSL_set_fd);
+	RESOLVE(SSL_set_rfd);
+	RESOLVE(SSL_set_bio);
+	RESOLVE(SSL_set0_rbio);
 
 	RESOLVE(SSL_CTX_ctrl);
 	RESOLVE(SSL_CTX_set_default_read_buffer_len);
 	RESOLVE(SSL_has_pending);
 	RESOLVE(SSL_want);
+	RESOLVE(SSL_get_rfd);
+	RESOLVE(SSL_get_shutdown);
 	RESOLVE(CRYPTO_get_ex_new_index);
 	RESOLVE(SSL_get_ex_data);
 	RESOLVE(SSL_set_ex_data);

@@ -46,7 +46,7 @@ struct SocketPair {
 ino_t inodeOf(int fd)
 {
 	ino_t ino = 0;
-	EXPECT_TRUE(socketInode(fd, &ino));
+	EXPECT_TRUE(streamInode(fd, &ino));
 	return ino;
 }
 
@@ -149,15 +149,62 @@ TEST(Connection, ReportsBufferedDataOnlyWhenARecordCanBeRead)
 	EXPECT_TRUE(buffered.empty());
 }
 
-TEST(Connection, LearnsOnlySockets)
+TEST(Connection, LearnsNoDevice)
+{
+	const int file = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	ASSERT_GE(file, 0);
+	Connection connection;
+	connection.noteSocketRead(file);
+	EXPECT_EQ(connection.fd(), -1);
+	close(file);
+}
+
+TEST(Connection, FollowsTheFdTheProgramMovesItTo)
+{
+	SocketPair pair;
+	BufferedFds buffered;
+	Connection connection;
+	connection.noteSocketRead(pair.fds[0]);
+	connection.afterCall(buffered, true, false, true);
+	ASSERT_TRUE(buffered.holds(pair.fds[0]));
+
+	const int moved = dup(pair.fds[0]);
+	connection.rebind(buffered, moved); /* SSL_set_fd(ssl, moved) */
+	buffered.closed(pair.fds[0], pair.fds[0]);
+	EXPECT_TRUE(buffered.holds(moved));
+	EXPECT_FALSE(buffered.holds(pair.fds[0]));
+
+	connection.rebind(buffered, -1); /* a BIO of the program's own: learnt from reads */
+	EXPECT_TRUE(buffered.empty());
+	close(moved);
+}
+
+TEST(Connection, LearnsPipesToo)
 {
 	int pipeFds[2];
 	ASSERT_EQ(pipe(pipeFds), 0);
 	Connection connection;
 	connection.noteSocketRead(pipeFds[0]);
-	EXPECT_EQ(connection.fd(), -1);
+	EXPECT_EQ(connection.fd(), pipeFds[0]);
 	close(pipeFds[0]);
 	close(pipeFds[1]);
+}
+
+TEST(PeekBuffered, SaysOneByteOnlyWhereOpenSslHoldsRecords)
+{
+	SocketPair pair;
+	BufferedFds buffered;
+	unsigned char byte = 0;
+	buffered.set(&kOwner, pair.fds[0], inodeOf(pair.fds[0]), true);
+	EXPECT_EQ(peekBuffered(buffered, pair.fds[0], &byte, 1, MSG_PEEK, 0), 1) << "FIN behind the records";
+	EXPECT_EQ(byte, 0x17);
+	errno = EAGAIN;
+	EXPECT_EQ(peekBuffered(buffered, pair.fds[0], &byte, 1, MSG_PEEK | MSG_DONTWAIT, -1), 1);
+	errno = ECONNRESET;
+	EXPECT_EQ(peekBuffered(buffered, pair.fds[0], &byte, 1, MSG_PEEK, -1), -1) << "a real error stands";
+	EXPECT_EQ(peekBuffered(buffered, pair.fds[0], &byte, 1, 0, 0), 0) << "not a peek";
+	EXPECT_EQ(peekBuffered(buffered, pair.fds[1], &byte, 1, MSG_PEEK, 0), 0) << "another socket";
+	EXPECT_EQ(peekBuffered(buffered, pair.fds[0], &byte, 1, MSG_PEEK, 5), 5) << "the kernel's answer";
 }
 
 TEST(PollMerged, PassesTheProgramsTimeoutWhenNothingIsBuffered)

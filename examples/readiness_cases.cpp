@@ -1,0 +1,264 @@
+/*
+ * Programs whose socket moves, is not a socket, is peeked at, or carries plaintext after
+ * TLS: each polls before it reads, as programs did before read-ahead was common.
+ *
+ * Usage: readiness_cases CASE [ARGS]
+ *   moved PORT        against tls_server --burst 20: reads one line, then moves the
+ *                     connection to a dup of its fd (SSL_set_fd) and closes the old number;
+ *                     polls the new one before each of the other 19 lines.
+ *                     Prints "lines 20", or "poll timed out after N lines" and exits 3.
+ *   pipes --cert C --key K
+ *                     TLS over a pipe pair (SSL_set_rfd/SSL_set_wfd) with a forked server
+ *                     that sends 5 lines at once, then waits for "bye". Prints "lines 5"
+ *                     (or "poll timed out ..." and exits 3) and the server's "server got bye".
+ *   peek PORT         against tls_server --burst 3 --hangup (records, close_notify and FIN
+ *                     in one segment): reads one line, then asks the socket as connection
+ *                     pools do whether the peer is still there: recv(MSG_PEEK|MSG_DONTWAIT)
+ *                     and FIONREAD. Prints "peek R" and "fionread positive|zero".
+ *   stoptls --cert C --key K
+ *                     a forked server sends 2 lines, close_notify, then "PLAIN\n" without TLS
+ *                     on the same socket (FTP's CCC). Reads the lines until SSL_read says
+ *                     0, then polls and recv()s the plaintext. Prints "lines 2", then
+ *                     "plain TEXT" or "plain none" (no byte within 2 s), and
+ *                     "empty wakeups N": the polls that said readable with nothing to read.
+ */
+
+#include <cerrno>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/example.h"
+
+using namespace example;
+
+namespace {
+
+constexpr int kPollMs = 2000;
+
+SSL *connectTls(SSL_CTX *ctx, int fd)
+{
+	SSL *ssl = SSL_new(ctx);
+	SSL_set_fd(ssl, fd);
+	if (SSL_connect(ssl) != 1)
+		fail("SSL_connect");
+	return ssl;
+}
+
+/* Polls fd, then reads one record; false when the poll times out. */
+bool pollThenRead(SSL *ssl, int fd, std::string *line)
+{
+	if (SSL_pending(ssl) == 0) {
+		struct pollfd pfd = { fd, POLLIN, 0 };
+		if (poll(&pfd, 1, kPollMs) != 1)
+			return false;
+	}
+	char buffer[256];
+	int n = SSL_read(ssl, buffer, sizeof(buffer));
+	if (n <= 0)
+		fail("SSL_read");
+	line->assign(buffer, static_cast<size_t>(n));
+	return true;
+}
+
+int moved(const char *port)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	int fd = connectTo("127.0.0.1", port);
+	SSL *ssl = connectTls(ctx, fd);
+	std::string line;
+	int lines = 0;
+	if (!pollThenRead(ssl, fd, &line))
+		fail("the first line never came");
+	lines++;
+	const int moved = dup(fd);
+	SSL_set_fd(ssl, moved);
+	close(fd);
+	for (; lines < 20; lines++) {
+		if (!pollThenRead(ssl, moved, &line)) {
+			std::printf("poll timed out after %d lines\n", lines);
+			return 3;
+		}
+	}
+	std::printf("lines %d\n", lines);
+	SSL_free(ssl);
+	close(moved);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
+/* The forked server's side of pipes and stoptls: runs, then exits the child. */
+[[noreturn]] void serve(SSL_CTX *ctx, int rfd, int wfd, bool stoptls, int done)
+{
+	SSL *ssl = SSL_new(ctx);
+	SSL_set_rfd(ssl, rfd);
+	SSL_set_wfd(ssl, wfd);
+	if (SSL_accept(ssl) != 1)
+		fail("SSL_accept");
+	const int lines = stoptls ? 2 : 5;
+	for (int i = 0; i < lines; i++) {
+		const std::string line = "line " + std::to_string(i) + "\n";
+		if (SSL_write(ssl, line.data(), static_cast<int>(line.size())) <= 0)
+			fail("SSL_write");
+	}
+	if (stoptls) {
+		SSL_shutdown(ssl);
+		if (write(wfd, "PLAIN\n", 6) != 6)
+			fail("write");
+		/* Everything is in the client's socket before it reads a byte. */
+		if (write(done, "x", 1) != 1)
+			fail("write");
+		char byte;
+		while (read(rfd, &byte, 1) > 0) {
+		}
+	} else {
+		char buffer[16];
+		int n = SSL_read(ssl, buffer, sizeof(buffer));
+		std::printf("server got %.*s", n > 0 ? n : 0, buffer);
+		std::fflush(stdout);
+	}
+	SSL_free(ssl);
+	std::exit(0);
+}
+
+int pipes(SSL_CTX *server)
+{
+	int toClient[2], toServer[2];
+	if (pipe(toClient) != 0 || pipe(toServer) != 0)
+		fail("pipe");
+	std::fflush(stdout);
+	pid_t child = fork();
+	if (child == 0) {
+		close(toClient[0]);
+		close(toServer[1]);
+		serve(server, toServer[0], toClient[1], false, -1);
+	}
+	close(toClient[1]);
+	close(toServer[0]);
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	SSL *ssl = SSL_new(ctx);
+	SSL_set_rfd(ssl, toClient[0]);
+	SSL_set_wfd(ssl, toServer[1]);
+	if (SSL_connect(ssl) != 1)
+		fail("SSL_connect");
+	std::string line;
+	int lines = 0;
+	for (; lines < 5; lines++) {
+		if (!pollThenRead(ssl, toClient[0], &line)) {
+			std::printf("poll timed out after %d lines\n", lines);
+			std::fflush(stdout);
+			kill(child, SIGKILL);
+			waitpid(child, nullptr, 0);
+			return 3;
+		}
+	}
+	std::printf("lines %d\n", lines);
+	std::fflush(stdout);
+	if (SSL_write(ssl, "bye\n", 4) != 4)
+		fail("SSL_write");
+	int status = 0;
+	waitpid(child, &status, 0);
+	SSL_free(ssl);
+	SSL_CTX_free(ctx);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+int peek(const char *port)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	int fd = connectTo("127.0.0.1", port);
+	SSL *ssl = connectTls(ctx, fd);
+	std::string line;
+	if (!pollThenRead(ssl, fd, &line))
+		fail("the first line never came");
+	/* The server's last records, close_notify and FIN are all here now (one segment). */
+	char byte;
+	ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+	std::printf("peek %zd\n", n);
+	int queued = 0;
+	ioctl(fd, FIONREAD, &queued);
+	std::printf("fionread %s\n", queued > 0 ? "positive" : "zero");
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
+int stoptls(SSL_CTX *server)
+{
+	int fds[2], done[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0 || pipe(done) != 0)
+		fail("socketpair");
+	std::fflush(stdout);
+	pid_t child = fork();
+	if (child == 0) {
+		close(fds[0]);
+		close(done[0]);
+		serve(server, fds[1], fds[1], true, done[1]);
+	}
+	close(fds[1]);
+	close(done[1]);
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	SSL *ssl = connectTls(ctx, fds[0]);
+	char byte;
+	if (read(done[0], &byte, 1) != 1)
+		fail("the server did not finish");
+
+	std::string line;
+	int lines = 0;
+	for (;;) {
+		struct pollfd pfd = { fds[0], POLLIN, 0 };
+		if (SSL_pending(ssl) == 0 && poll(&pfd, 1, kPollMs) != 1)
+			fail("no close_notify");
+		char buffer[256];
+		int n = SSL_read(ssl, buffer, sizeof(buffer));
+		if (n > 0) {
+			lines++;
+			continue;
+		}
+		if (SSL_get_error(ssl, n) == SSL_ERROR_ZERO_RETURN)
+			break;
+		fail("SSL_read");
+	}
+	std::printf("lines %d\n", lines);
+
+	/* Now the plaintext, as the program would read it without TLS. */
+	std::string plain;
+	int emptyWakeups = 0;
+	for (int round = 0; round < 1000 && plain.find('\n') == std::string::npos; round++) {
+		struct pollfd pfd = { fds[0], POLLIN, 0 };
+		if (poll(&pfd, 1, kPollMs) != 1)
+			break;
+		char buffer[64];
+		ssize_t n = recv(fds[0], buffer, sizeof(buffer), MSG_DONTWAIT);
+		if (n > 0)
+			plain.append(buffer, static_cast<size_t>(n));
+		else
+			emptyWakeups++;
+	}
+	std::printf("plain %s\n", plain.empty() ? "none" : plain.substr(0, plain.find('\n')).c_str());
+	std::printf("empty wakeups %d\n", emptyWakeups);
+	SSL_free(ssl);
+	close(fds[0]);
+	waitpid(child, nullptr, 0);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
+} /* namespace */
+
+int main(int argc, char **argv)
+{
+	const std::string which = argc > 1 ? argv[1] : "";
+	if ((which == "moved" || which == "peek") && argc > 2)
+		return which == "moved" ? moved(argv[2]) : peek(argv[2]);
+	if (which == "pipes" || which == "stoptls") {
+		SSL_CTX *server = serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", ""));
+		int status = which == "pipes" ? pipes(server) : stoptls(server);
+		SSL_CTX_free(server);
+		return status;
+	}
+	fail("usage: readiness_cases moved|peek PORT | pipes|stoptls --cert C --key K");
+}
