@@ -135,6 +135,22 @@ TEST(Install, PutsTheLibraryToolsAndManPageInPlace)
 		EXPECT_NE(page.find(std::string(".B ") + option.name + "\n"), std::string::npos) << option.name;
 }
 
+TEST(Bench, HelpIsUsageOnStdoutAndSuccess)
+{
+	Command bench;
+	bench.argv = { std::string(TLSTUNE_SOURCE_ROOT) + "/tools/tlstune-bench", "--help" };
+	const Captured help = runCaptured(bench, 30000);
+	EXPECT_EQ(help.status, 0);
+	EXPECT_EQ(help.out.rfind("usage: tools/tlstune-bench", 0), 0u) << help.out;
+	EXPECT_EQ(help.err, "");
+
+	bench.argv[1] = "--no-such-option";
+	const Captured wrong = runCaptured(bench, 30000);
+	EXPECT_EQ(wrong.status, 2);
+	EXPECT_EQ(wrong.out, "");
+	EXPECT_EQ(wrong.err.rfind("usage: tools/tlstune-bench", 0), 0u) << wrong.err;
+}
+
 TEST(Bench, QuickRunsEndToEnd)
 {
 	SKIP_IN_SANITIZER_BUILD();
@@ -153,7 +169,9 @@ TEST(Bench, QuickRunsEndToEnd)
 				  "| 8 x 16,413 + 3 |", "## CA cache",
 				  "| python ssl.create_default_context() | 10 |",
 				  "| C: GET, new context and connection | 10 |",
-				  "## Write coalescing", "encrypted and dropped (null BIO, no shim)" })
+				  "## Write coalescing", "encrypted and dropped (null BIO, no shim)",
+				  "## Event-driven server", "| 500 idle TLS connections, 100 clients upload",
+				  "| reverse proxy, upstream stalled for 3 s mid-upload" })
 		EXPECT_NE(report.find(part), std::string::npos) << part << " not in\n" << report;
 	for (const char *chart : { "ab.svg", "sweep.svg" })
 		EXPECT_NE(readFile(out.file(chart)).find("<svg"), std::string::npos) << chart;
