@@ -82,6 +82,8 @@ public:
 
 	/* At exit: what is pending goes out (bounded). */
 	void drainAll();
+	/* No connection was ever attached (or all are gone): nothing to drain or detach. */
+	bool idle() const noexcept { return entryCount_.load(std::memory_order_relaxed) == 0; }
 
 	void lockForFork();
 	void unlockInParent();

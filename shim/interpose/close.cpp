@@ -16,11 +16,22 @@ using namespace tlstune;
 
 namespace {
 
-/* After the real call: fds first..last no longer name what they did (unless it failed). */
-void forgetClosed(bool closed, int first, int last)
+/*
+ * The shim keeps state for fds (connections holding data or bytes, epoll sets) and this
+ * process may change it: not a vfork child, which shares the parent's memory and locks
+ * but not its fds (issue 11: a child's close of fds 3-63 broke the parent's writes).
+ */
+bool tracking(Process &p)
 {
-	Process &p = process();
-	if (!closed || (p.buffered.empty() && p.epoll.empty()))
+	if (p.coalescer.idle() && p.buffered.empty() && p.epoll.empty())
+		return false;
+	return !p.inVforkChild();
+}
+
+/* After the real call: fds first..last no longer name what they did (unless it failed). */
+void forgetClosed(Process &p, bool closed, int first, int last)
+{
+	if (!closed)
 		return;
 	int savedErrno = errno;
 	if (!p.buffered.empty())
@@ -33,27 +44,36 @@ void forgetClosed(bool closed, int first, int last)
 
 TLSTUNE_EXPORT int close(int fd)
 {
-	process().coalescer.closing(fd, fd, true);
-	int result = process().libc.close(fd);
+	Process &p = process();
+	if (!tracking(p))
+		return p.libc.close(fd);
+	p.coalescer.closing(fd, fd, true);
+	int result = p.libc.close(fd);
 	/* Linux frees the number even when close reports an error (EINTR, EIO), not for EBADF. */
-	forgetClosed(result == 0 || errno != EBADF, fd, fd);
+	forgetClosed(p, result == 0 || errno != EBADF, fd, fd);
 	return result;
 }
 
 TLSTUNE_EXPORT int dup2(int oldfd, int newfd)
 {
+	Process &p = process();
+	if (!tracking(p))
+		return p.libc.dup2(oldfd, newfd);
 	if (oldfd != newfd)
-		process().coalescer.closing(newfd, newfd, true);
-	int result = process().libc.dup2(oldfd, newfd);
-	forgetClosed(result >= 0 && oldfd != newfd, newfd, newfd);
+		p.coalescer.closing(newfd, newfd, true);
+	int result = p.libc.dup2(oldfd, newfd);
+	forgetClosed(p, result >= 0 && oldfd != newfd, newfd, newfd);
 	return result;
 }
 
 TLSTUNE_EXPORT int dup3(int oldfd, int newfd, int flags)
 {
-	process().coalescer.closing(newfd, newfd, true);
-	int result = process().libc.dup3(oldfd, newfd, flags);
-	forgetClosed(result >= 0, newfd, newfd);
+	Process &p = process();
+	if (!tracking(p))
+		return p.libc.dup3(oldfd, newfd, flags);
+	p.coalescer.closing(newfd, newfd, true);
+	int result = p.libc.dup3(oldfd, newfd, flags);
+	forgetClosed(p, result >= 0, newfd, newfd);
 	return result;
 }
 
@@ -64,13 +84,15 @@ TLSTUNE_EXPORT int close_range(unsigned first, unsigned last, int flags)
 		errno = ENOSYS;
 		return -1;
 	}
-	if (!(flags & CLOSE_RANGE_CLOEXEC) && first <= INT_MAX)
-		p.coalescer.closing(static_cast<int>(first), last > INT_MAX ? INT_MAX : static_cast<int>(last),
-				    true);
-	int result = p.libc.close_range(first, last, flags);
+	if (!tracking(p))
+		return p.libc.close_range(first, last, flags);
+	const int from = static_cast<int>(first), to = last > INT_MAX ? INT_MAX : static_cast<int>(last);
 	/* CLOSE_RANGE_CLOEXEC only marks them; they stay open. */
-	forgetClosed(result == 0 && !(flags & CLOSE_RANGE_CLOEXEC) && first <= INT_MAX,
-		     static_cast<int>(first), last > INT_MAX ? INT_MAX : static_cast<int>(last));
+	const bool closes = !(flags & CLOSE_RANGE_CLOEXEC) && first <= INT_MAX;
+	if (closes)
+		p.coalescer.closing(from, to, true);
+	int result = p.libc.close_range(first, last, flags);
+	forgetClosed(p, result == 0 && closes, from, to);
 	return result;
 }
 
@@ -78,7 +100,7 @@ TLSTUNE_EXPORT int close_range(unsigned first, unsigned last, int flags)
 TLSTUNE_EXPORT int shutdown(int fd, int how)
 {
 	Process &p = process();
-	if (how != SHUT_RD)
+	if (how != SHUT_RD && tracking(p))
 		p.coalescer.closing(fd, fd, false);
 	return p.libc.shutdown(fd, how);
 }

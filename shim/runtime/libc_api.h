@@ -43,6 +43,14 @@ struct LibcApi {
 	int (*dup3)(int, int, int) = nullptr;
 	int (*close_range)(unsigned, unsigned, int) = nullptr; /* glibc 2.34+ */
 	int (*shutdown)(int, int) = nullptr;
+
+	void (*_exit)(int) = nullptr;
+	int (*execve)(const char *, char *const[], char *const[]) = nullptr;
+	int (*execv)(const char *, char *const[]) = nullptr;
+	int (*execvp)(const char *, char *const[]) = nullptr;
+	int (*execvpe)(const char *, char *const[], char *const[]) = nullptr;
+	int (*fexecve)(int, char *const[], char *const[]) = nullptr;
+	int (*execveat)(int, const char *, char *const[], char *const[], int) = nullptr; /* glibc 2.34+ */
 };
 
 } /* namespace tlstune */

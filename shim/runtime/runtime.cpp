@@ -1,5 +1,6 @@
 #include "runtime.h"
 
+#include <cerrno>
 #include <cstdlib>
 #include <new>
 #include <unistd.h>
@@ -51,6 +52,7 @@ void unlockInParent()
 }
 void unlockInChild()
 {
+	process().pid = getpid();
 	process().epoll.forked();
 	process().epoll.unlockAfterFork();
 	process().buffered.unlockAfterFork();
@@ -58,10 +60,6 @@ void unlockInChild()
 	process().caCache.unlockAfterFork();
 }
 
-void drainAtExit()
-{
-	process().coalescer.drainAll();
-}
 
 int libcPoll(struct pollfd *fds, unsigned long nfds, int timeout)
 {
@@ -74,6 +72,7 @@ Process *buildProcess() noexcept
 	alignas(Process) static unsigned char storage[sizeof(Process)];
 	ParsedConfig parsed = parseConfig(environment, nullptr);
 	Process &instance = *new (storage) Process(parsed.config);
+	instance.pid = getpid();
 	setLogLevel(instance.config.logLevel);
 	for (const std::string &error : parsed.errors)
 		logLine(LogLevel::Error, "%s", error.c_str());
@@ -100,8 +99,6 @@ OpenSsl *buildOpenSsl() noexcept
 	if (p.config.disable)
 		return &instance;
 	instance.coalescing = p.config.coalesce && instance.filter.init(instance.api, &p.coalescer);
-	if (instance.coalescing)
-		atexit(drainAtExit);
 	if (!instance.api.hasReadPath()) {
 		logLine(LogLevel::Warn, "this libssl lacks read-ahead or readiness functions: "
 			"read tuning off");
@@ -153,6 +150,31 @@ const Crypto &crypto() noexcept
 {
 	static Crypto *instance = buildCrypto();
 	return *instance;
+}
+
+bool Process::inVforkChild() const noexcept
+{
+	/* vfork() runs no atfork handler: the child still has the parent's pid recorded. */
+	return getpid() != pid;
+}
+
+void Process::drainBeforeImageEnds() noexcept
+{
+	if (coalescer.idle() || inVforkChild())
+		return;
+	const int savedErrno = errno;
+	coalescer.drainAll();
+	errno = savedErrno;
+}
+
+/*
+ * At exit, after the program's atexit handlers and the destructors of the libraries
+ * loaded after this one (an ELF destructor of a preloaded library runs after them): bytes
+ * written from an atexit handler go out too.
+ */
+__attribute__((destructor)) static void unloadShim()
+{
+	process().drainBeforeImageEnds();
 }
 
 /* Reads the configuration at load time, so TLSTUNE_VERBOSE shows the shim is there. */

@@ -27,7 +27,16 @@ struct Process {
 	/* send(2), and libc's poll(2) as resolved in libc (the shim's own poll flushes). */
 	static SocketCalls socketCalls() noexcept;
 
+	/*
+	 * Before _exit, exec or the end of exit: what the coalescer holds goes out (bounded
+	 * as at close). Not in a vfork child, which shares the parent's memory and locks.
+	 */
+	void drainBeforeImageEnds() noexcept;
+	/* This is a vfork child (or posix_spawn's): it must change no state of the shim's. */
+	bool inVforkChild() const noexcept;
+
 	const Config config;
+	pid_t pid = 0; /* this process's, set at start and in fork's child */
 	LibcApi libc;
 	Stats stats;
 	BufferedFds buffered;

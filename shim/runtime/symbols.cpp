@@ -94,6 +94,13 @@ void resolveLibc(LibcApi *libc) noexcept
 	next(&libc->dup3, "dup3");
 	next(&libc->close_range, "close_range");
 	next(&libc->shutdown, "shutdown");
+	next(&libc->_exit, "_exit");
+	next(&libc->execve, "execve");
+	next(&libc->execv, "execv");
+	next(&libc->execvp, "execvp");
+	next(&libc->execvpe, "execvpe");
+	next(&libc->fexecve, "fexecve");
+	next(&libc->execveat, "execveat");
 }
 
 bool resolveOpenSsl(OpenSslApi *api) noexcept

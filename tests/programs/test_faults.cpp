@@ -125,3 +125,31 @@ TEST_P(Resets, APeerResetMidDownloadEndsAsWithoutTheShim)
 }
 
 INSTANTIATE_TEST_SUITE_P(Faults, Resets, ::testing::Values("1.2", "1.3"));
+
+class ExitPaths : public ::testing::TestWithParam<const char *> {};
+
+TEST_P(ExitPaths, WhatWasWrittenArrivesHoweverTheProcessEnds)
+{
+	RecordProperty("fault", std::string("ten short writes, then the process ends by ") + GetParam());
+	/* Lines of 7 bytes, "line 0\n" on; the vfork case writes twenty. */
+	const std::string bytes = std::string(GetParam()) == "vfork" ? "150" : "70";
+	std::string without;
+	for (bool withShim : { false, true }) {
+		SCOPED_TRACE(withShim ? "with the shim" : "without the shim");
+		ExampleServer server({ "--sink" });
+		const Captured run = runProgram({ examplePath("exit_paths"), server.portText(), GetParam() },
+						withShim, {}, kTimeoutMs);
+		EXPECT_EQ(run.status, 0) << run.err;
+		const std::string received = server.process().readLine(kTimeoutMs);
+		EXPECT_EQ(received.rfind("received " + bytes + " sha256 ", 0), 0u) << received;
+		if (withShim) {
+			EXPECT_EQ(received, without);
+		}
+		without = received;
+		EXPECT_EQ(server.process().wait(kTimeoutMs), 0);
+	}
+}
+
+INSTANTIATE_TEST_SUITE_P(Faults, ExitPaths,
+			 ::testing::Values("exit", "_exit", "_Exit", "execl", "execv", "execvp", "atexit",
+					   "vfork"));

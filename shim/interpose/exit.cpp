@@ -1,0 +1,119 @@
+/*
+ * Where the process image ends without exit(): _exit, _Exit and the exec family. What the
+ * coalescer holds is sent first, as the kernel would have had it already without the
+ * shim (issue 11: ten short writes then _exit reached the peer as nothing). exit() itself
+ * is covered by the library's destructor (runtime.cpp), after the atexit handlers.
+ * An exec that fails returns with the program as it was: the bytes went out earlier.
+ */
+
+#include <alloca.h>
+#include <cstdarg>
+#include <unistd.h>
+
+#include "interpose/export.h"
+#include "runtime/runtime.h"
+
+using namespace tlstune;
+
+namespace {
+
+/* The arguments of execl and friends, up to the terminating null pointer, on the stack. */
+#define COLLECT_ARGUMENTS(first, argv, rest)                                    \
+	va_list rest;                                                           \
+	va_start(rest, first);                                                  \
+	size_t count_ = 1;                                                      \
+	{                                                                       \
+		va_list counting;                                               \
+		va_copy(counting, rest);                                        \
+		while (va_arg(counting, char *))                                \
+			count_++;                                               \
+		va_end(counting);                                               \
+	}                                                                       \
+	/* alloca: a vfork child must not allocate from the parent's heap. */    \
+	char **argv = static_cast<char **>(alloca((count_ + 1) * sizeof(char *))); \
+	argv[0] = const_cast<char *>(first);                                    \
+	for (size_t i = 1; i <= count_; i++)                                    \
+		argv[i] = va_arg(rest, char *);
+
+} /* namespace */
+
+TLSTUNE_EXPORT void _exit(int status)
+{
+	process().drainBeforeImageEnds();
+	process().libc._exit(status);
+	__builtin_unreachable();
+}
+
+TLSTUNE_EXPORT void _Exit(int status)
+{
+	process().drainBeforeImageEnds();
+	process().libc._exit(status);
+	__builtin_unreachable();
+}
+
+TLSTUNE_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+	process().drainBeforeImageEnds();
+	return process().libc.execve(path, argv, envp);
+}
+
+TLSTUNE_EXPORT int execv(const char *path, char *const argv[])
+{
+	process().drainBeforeImageEnds();
+	return process().libc.execv(path, argv);
+}
+
+TLSTUNE_EXPORT int execvp(const char *file, char *const argv[])
+{
+	process().drainBeforeImageEnds();
+	return process().libc.execvp(file, argv);
+}
+
+TLSTUNE_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+	process().drainBeforeImageEnds();
+	return process().libc.execvpe(file, argv, envp);
+}
+
+TLSTUNE_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
+{
+	process().drainBeforeImageEnds();
+	return process().libc.fexecve(fd, argv, envp);
+}
+
+TLSTUNE_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[],
+			    int flags)
+{
+	Process &p = process();
+	if (!p.libc.execveat) {
+		errno = ENOSYS;
+		return -1;
+	}
+	p.drainBeforeImageEnds();
+	return p.libc.execveat(dirfd, path, argv, envp, flags);
+}
+
+TLSTUNE_EXPORT int execl(const char *path, const char *arg, ...)
+{
+	COLLECT_ARGUMENTS(arg, argv, rest)
+	va_end(rest);
+	process().drainBeforeImageEnds();
+	return process().libc.execv(path, argv);
+}
+
+TLSTUNE_EXPORT int execlp(const char *file, const char *arg, ...)
+{
+	COLLECT_ARGUMENTS(arg, argv, rest)
+	va_end(rest);
+	process().drainBeforeImageEnds();
+	return process().libc.execvp(file, argv);
+}
+
+TLSTUNE_EXPORT int execle(const char *path, const char *arg, ...)
+{
+	COLLECT_ARGUMENTS(arg, argv, rest)
+	char *const *envp = va_arg(rest, char *const *);
+	va_end(rest);
+	process().drainBeforeImageEnds();
+	return process().libc.execve(path, argv, envp);
+}
