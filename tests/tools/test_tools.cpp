@@ -207,7 +207,7 @@ TEST(Evidence, SumsUpCasesFaultsBytesAndFuzzRunsFromTheLogs)
 	const std::string readme = readFile(root.file("README.md"));
 	for (const char *part :
 	     { "before\n<!-- evidence: begin -->\nRun of 2026-01-02, cases per test binary and build tree:\n",
-	       "| `programs-faults` | signals, fds above FD_SETSIZE, fork, library constructors, resets | "
+	       "| `programs-faults` | signals, fds above FD_SETSIZE, fork, library constructors, resets, exit paths | "
 	       "1 passed, 1 failed, 1 skipped | not run | not run |",
 	       "3 MiB in 1 passing cases; bytes lost, duplicated or reordered: 5 ",
 	       "| the peer resets | `programs-faults` Faults.Reset | passed |",
