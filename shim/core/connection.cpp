@@ -1,5 +1,6 @@
 #include "connection.h"
 
+#include <atomic>
 #include <new>
 
 #include "openssl_api.h"
@@ -7,6 +8,8 @@
 namespace tlstune {
 
 namespace {
+
+std::atomic<unsigned long long> arrivalCount{0};
 
 /* initial-exec: the read wrappers test this on every read(2) of the host program. */
 __attribute__((tls_model("initial-exec"))) thread_local CallScope *innermost = nullptr;
@@ -62,8 +65,12 @@ void Connection::afterCall(BufferedFds &buffered, bool progressed, bool wantsRea
 	const bool now = fd_ >= 0 && !partial_ && hasPending;
 	const bool arrived = now && readBytes_;
 	readBytes_ = false;
+	/*
+	 * Numbered process-wide: a new SSL on a socket an edge-triggered registration was told
+	 * of before (SSL_free, then SSL_new on the same fd) must not repeat an old number.
+	 */
 	if (arrived)
-		arrivals_++;
+		arrivals_ = arrivalCount.fetch_add(1, std::memory_order_relaxed) + 1;
 	const unsigned closings = buffered.closings();
 	if (now == buffered_ && !arrived && (!now || closings == closings_))
 		return;

@@ -57,7 +57,7 @@ private:
 	 * records with it is the case that stalls without this).
 	 */
 	bool readBytes_ = false; /* during the current call */
-	unsigned long long arrivals_ = 0;
+	unsigned long long arrivals_ = 0; /* the number of the last arrival, unique in the process */
 };
 
 /*

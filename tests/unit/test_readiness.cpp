@@ -425,6 +425,24 @@ TEST_F(EpollMerged, EdgeTriggeredGetsOneEventPerArrival)
 	EXPECT_EQ(wait(events, 4), 0);
 }
 
+TEST_F(EpollMerged, ANewSslOnTheSameSocketGetsItsOwnEdge)
+{
+	add(pair_.fds[0], EPOLLIN | EPOLLET, 1);
+	struct epoll_event events[4];
+	{
+		Connection first;
+		first.noteSocketRead(pair_.fds[0]);
+		first.afterCall(buffered_, true, false, true);
+		ASSERT_EQ(wait(events, 4), 1);
+		buffered_.forget(&first); /* SSL_free */
+	}
+	Connection second; /* SSL_new on the same fd */
+	second.noteSocketRead(pair_.fds[0]);
+	second.afterCall(buffered_, true, false, true);
+	EXPECT_EQ(wait(events, 4), 1) << "its first arrival is not the old connection's";
+	buffered_.forget(&second);
+}
+
 TEST_F(EpollMerged, LevelTriggeredStaysReadableWhileHeld)
 {
 	add(pair_.fds[0], EPOLLIN, 5);
