@@ -20,7 +20,7 @@ need_packages() {
 }
 
 BUILD_PACKAGES="meson ninja-build g++ pkg-config libssl-dev libgtest-dev openssl binutils"
-TEST_PACKAGES="strace curl nginx-light socat stunnel4 python3 ca-certificates ministat gnuplot-nox wget"
+TEST_PACKAGES="strace curl nginx-light socat stunnel4 python3 ca-certificates ministat gnuplot-nox wget nghttp2-client"
 # libFuzzer: clang and its runtime libraries (Debian 12 ships LLVM 14).
 FUZZ_PACKAGES="clang libclang-rt-14-dev"
 
