@@ -34,9 +34,19 @@ std::vector<Captured> bothWays(const std::vector<std::string> &arguments,
 	return runs;
 }
 
-std::vector<std::string> identity()
+/* A case whose server is a forked child of the program: it needs the certificate. */
+std::vector<std::string> withIdentity(const char *which)
 {
-	return { "--cert", certificate().cert, "--key", certificate().key };
+	return { which, "--cert", certificate().cert, "--key", certificate().key };
+}
+
+/* Both runs end well and print what is expected. */
+void expectBothWays(const std::vector<Captured> &runs, const std::string &out)
+{
+	for (const Captured &run : runs) {
+		EXPECT_EQ(run.status, 0) << run.err;
+		EXPECT_EQ(run.out, out);
+	}
 }
 
 } /* namespace */
@@ -44,40 +54,25 @@ std::vector<std::string> identity()
 TEST(Readiness, AConnectionMovedToADupOfItsFdStaysReadable)
 {
 	RecordProperty("fault", "dup, SSL_set_fd to the new number, close of the old one, poll");
-	for (const Captured &run : bothWays({ "moved" }, { "--burst", "20" })) {
-		EXPECT_EQ(run.status, 0) << run.err;
-		EXPECT_EQ(run.out, "lines 20\n");
-	}
+	expectBothWays(bothWays({ "moved" }, { "--burst", "20" }), "lines 20\n");
 }
 
 TEST(Readiness, TlsOverAPipePairIsReadableAndLosesNothing)
 {
 	RecordProperty("fault", "TLS over a pipe pair (SSL_set_rfd, SSL_set_wfd)");
-	std::vector<std::string> arguments = { "pipes" };
-	for (const std::string &a : identity())
-		arguments.push_back(a);
-	for (const Captured &run : bothWays(arguments)) {
-		EXPECT_EQ(run.status, 0) << run.err;
-		EXPECT_EQ(run.out, "lines 5\nserver got bye\n");
-	}
+	expectBothWays(bothWays(withIdentity("pipes")), "lines 5\nserver got bye\n");
 }
 
 TEST(Readiness, APeekNeverSaysClosedWhileOpenSslHoldsRecords)
 {
 	RecordProperty("fault", "recv(MSG_PEEK | MSG_DONTWAIT) after the peer's FIN, records unread");
-	for (const Captured &run : bothWays({ "peek" }, { "--burst", "3", "--hangup" })) {
-		EXPECT_EQ(run.status, 0) << run.err;
-		EXPECT_EQ(run.out, "peek 1\nfionread positive\n");
-	}
+	expectBothWays(bothWays({ "peek" }, { "--burst", "3", "--hangup" }), "peek 1\nfionread positive\n");
 }
 
 TEST(Readiness, PlaintextAfterCloseNotifyDoesNotSpinThePollLoop)
 {
 	RecordProperty("fault", "plaintext after close_notify on the same socket (StopTLS)");
-	std::vector<std::string> arguments = { "stoptls" };
-	for (const std::string &a : identity())
-		arguments.push_back(a);
-	const std::vector<Captured> runs = bothWays(arguments);
+	const std::vector<Captured> runs = bothWays(withIdentity("stoptls"));
 	EXPECT_EQ(runs[0].status, 0) << runs[0].err;
 	EXPECT_EQ(runs[0].out, "lines 2\nplain PLAIN\nempty wakeups 0\n");
 	/*

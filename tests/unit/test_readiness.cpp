@@ -52,6 +52,14 @@ ino_t inodeOf(int fd)
 
 const int kOwner = 0; /* any address serves as a connection's identity */
 
+/* A connection that read from fd and holds data, as after a call that left records. */
+void holdData(Connection &connection, BufferedFds &buffered, int fd)
+{
+	connection.noteSocketRead(fd);
+	connection.afterCall(buffered, true, false, true);
+	ASSERT_TRUE(buffered.holds(fd));
+}
+
 } /* namespace */
 
 TEST(BufferedFds, HoldsWhatWasSetUntilForgotten)
@@ -109,9 +117,7 @@ TEST(Connection, RegistersAgainAfterAClosingDroppedItsEntry)
 	SocketPair pair;
 	BufferedFds buffered;
 	Connection connection;
-	connection.noteSocketRead(pair.fds[0]);
-	connection.afterCall(buffered, true, false, true);
-	ASSERT_TRUE(buffered.holds(pair.fds[0]));
+	holdData(connection, buffered, pair.fds[0]);
 
 	buffered.closed(pair.fds[0], pair.fds[0]); /* say, dup2 onto it, then dup2 back */
 	EXPECT_FALSE(buffered.holds(pair.fds[0]));
@@ -164,9 +170,7 @@ TEST(Connection, FollowsTheFdTheProgramMovesItTo)
 	SocketPair pair;
 	BufferedFds buffered;
 	Connection connection;
-	connection.noteSocketRead(pair.fds[0]);
-	connection.afterCall(buffered, true, false, true);
-	ASSERT_TRUE(buffered.holds(pair.fds[0]));
+	holdData(connection, buffered, pair.fds[0]);
 
 	const int moved = dup(pair.fds[0]);
 	connection.rebind(buffered, moved); /* SSL_set_fd(ssl, moved) */
