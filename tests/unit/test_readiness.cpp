@@ -330,11 +330,18 @@ protected:
 		buffered_.closed(fd, fd);
 		sets_.closed(fd, fd);
 	}
-	int wait(struct epoll_event *events, int max)
+	/* A wait on epfd (the fixture's set by default), as the shim's epoll_wait runs it. */
+	int waitOn(int epfd, struct epoll_event *events, int max)
 	{
 		/* Never blocks: the tests' sockets are idle, so the program's timeout is 0 too. */
-		return epollMerged(buffered_, sets_, ::epoll_ctl, epfd_, events, max,
-				   [&](bool) { return epoll_wait(epfd_, events, max, 0); });
+		return epollMerged(buffered_, sets_, ::epoll_ctl, epfd, events, max,
+				   [&](bool) { return epoll_wait(epfd, events, max, 0); });
+	}
+	int wait(struct epoll_event *events, int max) { return waitOn(epfd_, events, max); }
+	/* OpenSSL holds data for the socket fd (of the connection owner), since that arrival. */
+	void hold(int fd, unsigned long long arrival = 0, const void *owner = &kOwner)
+	{
+		buffered_.set(owner, fd, inodeOf(fd), true, arrival);
 	}
 	/* The registrations the shim would report for the buffered sockets, against the kernel's. */
 	void expectTableMatchesKernel(const char *when)
@@ -366,7 +373,7 @@ protected:
 TEST_F(EpollMerged, ReturnsTheDataTheProgramRegistered)
 {
 	add(pair_.fds[0], EPOLLIN | EPOLLRDHUP, 0x1234567890abcdefull);
-	buffered_.set(&kOwner, pair_.fds[0], inodeOf(pair_.fds[0]), true);
+	hold(pair_.fds[0]);
 	struct epoll_event events[4];
 	ASSERT_EQ(wait(events, 4), 1);
 	EXPECT_EQ(events[0].data.u64, 0x1234567890abcdefull);
@@ -376,7 +383,7 @@ TEST_F(EpollMerged, ReturnsTheDataTheProgramRegistered)
 TEST_F(EpollMerged, JoinsAnEventTheKernelReportedToo)
 {
 	add(pair_.fds[0], EPOLLIN | EPOLLOUT, 7);
-	buffered_.set(&kOwner, pair_.fds[0], inodeOf(pair_.fds[0]), true);
+	hold(pair_.fds[0]);
 	struct epoll_event events[4];
 	ASSERT_EQ(wait(events, 4), 1);
 	EXPECT_EQ(events[0].data.u64, 7u);
@@ -387,7 +394,7 @@ TEST_F(EpollMerged, AddsNothingForAnFdNotRegisteredOrNotAskingForInput)
 {
 	add(pair_.fds[1], EPOLLIN, 1);
 	add(pair_.fds[0], EPOLLOUT, 2);
-	buffered_.set(&kOwner, pair_.fds[0], inodeOf(pair_.fds[0]), true);
+	hold(pair_.fds[0]);
 	struct epoll_event events[4];
 	ASSERT_EQ(wait(events, 4), 1); /* only the kernel's EPOLLOUT */
 	EXPECT_EQ(events[0].data.u64, 2u);
@@ -397,7 +404,7 @@ TEST_F(EpollMerged, AddsNothingForAnFdNotRegisteredOrNotAskingForInput)
 TEST_F(EpollMerged, OneShotFiresOnce)
 {
 	add(pair_.fds[0], EPOLLIN | EPOLLONESHOT, 9);
-	buffered_.set(&kOwner, pair_.fds[0], inodeOf(pair_.fds[0]), true);
+	hold(pair_.fds[0]);
 	struct epoll_event events[4];
 	ASSERT_EQ(wait(events, 4), 1);
 	EXPECT_EQ(wait(events, 4), 0);
@@ -407,7 +414,7 @@ TEST_F(EpollMerged, RespectsMaxevents)
 {
 	add(pair_.fds[0], EPOLLIN, 1);
 	add(pair_.fds[1], EPOLLOUT, 2);
-	buffered_.set(&kOwner, pair_.fds[0], inodeOf(pair_.fds[0]), true);
+	hold(pair_.fds[0]);
 	struct epoll_event events[1];
 	EXPECT_EQ(wait(events, 1), 1);
 }
@@ -415,15 +422,14 @@ TEST_F(EpollMerged, RespectsMaxevents)
 TEST_F(EpollMerged, EdgeTriggeredGetsOneEventPerArrival)
 {
 	add(pair_.fds[0], EPOLLIN | EPOLLOUT | EPOLLET | EPOLLRDHUP, 5);
-	const ino_t ino = inodeOf(pair_.fds[0]);
-	buffered_.set(&kOwner, pair_.fds[0], ino, true, 1);
+	hold(pair_.fds[0], 1);
 	struct epoll_event events[4];
 	ASSERT_EQ(wait(events, 4), 1); /* the kernel's first EPOLLOUT edge, and the arrival */
 	EXPECT_EQ(events[0].events, static_cast<uint32_t>(EPOLLIN | EPOLLOUT));
 	EXPECT_EQ(wait(events, 4), 0) << "a server that left the data unread is not woken again";
 	EXPECT_EQ(wait(events, 4), 0);
 
-	buffered_.set(&kOwner, pair_.fds[0], ino, true, 2); /* a call read more from the socket */
+	hold(pair_.fds[0], 2); /* a call read more from the socket */
 	ASSERT_EQ(wait(events, 4), 1);
 	EXPECT_EQ(events[0].events, static_cast<uint32_t>(EPOLLIN));
 	EXPECT_EQ(wait(events, 4), 0);
@@ -450,7 +456,7 @@ TEST_F(EpollMerged, ANewSslOnTheSameSocketGetsItsOwnEdge)
 TEST_F(EpollMerged, LevelTriggeredStaysReadableWhileHeld)
 {
 	add(pair_.fds[0], EPOLLIN, 5);
-	buffered_.set(&kOwner, pair_.fds[0], inodeOf(pair_.fds[0]), true, 1);
+	hold(pair_.fds[0], 1);
 	struct epoll_event events[4];
 	for (int i = 0; i < 3; i++)
 		ASSERT_EQ(wait(events, 4), 1);
@@ -460,7 +466,7 @@ TEST_F(EpollMerged, AnEdgeNotDeliveredForMaxeventsComesNextTime)
 {
 	add(pair_.fds[1], EPOLLOUT, 2); /* the kernel fills the one slot */
 	add(pair_.fds[0], EPOLLIN | EPOLLET, 1);
-	buffered_.set(&kOwner, pair_.fds[0], inodeOf(pair_.fds[0]), true, 1);
+	hold(pair_.fds[0], 1);
 	struct epoll_event events[1];
 	ASSERT_EQ(wait(events, 1), 1);
 	EXPECT_EQ(events[0].data.u64, 2u);
@@ -473,7 +479,7 @@ TEST_F(EpollMerged, AnEdgeNotDeliveredForMaxeventsComesNextTime)
 TEST_F(EpollMerged, OneShotReArmedByModFiresAgain)
 {
 	add(pair_.fds[0], EPOLLIN | EPOLLONESHOT, 9);
-	buffered_.set(&kOwner, pair_.fds[0], inodeOf(pair_.fds[0]), true);
+	hold(pair_.fds[0]);
 	struct epoll_event events[4];
 	ASSERT_EQ(wait(events, 4), 1);
 	EXPECT_EQ(wait(events, 4), 0);
@@ -489,14 +495,14 @@ TEST_F(EpollMerged, OneShotTheKernelFiredIsNotReportedAgain)
 	add(pair_.fds[0], EPOLLIN | EPOLLOUT | EPOLLONESHOT, 9);
 	struct epoll_event events[4];
 	ASSERT_EQ(wait(events, 4), 1); /* EPOLLOUT, from the kernel: now disarmed */
-	buffered_.set(&kOwner, pair_.fds[0], inodeOf(pair_.fds[0]), true);
+	hold(pair_.fds[0]);
 	EXPECT_EQ(wait(events, 4), 0);
 	expectTableMatchesKernel("fired by the kernel");
 }
 
 TEST_F(EpollMerged, TableFollowsAddModDel)
 {
-	buffered_.set(&kOwner, pair_.fds[0], inodeOf(pair_.fds[0]), true);
+	hold(pair_.fds[0]);
 	add(pair_.fds[0], EPOLLIN | EPOLLET, 1);
 	expectTableMatchesKernel("added");
 	control(EPOLL_CTL_MOD, pair_.fds[0], EPOLLIN | EPOLLRDHUP, 2);
@@ -513,7 +519,7 @@ TEST_F(EpollMerged, TableFollowsADupRegisteredToo)
 	ASSERT_GE(copy, 0);
 	add(pair_.fds[0], EPOLLIN, 1);
 	add(copy, EPOLLIN, 2);
-	buffered_.set(&kOwner, pair_.fds[0], inodeOf(pair_.fds[0]), true);
+	hold(pair_.fds[0]);
 	expectTableMatchesKernel("the fd and its dup");
 	struct epoll_event events[4];
 	EXPECT_EQ(wait(events, 4), 2);
@@ -526,7 +532,7 @@ TEST_F(EpollMerged, ARegistrationLivesOnThroughADupAfterItsFdCloses)
 	ASSERT_GE(original, 0);
 	add(original, EPOLLIN, 3);
 	closeFd(original); /* the file stays open through pair_.fds[0]: the kernel keeps it */
-	buffered_.set(&kOwner, pair_.fds[0], inodeOf(pair_.fds[0]), true);
+	hold(pair_.fds[0]);
 	expectTableMatchesKernel("closed, alive through a dup");
 	struct epoll_event events[4];
 	ASSERT_EQ(wait(events, 4), 1);
@@ -541,7 +547,7 @@ TEST_F(EpollMerged, AReusedFdNumberIsNotTheOldRegistration)
 	closeFd(number);
 	SocketPair other; /* the lowest free number: the one just closed */
 	ASSERT_EQ(other.fds[0], number);
-	buffered_.set(&kOwner, number, inodeOf(number), true);
+	hold(number);
 	expectTableMatchesKernel("reused");
 	struct epoll_event events[4];
 	EXPECT_EQ(wait(events, 4), 0);
@@ -564,9 +570,9 @@ TEST_F(EpollMerged, ASetChangedByAForkedChildIsReadFromTheKernel)
 	ASSERT_EQ(waitpid(child, &status, 0), child);
 	ASSERT_EQ(status, 0);
 	EXPECT_FALSE(sets_.exact(epfd_));
-	buffered_.set(&kOwner, pair_.fds[0], inodeOf(pair_.fds[0]), true);
+	hold(pair_.fds[0]);
 	const int other = 1;
-	buffered_.set(&other, pair_.fds[1], inodeOf(pair_.fds[1]), true);
+	hold(pair_.fds[1], 0, &other);
 	expectTableMatchesKernel("after the child's DEL");
 	struct epoll_event events[4];
 	ASSERT_EQ(wait(events, 4), 1);
@@ -581,12 +587,9 @@ TEST_F(EpollMerged, ASetTheShimNeverSawIsReadFromTheKernel)
 	event.data.u64 = 8;
 	ASSERT_EQ(epoll_ctl(unknown, EPOLL_CTL_ADD, pair_.fds[0], &event), 0);
 	sets_.changed(unknown, EPOLL_CTL_ADD, pair_.fds[0], &event);
-	buffered_.set(&kOwner, pair_.fds[0], inodeOf(pair_.fds[0]), true, 1);
+	hold(pair_.fds[0], 1);
 	struct epoll_event events[4];
-	auto waitUnknown = [&] {
-		return epollMerged(buffered_, sets_, ::epoll_ctl, unknown, events, 4,
-				   [&](bool) { return epoll_wait(unknown, events, 4, 0); });
-	};
+	auto waitUnknown = [&] { return waitOn(unknown, events, 4); };
 	ASSERT_EQ(waitUnknown(), 1);
 	EXPECT_EQ(events[0].data.u64, 8u);
 	EXPECT_EQ(waitUnknown(), 0) << "one event per arrival there too";
@@ -616,13 +619,10 @@ TEST_F(EpollMerged, EachSetOfAnFdGetsItsOwnEdge)
 	ASSERT_EQ(epoll_ctl(other, EPOLL_CTL_ADD, pair_.fds[0], &event), 0);
 	sets_.changed(other, EPOLL_CTL_ADD, pair_.fds[0], &event);
 	add(pair_.fds[0], EPOLLIN | EPOLLET, 10);
-	buffered_.set(&kOwner, pair_.fds[0], inodeOf(pair_.fds[0]), true, 1);
+	hold(pair_.fds[0], 1);
 
 	struct epoll_event events[4];
-	auto waitOther = [&] {
-		return epollMerged(buffered_, sets_, ::epoll_ctl, other, events, 4,
-				   [&](bool) { return epoll_wait(other, events, 4, 0); });
-	};
+	auto waitOther = [&] { return waitOn(other, events, 4); };
 	ASSERT_EQ(wait(events, 4), 1);
 	EXPECT_EQ(events[0].data.u64, 10u);
 	ASSERT_EQ(waitOther(), 1) << "the other set was not told yet";
@@ -643,12 +643,10 @@ TEST_F(EpollMerged, ANestedSetIsNotReportedByTheOuterOne)
 	ASSERT_EQ(epoll_ctl(outer, EPOLL_CTL_ADD, epfd_, &event), 0);
 	sets_.changed(outer, EPOLL_CTL_ADD, epfd_, &event);
 	add(pair_.fds[0], EPOLLIN, 10);
-	buffered_.set(&kOwner, pair_.fds[0], inodeOf(pair_.fds[0]), true, 1);
+	hold(pair_.fds[0], 1);
 
 	struct epoll_event events[4];
-	EXPECT_EQ(epollMerged(buffered_, sets_, ::epoll_ctl, outer, events, 4,
-			      [&](bool) { return epoll_wait(outer, events, 4, 0); }),
-		  0);
+	EXPECT_EQ(waitOn(outer, events, 4), 0);
 	EXPECT_EQ(wait(events, 4), 1) << "the inner set itself reports it";
 	closeFd(outer);
 }
