@@ -77,23 +77,28 @@ TLSTUNE_EXPORT int SSL_accept(SSL *s)
 	return onConnection(s, &OpenSslApi::SSL_accept);
 }
 
-/* The connection's readiness follows the fd it reads from (issue 12: dup, SSL_set_fd, close). */
-TLSTUNE_EXPORT int SSL_set_fd(SSL *s, int fd)
+namespace {
+
+/* SSL_set_fd, SSL_set_rfd: the real call, then the readiness follows the fd it set. */
+int settingFd(decltype(&::SSL_set_fd) real, SSL *s, int fd)
 {
-	const OpenSslApi &api = openssl().api;
-	int ok = api.SSL_set_fd ? api.SSL_set_fd(s, fd) : 0;
+	int ok = real ? real(s, fd) : 0;
 	if (ok)
 		rebindConnection(s);
 	return ok;
 }
 
+} /* namespace */
+
+/* The connection's readiness follows the fd it reads from (issue 12: dup, SSL_set_fd, close). */
+TLSTUNE_EXPORT int SSL_set_fd(SSL *s, int fd)
+{
+	return settingFd(openssl().api.SSL_set_fd, s, fd);
+}
+
 TLSTUNE_EXPORT int SSL_set_rfd(SSL *s, int fd)
 {
-	const OpenSslApi &api = openssl().api;
-	int ok = api.SSL_set_rfd ? api.SSL_set_rfd(s, fd) : 0;
-	if (ok)
-		rebindConnection(s);
-	return ok;
+	return settingFd(openssl().api.SSL_set_rfd, s, fd);
 }
 
 TLSTUNE_EXPORT void SSL_set_bio(SSL *s, BIO *rbio, BIO *wbio)
