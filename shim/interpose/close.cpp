@@ -50,7 +50,7 @@ TLSTUNE_EXPORT int close(int fd)
 	Process &p = process();
 	if (!tracking(p))
 		return p.libc.close(fd);
-	p.coalescer.closing(fd, fd, true);
+	p.coalescer.closing(fd, fd);
 	int result = p.libc.close(fd);
 	/* Linux frees the number even when close reports an error (EINTR, EIO), not for EBADF. */
 	forgetClosed(p, result == 0 || errno != EBADF, fd, fd);
@@ -63,7 +63,7 @@ TLSTUNE_EXPORT int dup2(int oldfd, int newfd)
 	if (!tracking(p))
 		return p.libc.dup2(oldfd, newfd);
 	if (oldfd != newfd)
-		p.coalescer.closing(newfd, newfd, true);
+		p.coalescer.closing(newfd, newfd);
 	int result = p.libc.dup2(oldfd, newfd);
 	forgetClosed(p, result >= 0 && oldfd != newfd, newfd, newfd);
 	return result;
@@ -74,7 +74,7 @@ TLSTUNE_EXPORT int dup3(int oldfd, int newfd, int flags)
 	Process &p = process();
 	if (!tracking(p))
 		return p.libc.dup3(oldfd, newfd, flags);
-	p.coalescer.closing(newfd, newfd, true);
+	p.coalescer.closing(newfd, newfd);
 	int result = p.libc.dup3(oldfd, newfd, flags);
 	forgetClosed(p, result >= 0, newfd, newfd);
 	return result;
@@ -93,17 +93,21 @@ TLSTUNE_EXPORT int close_range(unsigned first, unsigned last, int flags)
 	/* CLOSE_RANGE_CLOEXEC only marks them; they stay open. */
 	const bool closes = !(flags & CLOSE_RANGE_CLOEXEC) && first <= INT_MAX;
 	if (closes)
-		p.coalescer.closing(from, to, true);
+		p.coalescer.closing(from, to);
 	int result = p.libc.close_range(first, last, flags);
 	forgetClosed(p, result == 0 && closes, from, to);
 	return result;
 }
 
-/* Shutting down the sending side after bytes the shim still holds would lose them. */
+/*
+ * Shutting down the sending side before bytes the shim still holds would lose them. When
+ * the socket is full they go out as it drains, and the shutdown after them: the peer sees
+ * what it would have, and the call returns at once, as it does without the shim.
+ */
 TLSTUNE_EXPORT int shutdown(int fd, int how)
 {
 	Process &p = process();
-	if (how != SHUT_RD && tracking(p))
-		p.coalescer.closing(fd, fd, false);
-	return p.libc.shutdown(fd, how);
+	if (how == SHUT_RD || !tracking(p) || !p.coalescer.shuttingDown(fd, how))
+		return p.libc.shutdown(fd, how);
+	return how == SHUT_RDWR ? p.libc.shutdown(fd, SHUT_RD) : 0;
 }

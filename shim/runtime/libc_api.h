@@ -45,6 +45,8 @@ struct LibcApi {
 	int (*shutdown)(int, int) = nullptr;
 
 	void (*_exit)(int) = nullptr;
+	void (*abort)() = nullptr;
+	void (*assert_fail)(const char *, const char *, unsigned, const char *) = nullptr;
 	int (*execve)(const char *, char *const[], char *const[]) = nullptr;
 	int (*execv)(const char *, char *const[]) = nullptr;
 	int (*execvp)(const char *, char *const[]) = nullptr;

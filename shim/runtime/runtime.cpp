@@ -66,6 +66,16 @@ int libcPoll(struct pollfd *fds, unsigned long nfds, int timeout)
 	return process().libc.poll(fds, nfds, timeout);
 }
 
+int libcClose(int fd)
+{
+	return process().libc.close(fd);
+}
+
+int libcShutdown(int fd, int how)
+{
+	return process().libc.shutdown(fd, how);
+}
+
 Process *buildProcess() noexcept
 {
 	/* Never destroyed: threads and the host's destructors may still call in at exit. */
@@ -131,7 +141,7 @@ Crypto *buildCrypto() noexcept
 
 SocketCalls Process::socketCalls() noexcept
 {
-	return { ::send, libcPoll };
+	return { ::send, libcPoll, libcClose, libcShutdown };
 }
 
 Process &process() noexcept

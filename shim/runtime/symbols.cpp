@@ -95,6 +95,8 @@ void resolveLibc(LibcApi *libc) noexcept
 	next(&libc->close_range, "close_range");
 	next(&libc->shutdown, "shutdown");
 	next(&libc->_exit, "_exit");
+	next(&libc->abort, "abort");
+	next(&libc->assert_fail, "__assert_fail");
 	next(&libc->execve, "execve");
 	next(&libc->execv, "execv");
 	next(&libc->execvp, "execvp");
