@@ -16,6 +16,7 @@
  *   full-exit         ... print, then exit(0)
  *   sigwait           SIGUSR1 blocked in every thread of the program; ten short writes,
  *                     then the process sends itself SIGUSR1 and takes it with sigwait
+ *   pselect           the same, then pselect unblocks SIGUSR1 for its wait: EINTR at once
  *   sigpipe           SIGPIPE at its default; writes lines to a peer that resets the
  *                     connection, and goes on writing after errors (up to 1000 writes)
  *   reuse             SSL_shutdown, close(fd), a new connection on the same fd number,
@@ -26,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <poll.h>
+#include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <thread>
@@ -174,7 +176,11 @@ int fullSocket(const char *port, const std::string &how)
 	return 0;
 }
 
-int sigwaitCase(const char *port)
+void onUsr1(int)
+{
+}
+
+int sigwaitCase(const char *port, bool pselectWait)
 {
 	sigset_t usr1;
 	sigemptyset(&usr1);
@@ -184,10 +190,21 @@ int sigwaitCase(const char *port)
 	int fd = -1;
 	SSL *ssl = connectSsl(ctx, port, &fd);
 	writeLines(ssl, 0, 10);
+	if (pselectWait)
+		std::signal(SIGUSR1, onUsr1);
 	kill(getpid(), SIGUSR1);
-	int taken = 0;
-	sigwait(&usr1, &taken);
-	std::printf("sigwait took signal %d\n", taken);
+	if (pselectWait) {
+		sigset_t unblocked;
+		sigemptyset(&unblocked);
+		/* Pending since the kill: the wait ends at once unless another thread took it. */
+		struct timespec limit = { 10, 0 };
+		const int result = pselect(0, nullptr, nullptr, nullptr, &limit, &unblocked);
+		std::printf("pselect %d errno %s\n", result, errno == EINTR ? "EINTR" : "other");
+	} else {
+		int taken = 0;
+		sigwait(&usr1, &taken);
+		std::printf("sigwait took signal %d\n", taken);
+	}
 	SSL_shutdown(ssl);
 	SSL_free(ssl);
 	close(fd);
@@ -249,8 +266,8 @@ int main(int argc, char **argv)
 		return blockedWriter(argv[1], how);
 	if (how.rfind("full-", 0) == 0)
 		return fullSocket(argv[1], how);
-	if (how == "sigwait")
-		return sigwaitCase(argv[1]);
+	if (how == "sigwait" || how == "pselect")
+		return sigwaitCase(argv[1], how == "pselect");
 	if (how == "sigpipe")
 		return sigpipeCase(argv[1]);
 	if (how == "reuse")

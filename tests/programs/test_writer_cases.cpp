@@ -134,6 +134,12 @@ TEST(Writers, ASignalBlockedInEveryThreadOfTheProgramWaitsForSigwait)
 	expectTheSameBothWays("sigwait", {}, "sigwait took signal 10\n", 0, 1);
 }
 
+TEST(Writers, PselectReturnsEintrForASignalOnlyItUnblocks)
+{
+	RecordProperty("fault", "SIGUSR1 blocked by the program, pending, unblocked by pselect");
+	expectTheSameBothWays("pselect", {}, "pselect -1 errno EINTR\n", 0, 1);
+}
+
 TEST(Writers, WritingOnAfterAResetDiesOfSigpipeBothWays)
 {
 	RecordProperty("fault", "the peer resets; the program writes on with SIGPIPE at its default");
