@@ -370,8 +370,7 @@ TEST(Install, IntoARealPrefixTheToolsFindTheLibraryThemselves)
 		      "-Dtests=false" };
 	ASSERT_EQ(run(step, 300000), 0) << readFile(step.stderrPath);
 	/* Only what is installed: the examples would double the build. */
-	step.argv = { "ninja", "-C", tree, "shim/libtlstune.so", "tools/tlstune-check", "tools/tlstune.1",
-		      "tools/tlstune.installed" };
+	step.argv = { "ninja", "-C", tree, "shim/libtlstune.so", "tools/tlstune-check", "tools/tlstune.1" };
 	ASSERT_EQ(run(step, 900000), 0) << readFile(step.stderrPath);
 	step.argv = { "meson", "install", "-C", tree, "--no-rebuild", "--quiet" };
 	ASSERT_EQ(run(step, 300000), 0) << readFile(step.stderrPath);
