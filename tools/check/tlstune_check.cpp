@@ -246,6 +246,8 @@ int main(int argc, char **argv)
 	}
 	if (i >= argc)
 		return fail("no command given");
+	const char *environment = std::getenv("TLSTUNE_LIBRARY");
+	const std::string fromEnvironment = environment ? environment : "";
 	/* --library is what LD_PRELOAD gets: a list, when a sanitizer runtime must go first. */
 	std::string::size_type start = 0;
 	while (start < library.size()) {
@@ -253,7 +255,7 @@ int main(int argc, char **argv)
 		const std::string entry = library.substr(start, end - start);
 		if (!entry.empty() && access(entry.c_str(), R_OK) != 0)
 			return fail("cannot read the library " + entry +
-				    (std::getenv("TLSTUNE_LIBRARY") ? " (from TLSTUNE_LIBRARY)" : ""));
+				    (library == fromEnvironment ? " (TLSTUNE_LIBRARY is set to it)" : ""));
 		start = end == std::string::npos ? end : end + 1;
 	}
 	struct stat st;
