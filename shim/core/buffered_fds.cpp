@@ -5,6 +5,8 @@
 #include <new>
 #include <sys/stat.h>
 
+#include "log.h"
+
 namespace tlstune {
 
 bool streamInode(int fd, ino_t *ino) noexcept
@@ -19,28 +21,41 @@ bool streamInode(int fd, ino_t *ino) noexcept
 	return true;
 }
 
+namespace {
+/* Per call that leaves data in OpenSSL: rate-limited. */
+RateLimit heldLines;
+}
+
 void BufferedFds::set(const void *owner, int fd, ino_t ino, bool buffered,
 		      unsigned long long arrival) noexcept
 {
-	std::lock_guard<std::mutex> lock(mutex_);
+	bool added = false;
+	{
+		std::lock_guard<std::mutex> lock(mutex_);
 
-	auto it = std::find_if(entries_.begin(), entries_.end(),
-			       [owner](const Entry &e) { return e.owner == owner; });
-	if (!buffered) {
-		if (it != entries_.end())
-			entries_.erase(it);
-	} else if (it != entries_.end()) {
-		it->fd = fd;
-		it->ino = ino;
-		it->arrival = arrival;
-	} else {
-		try {
-			entries_.push_back({ owner, fd, ino, arrival });
-		} catch (const std::bad_alloc &) {
-			/* Out of memory: this connection goes without readiness help. */
+		auto it = std::find_if(entries_.begin(), entries_.end(),
+				       [owner](const Entry &e) { return e.owner == owner; });
+		if (!buffered) {
+			if (it != entries_.end())
+				entries_.erase(it);
+		} else if (it != entries_.end()) {
+			it->fd = fd;
+			it->ino = ino;
+			it->arrival = arrival;
+		} else {
+			try {
+				entries_.push_back({ owner, fd, ino, arrival });
+				added = true;
+			} catch (const std::bad_alloc &) {
+				/* Out of memory: this connection goes without readiness help. */
+			}
 		}
+		publishCount();
 	}
-	publishCount();
+	/* Outside the lock: a write(2) to stderr may block. */
+	if (added)
+		logLimited(heldLines, LogLevel::Debug,
+			   "fd %d: OpenSSL holds data read ahead; waits report it readable", fd);
 }
 
 void BufferedFds::forget(const void *owner) noexcept
