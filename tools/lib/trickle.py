@@ -50,6 +50,9 @@ class Trickler(socketserver.BaseRequestHandler):
 class Server(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
     daemon_threads = True
+    # 20 clients connect at once: with the default backlog of 5 a relay's connection can
+    # be dropped from the full queue after its handshake, and then waits forever.
+    request_queue_size = 128
 
 
 def serve(port, seconds, context=None):
