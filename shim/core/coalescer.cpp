@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 #include <thread>
 
+#include "log.h"
 #include "shim_thread.h"
 
 namespace tlstune {
@@ -27,6 +28,30 @@ constexpr std::chrono::seconds kFlusherIdleExit{1};
  * instead of looking each number up (close_range over a wide range, exit).
  */
 constexpr long long kLookedUpRange = 64;
+
+/* What TLSTUNE_LOG=info and debug show of where held bytes went: a server has thousands. */
+RateLimit handedOnLines;
+RateLimit flushLines;
+RateLimit stalledLines;
+
+} /* namespace */
+
+/* Bytes handed on to a duplicate: logged once the locks are let go (stderr may block). */
+struct Coalescer::HandedOn {
+	const char *why;
+	int from = -1, to = -1;
+	std::size_t bytes = 0;
+
+	~HandedOn()
+	{
+		if (to >= 0)
+			logLimited(handedOnLines, LogLevel::Info,
+				   "%s of fd %d with %zu bytes the peer has not taken: they go out from fd %d "
+				   "as it reads", why, from, bytes, to);
+	}
+};
+
+namespace {
 
 } /* namespace */
 
@@ -70,9 +95,10 @@ PendingWrites *Coalescer::open(int fd)
 void Coalescer::release(PendingWrites *writes)
 {
 	const int savedErrno = errno;
+	HandedOn note{ "SSL_free" };
 	ShimLock lock(registry_);
 	if (writes->dirty() && writes->send() == PendingWrites::Result::Again)
-		orphan(writes, -1);
+		orphan(writes, -1, &note);
 	{
 		ShimLock listed(dirtyListMutex_);
 		const auto entry = std::find(dirtyList_.begin(), dirtyList_.end(), writes);
@@ -103,6 +129,9 @@ void Coalescer::stalled(PendingWrites *writes)
 {
 	/* Without a thread to send them, the owner's next call does, as OpenSSL's retry would. */
 	stalled_.watch(writes->shared_from_this());
+	/* Here, in the connection's own call, no lock is held: stderr may block. */
+	logLimited(stalledLines, LogLevel::Debug, "fd %d: socket full; held bytes go out as the peer reads",
+		   writes->fd());
 }
 
 bool Coalescer::quietWrite(PendingWrites *writes) noexcept
@@ -204,12 +233,13 @@ void Coalescer::closing(int first, int last)
 	if (idle() || ShimLock::heldHere())
 		return;
 	const int savedErrno = errno;
+	HandedOn note{ "close" };
 	ShimLock lock(registry_);
 	/* Sends what fd's connection holds, or hands it on; then it leaves the index. */
 	auto visit = [&](std::unordered_multimap<int, PendingWrites *>::iterator it) {
 		PendingWrites *writes = it->second;
 		if (writes->dirty() && writes->send() == PendingWrites::Result::Again)
-			orphan(writes, -1);
+			orphan(writes, -1, &note);
 		writes->detach();
 		return byFd_.erase(it);
 	};
@@ -233,13 +263,14 @@ bool Coalescer::shuttingDown(int fd, int how)
 		return false;
 	const int savedErrno = errno;
 	bool deferred = false;
+	HandedOn note{ "shutdown" };
 	ShimLock lock(registry_);
 	auto range = byFd_.equal_range(fd);
 	for (auto it = range.first; it != range.second; ++it) {
 		PendingWrites *writes = it->second;
 		if (!writes->dirty() || writes->send() != PendingWrites::Result::Again)
 			continue;
-		if (orphan(writes, how)) {
+		if (orphan(writes, how, &note)) {
 			deferred = true;
 			writes->fail(EPIPE);
 		}
@@ -248,7 +279,7 @@ bool Coalescer::shuttingDown(int fd, int how)
 	return deferred;
 }
 
-bool Coalescer::orphan(PendingWrites *writes, int shutdownHow)
+bool Coalescer::orphan(PendingWrites *writes, int shutdownHow, HandedOn *note)
 {
 	/*
 	 * High above the numbers the program uses: open() takes the lowest free number, and
@@ -262,8 +293,10 @@ bool Coalescer::orphan(PendingWrites *writes, int shutdownHow)
 		duplicate = fcntl(writes->fd(), F_DUPFD_CLOEXEC, 0);
 	std::shared_ptr<PendingWrites> heir =
 		duplicate >= 0 ? writes->handOver(duplicate, shutdownHow) : nullptr;
-	if (heir && stalled_.watch(heir))
+	if (heir && stalled_.watch(heir)) {
+		*note = { note->why, writes->fd(), duplicate, heir->pending() };
 		return true;
+	}
 	/* No descriptor, memory or thread to spare: the old way, waiting here (bounded). */
 	const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kDrainTimeoutMs);
 	if (heir) {
@@ -293,6 +326,8 @@ void Coalescer::drainAll()
 		return;
 	const int savedErrno = errno;
 	const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kDrainTimeoutMs);
+	logLimited(flushLines, LogLevel::Debug, "the process image ends: sending what is held (up to %d ms)",
+		   kDrainTimeoutMs);
 	{
 		ShimLock lock(registry_);
 		for (const auto &entry : entries_) {

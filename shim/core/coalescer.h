@@ -132,7 +132,8 @@ private:
 	bool startFlusher();
 	void flusherLoop();
 	/* What writes still holds goes to a duplicate of its descriptor (see StalledWrites). */
-	bool orphan(PendingWrites *writes, int shutdownHow);
+	struct HandedOn;
+	bool orphan(PendingWrites *writes, int shutdownHow, HandedOn *note);
 	/* Sends what writes holds, waiting up to the deadline: the way out when nothing else is. */
 	void drainHere(PendingWrites *writes, std::chrono::steady_clock::time_point deadline);
 
