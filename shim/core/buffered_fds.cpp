@@ -78,10 +78,33 @@ bool BufferedFds::lookup(int fd, ino_t *ino) const noexcept
 	if (fd < 0 || empty())
 		return false;
 	std::lock_guard<std::mutex> lock(mutex_);
-	const Entry *entry = find(fd);
-	if (entry)
+	if (const Entry *entry = find(fd)) {
 		*ino = entry->ino;
-	return entry != nullptr;
+		return true;
+	}
+	for (const auto &duplicate : duplicates_) {
+		if (duplicate.first != fd)
+			continue;
+		const bool held = std::any_of(entries_.begin(), entries_.end(),
+					      [&](const Entry &e) { return e.ino == duplicate.second; });
+		*ino = duplicate.second;
+		return held;
+	}
+	return false;
+}
+
+void BufferedFds::duplicated(int fd, ino_t ino) noexcept
+{
+	std::lock_guard<std::mutex> lock(mutex_);
+	duplicates_.erase(std::remove_if(duplicates_.begin(), duplicates_.end(),
+					 [fd](const std::pair<int, ino_t> &d) { return d.first == fd; }),
+			  duplicates_.end());
+	try {
+		duplicates_.emplace_back(fd, ino);
+	} catch (const std::bad_alloc &) {
+		/* Out of memory: waits on this duplicate go without readiness help. */
+	}
+	duplicateCount_.store(duplicates_.size(), std::memory_order_relaxed);
 }
 
 bool BufferedFds::holds(int fd) const noexcept
@@ -111,6 +134,12 @@ void BufferedFds::closed(int first, int last) noexcept
 	entries_.erase(std::remove_if(entries_.begin(), entries_.end(),
 				      [&](const Entry &e) { return e.fd >= first && e.fd <= last; }),
 		       entries_.end());
+	duplicates_.erase(std::remove_if(duplicates_.begin(), duplicates_.end(),
+					 [&](const std::pair<int, ino_t> &d) {
+						 return d.first >= first && d.first <= last;
+					 }),
+			  duplicates_.end());
+	duplicateCount_.store(duplicates_.size(), std::memory_order_relaxed);
 	publishCount();
 	closings_.fetch_add(1, std::memory_order_relaxed);
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "interpose/export.h"
+#include "runtime/duplicates.h"
 #include "runtime/runtime.h"
 
 using namespace tlstune;
@@ -26,7 +27,7 @@ namespace {
  */
 bool tracking(Process &p)
 {
-	if (p.coalescer.idle() && p.buffered.empty() && p.epoll.empty())
+	if (p.coalescer.idle() && p.buffered.idle() && p.epoll.empty())
 		return false;
 	return !p.inVforkChild();
 }
@@ -37,7 +38,7 @@ void forgetClosed(Process &p, bool closed, int first, int last)
 	if (!closed)
 		return;
 	int savedErrno = errno;
-	if (!p.buffered.empty())
+	if (!p.buffered.idle())
 		p.buffered.closed(first, last);
 	p.epoll.closed(first, last);
 	errno = savedErrno;
@@ -60,23 +61,33 @@ TLSTUNE_EXPORT int close(int fd)
 TLSTUNE_EXPORT int dup2(int oldfd, int newfd)
 {
 	Process &p = process();
-	if (!tracking(p))
-		return p.libc.dup2(oldfd, newfd);
+	if (!tracking(p)) {
+		const int result = p.libc.dup2(oldfd, newfd);
+		if (oldfd != newfd)
+			noteDuplicate(p, oldfd, result);
+		return result;
+	}
 	if (oldfd != newfd)
 		p.coalescer.closing(newfd, newfd);
 	int result = p.libc.dup2(oldfd, newfd);
 	forgetClosed(p, result >= 0 && oldfd != newfd, newfd, newfd);
+	if (oldfd != newfd)
+		noteDuplicate(p, oldfd, result);
 	return result;
 }
 
 TLSTUNE_EXPORT int dup3(int oldfd, int newfd, int flags)
 {
 	Process &p = process();
-	if (!tracking(p))
-		return p.libc.dup3(oldfd, newfd, flags);
+	if (!tracking(p)) {
+		const int result = p.libc.dup3(oldfd, newfd, flags);
+		noteDuplicate(p, oldfd, result);
+		return result;
+	}
 	p.coalescer.closing(newfd, newfd);
 	int result = p.libc.dup3(oldfd, newfd, flags);
 	forgetClosed(p, result >= 0, newfd, newfd);
+	noteDuplicate(p, oldfd, result);
 	return result;
 }
 

@@ -90,10 +90,13 @@ void resolveLibc(LibcApi *libc) noexcept
 	next(&libc->recvmsg, "recvmsg");
 	next(&libc->ioctl, "ioctl");
 	next(&libc->close, "close");
+	next(&libc->dup, "dup");
 	next(&libc->dup2, "dup2");
 	next(&libc->dup3, "dup3");
 	next(&libc->close_range, "close_range");
 	next(&libc->shutdown, "shutdown");
+	next(&libc->fcntl, "fcntl");
+	next(&libc->fcntl64, "fcntl64");
 	next(&libc->_exit, "_exit");
 	next(&libc->abort, "abort");
 	next(&libc->assert_fail, "__assert_fail");
