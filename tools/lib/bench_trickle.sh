@@ -2,7 +2,7 @@
 # further apart than the coalescing delay, so coalescing merges nothing and must cost
 # nothing. 20 TLS clients each get 1000 B every 8 ms for $trickle_seconds s, through socat
 # (fork mode), stunnel, or from python's threading server. Needs $work (cert.pem, key.pem),
-# $shim, $runs and the bench's say, progress and median.
+# $shim, $runs and the bench's say, progress, median and runs_text.
 
 trickle_clients=20 trickle_seconds=2
 
@@ -80,7 +80,7 @@ trickle_row() { # trickle_row NAME WHAT
 }
 
 trickle_rows() {
-	say "## Trickle: $trickle_clients TLS clients each get 1000 B every 8 ms for $trickle_seconds s; CPU of the relay or server in ms, median of $runs runs"
+	say "## Trickle: $trickle_clients TLS clients each get 1000 B every 8 ms for $trickle_seconds s; CPU of the relay or server in ms, $(runs_text "$runs")"
 	say ""
 	say "| what | without: ms | with: ms | with/without | bytes received without | with |"
 	say "|------|-------------|----------|--------------|------------------------|------|"
