@@ -19,7 +19,7 @@ struct CaApi {
 	decltype(&::X509_load_cert_crl_file_ex) X509_load_cert_crl_file_ex = nullptr; /* 3.0+ */
 
 	/* Parsing a file, as the loader does. */
-	decltype(&::BIO_new_file) BIO_new_file = nullptr;
+	decltype(&::BIO_new_fp) BIO_new_fp = nullptr;
 	decltype(&::BIO_free) BIO_free = nullptr;
 	decltype(&::PEM_X509_INFO_read_bio) PEM_X509_INFO_read_bio = nullptr;
 	decltype(&::PEM_X509_INFO_read_bio_ex) PEM_X509_INFO_read_bio_ex = nullptr; /* 3.0+ */
@@ -27,6 +27,7 @@ struct CaApi {
 	decltype(&::ERR_set_mark) ERR_set_mark = nullptr;
 	decltype(&::ERR_pop_to_mark) ERR_pop_to_mark = nullptr;
 	decltype(&::X509_check_purpose) X509_check_purpose = nullptr;
+	decltype(&::OpenSSL_version_num) OpenSSL_version_num = nullptr;
 
 	/* The stacks behind the sk_* macros, which call these. */
 	decltype(&::OPENSSL_sk_num) OPENSSL_sk_num = nullptr;
@@ -53,11 +54,23 @@ struct CaApi {
 	decltype(&::X509_OBJECT_set1_X509_CRL) X509_OBJECT_set1_X509_CRL = nullptr;
 	decltype(&::X509_OBJECT_retrieve_match) X509_OBJECT_retrieve_match = nullptr;
 
+	/*
+	 * The store is one stack of objects that every lookup sorts (1.1.1 to 3.0, read in
+	 * their x509_lu.c): fillStore may then batch its lookups. Later versions changed the
+	 * store (3.5 keeps load order; newer ones a table per name), so there the fill adds
+	 * each object with X509_STORE_add_cert/_crl, as the loader does.
+	 */
+	bool storeSortsOnLookup() const noexcept
+	{
+		const unsigned long version = OpenSSL_version_num() >> 12; /* 0xMNNFF */
+		return version == 0x10101 || version == 0x30000;
+	}
+
 	bool complete() const noexcept
 	{
-		return X509_load_cert_crl_file && BIO_new_file && BIO_free && PEM_X509_INFO_read_bio &&
+		return X509_load_cert_crl_file && BIO_new_fp && BIO_free && PEM_X509_INFO_read_bio &&
 		       X509_INFO_free && ERR_set_mark && ERR_pop_to_mark && X509_check_purpose &&
-		       OPENSSL_sk_num &&
+		       OpenSSL_version_num && OPENSSL_sk_num &&
 		       OPENSSL_sk_value && OPENSSL_sk_push && OPENSSL_sk_sort && OPENSSL_sk_free &&
 		       X509_LOOKUP_get_store && X509_STORE_new && X509_STORE_free &&
 		       X509_STORE_add_cert && X509_STORE_add_crl && X509_STORE_lock &&

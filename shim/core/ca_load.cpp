@@ -6,7 +6,9 @@ int loadCaFile(const CaApi &api, CaCache &cache, Stats &stats, X509_STORE *store
 	       const char *path, const char *propq)
 {
 	const CaCache::Found found =
-		cache.find(path, propq, [&] { return parseBundle(api, path, propq); });
+		cache.find(path, propq, [&](const std::string &content) {
+		return parseBundle(api, content, propq);
+	});
 	switch (found.lookup) {
 	case CaLookup::Hit:
 		Stats::add(stats.caHits, 1);

@@ -171,7 +171,7 @@ bool resolveCrypto(CaApi *api) noexcept
 
 	RESOLVE(X509_load_cert_crl_file);
 	RESOLVE(X509_load_cert_crl_file_ex);
-	RESOLVE(BIO_new_file);
+	RESOLVE(BIO_new_fp);
 	RESOLVE(BIO_free);
 	RESOLVE(PEM_X509_INFO_read_bio);
 	RESOLVE(PEM_X509_INFO_read_bio_ex);
@@ -179,6 +179,7 @@ bool resolveCrypto(CaApi *api) noexcept
 	RESOLVE(ERR_set_mark);
 	RESOLVE(ERR_pop_to_mark);
 	RESOLVE(X509_check_purpose);
+	RESOLVE(OpenSSL_version_num);
 	RESOLVE(OPENSSL_sk_num);
 	RESOLVE(OPENSSL_sk_value);
 	RESOLVE(OPENSSL_sk_push);
