@@ -66,6 +66,40 @@ struct CaApi {
 		return version == 0x10101 || version == 0x30000;
 	}
 
+	/* Lazy loading (TLSTUNE_CA_LAZY): indexing a file, parsing one certificate, the store's state. */
+	decltype(&::d2i_X509) d2i_X509 = nullptr;
+	decltype(&::X509_free) X509_free = nullptr;
+	decltype(&::d2i_X509_NAME) d2i_X509_NAME = nullptr;
+	decltype(&::X509_NAME_free) X509_NAME_free = nullptr;
+	decltype(&::X509_NAME_cmp) X509_NAME_cmp = nullptr;
+	decltype(&::X509_get_subject_name) X509_get_subject_name = nullptr;
+	decltype(&::X509_get_issuer_name) X509_get_issuer_name = nullptr;
+	decltype(&::OPENSSL_sk_delete_ptr) OPENSSL_sk_delete_ptr = nullptr;
+	decltype(&::CRYPTO_get_ex_new_index) CRYPTO_get_ex_new_index = nullptr;
+	decltype(&::X509_STORE_get_ex_data) X509_STORE_get_ex_data = nullptr;
+	decltype(&::X509_STORE_set_ex_data) X509_STORE_set_ex_data = nullptr;
+	decltype(&::X509_STORE_CTX_get0_store) X509_STORE_CTX_get0_store = nullptr;
+	/* The store readers lazy loading runs before: what the program's call is passed on to. */
+	decltype(&::X509_STORE_CTX_get1_issuer) X509_STORE_CTX_get1_issuer = nullptr;
+	decltype(&::X509_STORE_CTX_get1_certs) X509_STORE_CTX_get1_certs = nullptr;
+	decltype(&::X509_STORE_CTX_get1_crls) X509_STORE_CTX_get1_crls = nullptr;
+	decltype(&::X509_STORE_CTX_get_by_subject) X509_STORE_CTX_get_by_subject = nullptr;
+	decltype(&::X509_STORE_CTX_get_obj_by_subject) X509_STORE_CTX_get_obj_by_subject = nullptr;
+	decltype(&::X509_STORE_get1_all_certs) X509_STORE_get1_all_certs = nullptr;
+	/* 3.3+: void * so that these headers (3.0) need not declare it. */
+	void *X509_STORE_get1_objects = nullptr;
+
+	bool hasLazy() const noexcept
+	{
+		return d2i_X509 && X509_free &&
+		       d2i_X509_NAME && X509_NAME_free && X509_NAME_cmp && X509_get_subject_name &&
+		       X509_get_issuer_name && OPENSSL_sk_delete_ptr && CRYPTO_get_ex_new_index &&
+		       X509_STORE_get_ex_data && X509_STORE_set_ex_data && X509_STORE_CTX_get0_store &&
+		       X509_STORE_CTX_get1_issuer && X509_STORE_CTX_get1_certs &&
+		       X509_STORE_CTX_get1_crls && X509_STORE_CTX_get_by_subject &&
+		       X509_STORE_CTX_get_obj_by_subject && X509_STORE_get1_all_certs;
+	}
+
 	bool complete() const noexcept
 	{
 		return X509_load_cert_crl_file && BIO_new_fp && BIO_free && PEM_X509_INFO_read_bio &&

@@ -32,6 +32,13 @@ CaBundle::~CaBundle()
 		api_.X509_OBJECT_free(object);
 }
 
+std::shared_ptr<const CaBundle> CaBundle::lazy(const CaApi &api, std::shared_ptr<const CaIndex> index)
+{
+	auto bundle = std::make_shared<CaBundle>(api);
+	bundle->index_ = std::move(index);
+	return bundle;
+}
+
 std::shared_ptr<const CaBundle> parseBundle(const CaApi &api, const std::string &content,
 					    const char *propq)
 {

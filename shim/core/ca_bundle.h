@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "ca_api.h"
+#include "ca_index.h"
 
 namespace tlstune {
 
@@ -28,6 +29,9 @@ public:
 	const std::vector<X509_OBJECT *> &objects() const noexcept { return objects_; }
 	/* The file's last certificate or CRL repeats an earlier one. */
 	bool endsWithRepeat() const noexcept { return endsWithRepeat_; }
+	/* Loaded lazily (TLSTUNE_CA_LAZY): the file's index, and no objects. */
+	const std::shared_ptr<const CaIndex> &index() const noexcept { return index_; }
+	static std::shared_ptr<const CaBundle> lazy(const CaApi &api, std::shared_ptr<const CaIndex> index);
 
 private:
 	friend std::shared_ptr<const CaBundle> parseBundle(const CaApi &api,
@@ -38,6 +42,7 @@ private:
 	std::vector<X509_OBJECT *> sequence_;
 	std::vector<X509_OBJECT *> objects_; /* the distinct ones of sequence_ */
 	bool endsWithRepeat_ = false;
+	std::shared_ptr<const CaIndex> index_;
 };
 
 /*

@@ -201,6 +201,25 @@ bool resolveCrypto(CaApi *api) noexcept
 	RESOLVE(X509_OBJECT_set1_X509);
 	RESOLVE(X509_OBJECT_set1_X509_CRL);
 	RESOLVE(X509_OBJECT_retrieve_match);
+	RESOLVE(d2i_X509);
+	RESOLVE(X509_free);
+	RESOLVE(d2i_X509_NAME);
+	RESOLVE(X509_NAME_free);
+	RESOLVE(X509_NAME_cmp);
+	RESOLVE(X509_get_subject_name);
+	RESOLVE(X509_get_issuer_name);
+	RESOLVE(OPENSSL_sk_delete_ptr);
+	RESOLVE(CRYPTO_get_ex_new_index);
+	RESOLVE(X509_STORE_get_ex_data);
+	RESOLVE(X509_STORE_set_ex_data);
+	RESOLVE(X509_STORE_CTX_get0_store);
+	RESOLVE(X509_STORE_CTX_get1_issuer);
+	RESOLVE(X509_STORE_CTX_get1_certs);
+	RESOLVE(X509_STORE_CTX_get1_crls);
+	RESOLVE(X509_STORE_CTX_get_by_subject);
+	RESOLVE(X509_STORE_CTX_get_obj_by_subject);
+	RESOLVE(X509_STORE_get1_all_certs);
+	RESOLVE(X509_STORE_get1_objects);
 	return true;
 }
 

@@ -1,0 +1,150 @@
+/*
+ * Verifies leaf certificates against a store loaded from a CA file and prints everything a
+ * program could see, so that eager and lazy loading (issue 13) and no shim at all can be
+ * compared line by line.
+ *   --ca PATH           the CA file, loaded with X509_STORE_load_file
+ *   --add PATH          a certificate the program adds with X509_STORE_add_cert (repeatable)
+ *   --add-before        add them before loading the file (default: after)
+ *   --untrusted PATH    certificates sent along with each leaf
+ *   --leaf PATH         a leaf to verify (repeatable; one store for all, as a context)
+ *   --partial           X509_V_FLAG_PARTIAL_CHAIN
+ *   --no-trusted-first  clear X509_V_FLAG_TRUSTED_FIRST
+ *   --enumerate-first   list the store before verifying too
+ * Prints "load R", each queued error, per leaf "verify CODE TEXT depth D" and the chain (a
+ * line per certificate: digest prefix and subject), then the store's objects in order.
+ */
+
+#include <vector>
+
+#include <openssl/pem.h>
+#include <openssl/x509v3.h>
+
+#include "common/example.h"
+
+using namespace example;
+
+namespace {
+
+std::vector<std::string> options(int argc, char **argv, const char *name)
+{
+	std::vector<std::string> values;
+	for (int i = 1; i + 1 < argc; i++) {
+		if (std::string(argv[i]) == name)
+			values.push_back(argv[i + 1]);
+	}
+	return values;
+}
+
+bool flag(int argc, char **argv, const char *name)
+{
+	for (int i = 1; i < argc; i++) {
+		if (std::string(argv[i]) == name)
+			return true;
+	}
+	return false;
+}
+
+std::vector<X509 *> readCertificates(const std::string &path)
+{
+	std::vector<X509 *> out;
+	BIO *in = BIO_new_file(path.c_str(), "r");
+	if (!in)
+		fail("cannot open a certificate file");
+	while (X509 *x = PEM_read_bio_X509(in, nullptr, nullptr, nullptr))
+		out.push_back(x);
+	ERR_clear_error();
+	BIO_free(in);
+	return out;
+}
+
+void printErrors()
+{
+	while (unsigned long code = ERR_get_error())
+		std::printf("error %s\n", ERR_error_string(code, nullptr));
+}
+
+/* "3f2a9c01 /CN=Twin Root": which certificate, not just which subject. */
+std::string describe(X509 *x)
+{
+	unsigned char *der = nullptr;
+	const int n = i2d_X509(x, &der);
+	Sha256 digest;
+	digest.update(der, static_cast<size_t>(n));
+	OPENSSL_free(der);
+	char subject[256] = "";
+	X509_NAME_oneline(X509_get_subject_name(x), subject, sizeof(subject));
+	return digest.hex().substr(0, 8) + " " + subject;
+}
+
+void printObjects(X509_STORE *store)
+{
+	STACK_OF(X509_OBJECT) *objects = X509_STORE_get0_objects(store);
+	std::printf("objects %d\n", sk_X509_OBJECT_num(objects));
+	for (int i = 0; i < sk_X509_OBJECT_num(objects); i++) {
+		X509_OBJECT *object = sk_X509_OBJECT_value(objects, i);
+		if (X509_OBJECT_get_type(object) == X509_LU_X509)
+			std::printf("  cert %s\n", describe(X509_OBJECT_get0_X509(object)).c_str());
+		else
+			std::printf("  crl\n");
+	}
+}
+
+void addCertificates(X509_STORE *store, const std::vector<std::string> &paths)
+{
+	for (const std::string &path : paths) {
+		for (X509 *x : readCertificates(path)) {
+			std::printf("add %d\n", X509_STORE_add_cert(store, x));
+			X509_free(x);
+		}
+	}
+	printErrors();
+}
+
+} /* namespace */
+
+int main(int argc, char **argv)
+{
+	const std::string ca = option(argc, argv, "--ca", "");
+	const std::vector<std::string> added = options(argc, argv, "--add");
+	const std::string untrustedPath = option(argc, argv, "--untrusted", "");
+
+	X509_STORE *store = X509_STORE_new();
+	if (flag(argc, argv, "--add-before"))
+		addCertificates(store, added);
+	std::printf("load %d\n", X509_STORE_load_file(store, ca.c_str()));
+	printErrors();
+	if (!flag(argc, argv, "--add-before"))
+		addCertificates(store, added);
+	if (flag(argc, argv, "--enumerate-first"))
+		printObjects(store);
+
+	STACK_OF(X509) *untrusted = sk_X509_new_null();
+	if (!untrustedPath.empty()) {
+		for (X509 *x : readCertificates(untrustedPath))
+			sk_X509_push(untrusted, x);
+	}
+	for (const std::string &path : options(argc, argv, "--leaf")) {
+		X509 *leaf = readCertificates(path).at(0);
+		X509_STORE_CTX *ctx = X509_STORE_CTX_new();
+		X509_STORE_CTX_init(ctx, store, leaf, untrusted);
+		X509_VERIFY_PARAM *param = X509_STORE_CTX_get0_param(ctx);
+		if (flag(argc, argv, "--partial"))
+			X509_VERIFY_PARAM_set_flags(param, X509_V_FLAG_PARTIAL_CHAIN);
+		if (flag(argc, argv, "--no-trusted-first"))
+			X509_VERIFY_PARAM_clear_flags(param, X509_V_FLAG_TRUSTED_FIRST);
+		const int ok = X509_verify_cert(ctx);
+		const int code = X509_STORE_CTX_get_error(ctx);
+		std::printf("verify %d %d %s depth %d\n", ok, code, X509_verify_cert_error_string(code),
+			    X509_STORE_CTX_get_error_depth(ctx));
+		STACK_OF(X509) *chain = X509_STORE_CTX_get0_chain(ctx);
+		for (int i = 0; i < sk_X509_num(chain); i++)
+			std::printf("  chain %s\n", describe(sk_X509_value(chain, i)).c_str());
+		printErrors();
+		X509_STORE_CTX_free(ctx);
+		X509_free(leaf);
+	}
+	printObjects(store);
+	sk_X509_pop_free(untrusted, X509_free);
+	X509_STORE_free(store);
+	return 0;
+}
