@@ -10,10 +10,14 @@
  *   --partial           X509_V_FLAG_PARTIAL_CHAIN
  *   --no-trusted-first  clear X509_V_FLAG_TRUSTED_FIRST
  *   --enumerate-first   list the store before verifying too
+ *   --threads T         then T threads verify every leaf 200 times at once against the
+ *                       same store; prints "threads ok N" when each result was the first's
  * Prints "load R", each queued error, per leaf "verify CODE TEXT depth D" and the chain (a
  * line per certificate: digest prefix and subject), then the store's objects in order.
  */
 
+#include <atomic>
+#include <thread>
 #include <vector>
 
 #include <openssl/pem.h>
@@ -123,16 +127,52 @@ int main(int argc, char **argv)
 		for (X509 *x : readCertificates(untrustedPath))
 			sk_X509_push(untrusted, x);
 	}
-	for (const std::string &path : options(argc, argv, "--leaf")) {
-		X509 *leaf = readCertificates(path).at(0);
-		X509_STORE_CTX *ctx = X509_STORE_CTX_new();
+	const bool partial = flag(argc, argv, "--partial");
+	const bool trustedFirst = !flag(argc, argv, "--no-trusted-first");
+	auto verify = [&](X509 *leaf, X509_STORE_CTX *ctx) {
 		X509_STORE_CTX_init(ctx, store, leaf, untrusted);
 		X509_VERIFY_PARAM *param = X509_STORE_CTX_get0_param(ctx);
-		if (flag(argc, argv, "--partial"))
+		if (partial)
 			X509_VERIFY_PARAM_set_flags(param, X509_V_FLAG_PARTIAL_CHAIN);
-		if (flag(argc, argv, "--no-trusted-first"))
+		if (!trustedFirst)
 			X509_VERIFY_PARAM_clear_flags(param, X509_V_FLAG_TRUSTED_FIRST);
-		const int ok = X509_verify_cert(ctx);
+		return X509_verify_cert(ctx);
+	};
+	std::vector<X509 *> leaves;
+	for (const std::string &path : options(argc, argv, "--leaf"))
+		leaves.push_back(readCertificates(path).at(0));
+	const uint64_t threads = number(argc, argv, "--threads", 0);
+	if (threads) {
+		/* Every thread's results, compared with one verification each made first. */
+		std::vector<int> expected;
+		for (X509 *leaf : leaves) {
+			X509_STORE_CTX *ctx = X509_STORE_CTX_new();
+			expected.push_back(verify(leaf, ctx) * 1000 + X509_STORE_CTX_get_error(ctx));
+			X509_STORE_CTX_free(ctx);
+		}
+		std::atomic<uint64_t> same{ 0 };
+		std::vector<std::thread> workers;
+		for (uint64_t t = 0; t < threads; t++) {
+			workers.emplace_back([&] {
+				for (int round = 0; round < 200; round++) {
+					for (size_t i = 0; i < leaves.size(); i++) {
+						X509_STORE_CTX *ctx = X509_STORE_CTX_new();
+						same += verify(leaves[i], ctx) * 1000 + X509_STORE_CTX_get_error(ctx) ==
+							expected[i];
+						X509_STORE_CTX_free(ctx);
+					}
+				}
+				ERR_clear_error();
+			});
+		}
+		for (std::thread &worker : workers)
+			worker.join();
+		std::printf("threads %s %llu\n", same == threads * 200 * leaves.size() ? "ok" : "differ",
+			    static_cast<unsigned long long>(same.load()));
+	}
+	for (X509 *leaf : leaves) {
+		X509_STORE_CTX *ctx = X509_STORE_CTX_new();
+		const int ok = verify(leaf, ctx);
 		const int code = X509_STORE_CTX_get_error(ctx);
 		std::printf("verify %d %d %s depth %d\n", ok, code, X509_verify_cert_error_string(code),
 			    X509_STORE_CTX_get_error_depth(ctx));

@@ -9,6 +9,30 @@ namespace {
 
 OPENSSL_STACK *stack(void *typed) { return static_cast<OPENSSL_STACK *>(typed); }
 
+/*
+ * The store's lock for a fill. X509_STORE_lock fails when this thread holds it already
+ * (glibc's rwlock answers EDEADLK rather than hang): python takes it around
+ * X509_STORE_get0_objects to copy the list. The store is then this thread's to fill, and
+ * the lock its caller's to release.
+ */
+class StoreLock {
+public:
+	StoreLock(const CaApi &api, X509_STORE *store) noexcept
+		: api_(api), store_(store), taken_(api.X509_STORE_lock(store) == 1) {}
+	~StoreLock()
+	{
+		if (taken_)
+			api_.X509_STORE_unlock(store_);
+	}
+	StoreLock(const StoreLock &) = delete;
+	StoreLock &operator=(const StoreLock &) = delete;
+
+private:
+	const CaApi &api_;
+	X509_STORE *store_;
+	const bool taken_;
+};
+
 } /* namespace */
 
 /* What a store holds of its lazy files; changed only under the store's lock. */
@@ -91,8 +115,9 @@ X509_OBJECT *materialise(const CaApi &api, STACK_OF(X509_OBJECT) *objects, const
 
 int LazyStores::attach(X509_STORE *store, const std::shared_ptr<const CaIndex> &index) noexcept
 {
-	if (slot_ < 0 || !api_->X509_STORE_lock(store))
+	if (slot_ < 0)
 		return -1;
+	StoreLock lock(*api_, store);
 	State *s = state(store);
 	bool ok = true;
 	if (!s) {
@@ -108,15 +133,15 @@ int LazyStores::attach(X509_STORE *store, const std::shared_ptr<const CaIndex> &
 		s->lastLoaded = static_cast<int>(s->files.size()) - 1;
 		s->complete.store(false, std::memory_order_release);
 	}
-	api_->X509_STORE_unlock(store);
 	return ok ? index->count() : -1;
 }
 
 void LazyStores::beforeRead(X509_STORE *store, const X509_NAME *subject) noexcept
 {
 	State *s = state(store);
-	if (!s || s->complete.load(std::memory_order_acquire) || !subject || !api_->X509_STORE_lock(store))
+	if (!s || s->complete.load(std::memory_order_acquire) || !subject)
 		return;
+	StoreLock lock(*api_, store);
 	STACK_OF(X509_OBJECT) *objects = api_->X509_STORE_get0_objects(store);
 	bool failed = false;
 	for (State::File &file : s->files) {
@@ -127,47 +152,46 @@ void LazyStores::beforeRead(X509_STORE *store, const X509_NAME *subject) noexcep
 			}
 		}
 	}
-	api_->X509_STORE_unlock(store);
 }
 
 void LazyStores::afterLookup(X509_STORE *store) noexcept
 {
 	State *s = state(store);
-	if (!s || s->complete.load(std::memory_order_acquire) || !api_->X509_STORE_lock(store))
+	if (!s || s->complete.load(std::memory_order_acquire))
 		return;
+	StoreLock lock(*api_, store);
 	s->unsortedLast = nullptr;
 	s->lastLoaded = -1;
-	api_->X509_STORE_unlock(store);
 }
 
 int LazyStores::objectCount(X509_STORE *store) noexcept
 {
-	if (!pending(store) || !api_->X509_STORE_lock(store))
+	if (!pending(store))
 		return -1;
-	const int count = api_->OPENSSL_sk_num(stack(api_->X509_STORE_get0_objects(store)));
-	api_->X509_STORE_unlock(store);
-	return count;
+	StoreLock lock(*api_, store);
+	return api_->OPENSSL_sk_num(stack(api_->X509_STORE_get0_objects(store)));
 }
 
 void LazyStores::afterAdd(X509_STORE *store, int before) noexcept
 {
 	State *s = state(store);
-	if (!s || before < 0 || !api_->X509_STORE_lock(store))
+	if (!s || before < 0)
 		return;
+	StoreLock lock(*api_, store);
 	STACK_OF(X509_OBJECT) *objects = api_->X509_STORE_get0_objects(store);
 	const int count = api_->OPENSSL_sk_num(stack(objects));
 	/* The add looked the store up (sorted it), then appended its object, or found it. */
 	s->unsortedLast = count > before
 		? static_cast<X509_OBJECT *>(api_->OPENSSL_sk_value(stack(objects), count - 1)) : nullptr;
 	s->lastLoaded = -1;
-	api_->X509_STORE_unlock(store);
 }
 
 void LazyStores::beforeEnumeration(X509_STORE *store) noexcept
 {
 	State *s = state(store);
-	if (!s || s->complete.load(std::memory_order_acquire) || !api_->X509_STORE_lock(store))
+	if (!s || s->complete.load(std::memory_order_acquire))
 		return;
+	StoreLock lock(*api_, store);
 	STACK_OF(X509_OBJECT) *objects = api_->X509_STORE_get0_objects(store);
 	bool failed = false;
 	X509_OBJECT *last = s->unsortedLast;
@@ -198,7 +222,6 @@ void LazyStores::beforeEnumeration(X509_STORE *store) noexcept
 	s->lastLoaded = -1;
 	if (!failed)
 		s->complete.store(true, std::memory_order_release);
-	api_->X509_STORE_unlock(store);
 }
 
 } /* namespace tlstune */

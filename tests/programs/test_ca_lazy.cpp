@@ -1,0 +1,197 @@
+/*
+ * Lazy CA loading (issue 13, TLSTUNE_CA_LAZY=on) against eager loading and against no shim
+ * at all, over PKIs that tests/programs/ca_pki.py makes: same load result, same errors,
+ * same verify result and error depth, the same chain (certificate digests, not subjects),
+ * the same store contents in the same order.
+ */
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "pki.h"
+#include "process.h"
+#include "tls_fixture.h"
+
+using namespace testsupport;
+
+namespace {
+
+const std::string kSource = std::string(TLSTUNE_SOURCE_ROOT) + "/tests/programs/";
+
+/* The differential PKI, made once per test binary; empty when python lacks cryptography. */
+const TempDir *casesDir()
+{
+	static TempDir dir;
+	static const bool made = [] {
+		Command make;
+		make.argv = { "/usr/bin/python3", kSource + "ca_pki.py", dir.path() };
+		return runCaptured(make, 120000).status == 0;
+	}();
+	return made ? &dir : nullptr;
+}
+
+struct Case {
+	std::string name;
+	std::vector<std::string> flags;
+};
+
+std::vector<Case> cases(const TempDir &dir)
+{
+	std::vector<Case> out;
+	std::istringstream lines(readFile(dir.file("cases")));
+	std::string name, flags;
+	while (lines >> name >> flags) {
+		Case c{ name, {} };
+		std::istringstream each(flags);
+		std::string flag;
+		while (std::getline(each, flag, ','))
+			if (flag != "-")
+				c.flags.push_back("--" + flag);
+		out.push_back(c);
+	}
+	return out;
+}
+
+bool exists(const std::string &path) { return std::ifstream(path).good(); }
+
+std::vector<std::string> verifyArgv(const TempDir &dir, const Case &c)
+{
+	std::vector<std::string> argv = { examplePath("ca_verify"), "--ca", dir.file(c.name + ".pem") };
+	for (int i = 1; exists(dir.file(c.name + ".add" + std::to_string(i) + ".pem")); i++)
+		argv.insert(argv.end(), { "--add", dir.file(c.name + ".add" + std::to_string(i) + ".pem") });
+	if (exists(dir.file(c.name + ".untrusted.pem")))
+		argv.insert(argv.end(), { "--untrusted", dir.file(c.name + ".untrusted.pem") });
+	for (int i = 1; exists(dir.file(c.name + ".leaf" + std::to_string(i) + ".pem")); i++)
+		argv.insert(argv.end(), { "--leaf", dir.file(c.name + ".leaf" + std::to_string(i) + ".pem") });
+	argv.insert(argv.end(), c.flags.begin(), c.flags.end());
+	return argv;
+}
+
+/* "ca_certs_indexed=5 ca_certs_parsed=2" from the shim's stats line. */
+std::string certCounts(const std::string &err)
+{
+	const std::string::size_type start = err.find("ca_certs_indexed=");
+	if (start == std::string::npos)
+		return "no stats line in: " + err;
+	const std::string::size_type parsed = err.find("ca_certs_parsed=", start);
+	return err.substr(start, err.find_first_not_of("0123456789", parsed + 16) - start);
+}
+
+const std::vector<std::string> kLazy = { "TLSTUNE_CA_LAZY=on", "TLSTUNE_STATS=1" };
+const std::vector<std::string> kEager = { "TLSTUNE_CA_LAZY=off" };
+
+} /* namespace */
+
+TEST(CaLazy, VerifiesAndEnumeratesAsEagerLoadingAndAsNoShim)
+{
+	RecordProperty("fault", "same-subject roots (wrong key first), cross-signed roots, the program "
+				"adding a bundle subject, PARTIAL_CHAIN, TRUSTED_FIRST off, expired and "
+				"future CAs, name constraints, path length, unknown CA, duplicates, CRLs, "
+				"file order");
+	const TempDir *dir = casesDir();
+	if (!dir)
+		GTEST_SKIP() << "python3-cryptography is missing";
+	int lazyCases = 0;
+	for (const Case &c : cases(*dir)) {
+		for (bool enumerateFirst : { false, true }) {
+			std::vector<std::string> argv = verifyArgv(*dir, c);
+			if (enumerateFirst)
+				argv.push_back("--enumerate-first");
+			const Captured plain = runProgram(argv, false);
+			const Captured eager = runProgram(argv, true, kEager);
+			const Captured lazy = runProgram(argv, true, kLazy);
+			const std::string what = c.name + (c.flags.empty() ? "" : " " + c.flags[0]) +
+						 (enumerateFirst ? " enumerated first" : "");
+			ASSERT_EQ(plain.status, 0) << what << plain.err;
+			EXPECT_EQ(eager.out, plain.out) << what;
+			EXPECT_EQ(lazy.out, plain.out) << what;
+			EXPECT_EQ(lazy.status, 0) << what;
+			lazyCases += certCounts(lazy.err).find("ca_certs_indexed=0 ") == std::string::npos;
+		}
+	}
+	/* Every case but the file with CRLs loads lazily. */
+	EXPECT_EQ(lazyCases, 2 * (static_cast<int>(cases(*dir).size()) - 1));
+}
+
+TEST(CaLazy, AVerificationParsesOnlyWhatItNeeds)
+{
+	const TempDir *dir = casesDir();
+	if (!dir)
+		GTEST_SKIP() << "python3-cryptography is missing";
+	/* Root, intermediate, a repeat of each and the twin root: the chain needs the root. */
+	const Captured run = runProgram({ examplePath("ca_verify"), "--ca", dir->file("duplicates.pem"),
+					  "--leaf", dir->file("duplicates.leaf2.pem"), "--partial" },
+					true, kLazy);
+	EXPECT_NE(run.out.find("verify 1 0 ok depth 0\n"), std::string::npos) << run.out;
+	/* The listing at the end parses all five; the verification alone took one. */
+	EXPECT_EQ(certCounts(run.err), "ca_certs_indexed=5 ca_certs_parsed=5");
+	const Captured bundle = runProgram({ examplePath("ca_client"), "--loader", "ctx-default",
+					     "--contexts", "1", "--quiet" }, true, kLazy);
+	EXPECT_EQ(bundle.status, 0) << bundle.err;
+	EXPECT_NE(certCounts(bundle.err).find("ca_certs_parsed="), std::string::npos);
+	EXPECT_EQ(certCounts(bundle.err).find("ca_certs_indexed=0 "), std::string::npos)
+		<< "the system bundle should load lazily: " << bundle.err;
+}
+
+TEST(CaLazy, PythonSeesTheSameStoreAndVerifies)
+{
+	SKIP_IN_SANITIZER_BUILD();
+	TempDir bad;
+	writeFile(bad.file("garbage.pem"), "this is not a certificate\n");
+	const std::vector<std::string> store = { "/usr/bin/python3", kSource + "ca_checks.py", "store",
+						 bad.file("missing.pem"), bad.file("garbage.pem") };
+	const Captured plain = runProgram(store, false);
+	const Captured lazy = runProgram(store, true, kLazy);
+	EXPECT_EQ(plain.status, 0) << plain.err;
+	EXPECT_EQ(lazy.out, plain.out);
+	EXPECT_EQ(certCounts(lazy.err).find("ca_certs_indexed=0 "), std::string::npos) << lazy.err;
+}
+
+TEST(CaLazy, ClientLoadersAndBadFilesAnswerAsWithoutTheShim)
+{
+	TempDir dir;
+	const std::string ca = readFile(pki().ca1);
+	writeFile(dir.file("truncated.pem"), ca.substr(0, ca.size() / 2));
+	writeFile(dir.file("good-then-broken.pem"), ca + ca.substr(0, ca.size() / 2));
+	writeFile(dir.file("crlf.pem"), [&] {
+		std::string out;
+		for (char ch : ca)
+			out += ch == '\n' ? std::string("\r\n") : std::string(1, ch);
+		return out;
+	}());
+	for (const std::string &file : { pki().ca1, dir.file("truncated.pem"), dir.file("good-then-broken.pem"),
+					 dir.file("crlf.pem"), dir.file("missing.pem") }) {
+		for (const char *loader : { "ctx-locations", "store-file" }) {
+			const std::vector<std::string> argv = { examplePath("ca_client"), "--loader", loader,
+								"--ca", file, "--contexts", "2" };
+			const Captured plain = runProgram(argv, false);
+			const Captured lazy = runProgram(argv, true, kLazy);
+			EXPECT_EQ(lazy.out, plain.out) << loader << " " << file;
+		}
+	}
+}
+
+TEST(CaLazy, ThreadsVerifyingAgainstOneLazyStoreAgree)
+{
+	/* Under ThreadSanitizer in that build: the store's lazy fill and the shared index. */
+	const TempDir *dir = casesDir();
+	if (!dir)
+		GTEST_SKIP() << "python3-cryptography is missing";
+	for (const char *name : { "duplicates", "twins", "timed" }) {
+		std::vector<std::string> argv = verifyArgv(*dir, { name, {} });
+		argv.insert(argv.end(), { "--threads", "4" });
+		const Captured lazy = runProgram(argv, true, kLazy);
+		EXPECT_EQ(lazy.status, 0) << lazy.err;
+		EXPECT_NE(lazy.out.find("threads ok "), std::string::npos) << name << "\n" << lazy.out;
+		EXPECT_EQ(lazy.err.find("ThreadSanitizer"), std::string::npos) << lazy.err;
+	}
+	/* Many stores, one index: ca_client's contexts each verify a handshake. */
+	const Captured stress = runProgram({ examplePath("ca_client"), "--stress", "--threads", "8",
+					     "--contexts", "200", "--ca", pki().ca1, "--server-cert",
+					     pki().server.cert, "--server-key", pki().server.key },
+					   true, kLazy);
+	EXPECT_EQ(stress.status, 0) << stress.err;
+	EXPECT_EQ(stress.out, "stress ok 1600 handshakes\n");
+}
