@@ -173,9 +173,10 @@ X509 *CaIndex::certificate(int position, bool *own) const
 		*own = true;
 		return parse(entry);
 	}
-	std::lock_guard<std::mutex> lock(parsing_);
-	if (X509 *x = entry.parsed.load(std::memory_order_acquire))
-		return x;
+	/*
+	 * No lock: two threads may parse the same certificate at once, and the one that
+	 * publishes second frees its copy. A lock here would be one more to hold across fork.
+	 */
 	api_.ERR_set_mark();
 	X509 *x = parse(entry);
 	/* As parseBundle: derived fields filled before the certificate is shared. */
@@ -188,10 +189,13 @@ X509 *CaIndex::certificate(int position, bool *own) const
 		*own = true;
 		return parse(entry);
 	}
-	if (x) {
-		parsedCount_.fetch_add(1, std::memory_order_relaxed);
-		entry.parsed.store(x, std::memory_order_release);
+	X509 *published = nullptr;
+	if (x && !entry.parsed.compare_exchange_strong(published, x, std::memory_order_acq_rel)) {
+		api_.X509_free(x);
+		return published;
 	}
+	if (x)
+		parsedCount_.fetch_add(1, std::memory_order_relaxed);
 	return x;
 }
 

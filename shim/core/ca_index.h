@@ -2,7 +2,6 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -57,7 +56,6 @@ private:
 	Stats &stats_;
 	std::vector<std::unique_ptr<Entry>> entries_;
 	std::vector<int> bySubject_; /* positions, sorted by X509_NAME_cmp, then file order */
-	mutable std::mutex parsing_;
 	mutable std::atomic<int> parsedCount_{ 0 };
 };
 

@@ -78,6 +78,10 @@ LazyStores::State *LazyStores::state(X509_STORE *store) const noexcept
 
 bool LazyStores::pending(X509_STORE *store) const noexcept
 {
+	/* Under the lock: the first lazy load into a store sets its ex_data, which may move. */
+	if (slot_ < 0 || !store)
+		return false;
+	StoreLock lock(*api_, store);
 	const State *s = state(store);
 	return s && !s->complete.load(std::memory_order_acquire);
 }
@@ -138,10 +142,12 @@ int LazyStores::attach(X509_STORE *store, const std::shared_ptr<const CaIndex> &
 
 void LazyStores::beforeRead(X509_STORE *store, const X509_NAME *subject) noexcept
 {
-	State *s = state(store);
-	if (!s || s->complete.load(std::memory_order_acquire) || !subject)
+	if (!subject)
 		return;
 	StoreLock lock(*api_, store);
+	State *s = state(store);
+	if (!s || s->complete.load(std::memory_order_acquire))
+		return;
 	STACK_OF(X509_OBJECT) *objects = api_->X509_STORE_get0_objects(store);
 	bool failed = false;
 	for (State::File &file : s->files) {
@@ -156,10 +162,10 @@ void LazyStores::beforeRead(X509_STORE *store, const X509_NAME *subject) noexcep
 
 void LazyStores::afterLookup(X509_STORE *store) noexcept
 {
+	StoreLock lock(*api_, store);
 	State *s = state(store);
 	if (!s || s->complete.load(std::memory_order_acquire))
 		return;
-	StoreLock lock(*api_, store);
 	s->unsortedLast = nullptr;
 	s->lastLoaded = -1;
 }
@@ -174,10 +180,12 @@ int LazyStores::objectCount(X509_STORE *store) noexcept
 
 void LazyStores::afterAdd(X509_STORE *store, int before) noexcept
 {
-	State *s = state(store);
-	if (!s || before < 0)
+	if (before < 0)
 		return;
 	StoreLock lock(*api_, store);
+	State *s = state(store);
+	if (!s)
+		return;
 	STACK_OF(X509_OBJECT) *objects = api_->X509_STORE_get0_objects(store);
 	const int count = api_->OPENSSL_sk_num(stack(objects));
 	/* The add looked the store up (sorted it), then appended its object, or found it. */
@@ -188,10 +196,10 @@ void LazyStores::afterAdd(X509_STORE *store, int before) noexcept
 
 void LazyStores::beforeEnumeration(X509_STORE *store) noexcept
 {
+	StoreLock lock(*api_, store);
 	State *s = state(store);
 	if (!s || s->complete.load(std::memory_order_acquire))
 		return;
-	StoreLock lock(*api_, store);
 	STACK_OF(X509_OBJECT) *objects = api_->X509_STORE_get0_objects(store);
 	bool failed = false;
 	X509_OBJECT *last = s->unsortedLast;
