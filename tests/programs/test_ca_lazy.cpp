@@ -135,18 +135,53 @@ TEST(CaLazy, AVerificationParsesOnlyWhatItNeeds)
 		<< "the system bundle should load lazily: " << bundle.err;
 }
 
-TEST(CaLazy, PythonSeesTheSameStoreAndVerifies)
+TEST(CaLazy, PythonSeesTheSameStore)
 {
 	SKIP_IN_SANITIZER_BUILD();
 	TempDir bad;
 	writeFile(bad.file("garbage.pem"), "this is not a certificate\n");
 	const std::vector<std::string> store = { "/usr/bin/python3", kSource + "ca_checks.py", "store",
 						 bad.file("missing.pem"), bad.file("garbage.pem") };
-	const Captured plain = runProgram(store, false);
-	const Captured lazy = runProgram(store, true, kLazy);
-	EXPECT_EQ(plain.status, 0) << plain.err;
-	EXPECT_EQ(lazy.out, plain.out);
-	EXPECT_EQ(certCounts(lazy.err).find("ca_certs_indexed=0 "), std::string::npos) << lazy.err;
+	/* The system bundle, then files out of subject order, with twins and repeats. */
+	std::vector<std::vector<std::string>> environments = { {} };
+	if (const TempDir *dir = casesDir()) {
+		for (const char *name : { "order", "order-repeat", "twins", "duplicates", "timed" })
+			environments.push_back({ "SSL_CERT_FILE=" + dir->file(std::string(name) + ".pem") });
+	}
+	for (const std::vector<std::string> &env : environments) {
+		const Captured plain = runProgram(store, false, env);
+		std::vector<std::string> lazyEnv = env;
+		lazyEnv.insert(lazyEnv.end(), kLazy.begin(), kLazy.end());
+		const Captured lazy = runProgram(store, true, lazyEnv);
+		const std::string what = env.empty() ? "system bundle" : env[0];
+		EXPECT_EQ(plain.status, 0) << what << plain.err;
+		EXPECT_EQ(lazy.out, plain.out) << what;
+		EXPECT_EQ(certCounts(lazy.err).find("ca_certs_indexed=0 "), std::string::npos) << lazy.err;
+	}
+}
+
+TEST(CaLazy, CurlAnswersTheSame)
+{
+	SKIP_IN_SANITIZER_BUILD();
+	TempDir dir;
+	writeFile(dir.file("bundle.pem"), readFile("/etc/ssl/certs/ca-certificates.crt") + readFile(pki().ca1));
+	for (const Certificate *identity : { &pki().server, &pki().expired, &pki().serverCa2 }) {
+		Captured runs[2];
+		for (bool lazy : { false, true }) {
+			ExampleServer server({ "--send", "5" }, {}, *identity);
+			const std::string port = server.portText();
+			const std::vector<std::string> argv = { "curl", "-sS", "--max-time", "60", "--cacert",
+								dir.file("bundle.pem"), "--resolve",
+								"localhost:" + port + ":127.0.0.1",
+								"https://localhost:" + port + "/" };
+			runs[lazy] = lazy ? runProgram(argv, true, kLazy) : runProgram(argv, false);
+		}
+		EXPECT_EQ(runs[1].status, runs[0].status) << runs[1].err;
+		EXPECT_EQ(runs[1].err.substr(0, runs[1].err.find("tlstune:")), runs[0].err);
+		/* One certificate parsed of 145: the server's issuer. */
+		EXPECT_NE(certCounts(runs[1].err).find("ca_certs_indexed=145 ca_certs_parsed="), std::string::npos)
+			<< runs[1].err;
+	}
 }
 
 TEST(CaLazy, ClientLoadersAndBadFilesAnswerAsWithoutTheShim)
