@@ -72,6 +72,14 @@ struct CaApi {
 	decltype(&::d2i_X509_NAME) d2i_X509_NAME = nullptr;
 	decltype(&::X509_NAME_free) X509_NAME_free = nullptr;
 	decltype(&::X509_NAME_cmp) X509_NAME_cmp = nullptr;
+	decltype(&::ASN1_item_d2i) ASN1_item_d2i = nullptr;
+	decltype(&::ASN1_item_free) ASN1_item_free = nullptr;
+	decltype(&::ASN1_INTEGER_it) ASN1_INTEGER_it = nullptr;
+	decltype(&::ASN1_BIT_STRING_it) ASN1_BIT_STRING_it = nullptr;
+	decltype(&::ASN1_TIME_it) ASN1_TIME_it = nullptr;
+	decltype(&::X509_ALGOR_it) X509_ALGOR_it = nullptr;
+	decltype(&::X509_NAME_it) X509_NAME_it = nullptr;
+	decltype(&::X509_EXTENSIONS_it) X509_EXTENSIONS_it = nullptr;
 	decltype(&::X509_get_subject_name) X509_get_subject_name = nullptr;
 	decltype(&::X509_get_issuer_name) X509_get_issuer_name = nullptr;
 	decltype(&::OPENSSL_sk_delete_ptr) OPENSSL_sk_delete_ptr = nullptr;
@@ -92,7 +100,9 @@ struct CaApi {
 	bool hasLazy() const noexcept
 	{
 		return d2i_X509 && X509_free &&
-		       d2i_X509_NAME && X509_NAME_free && X509_NAME_cmp && X509_get_subject_name &&
+		       d2i_X509_NAME && X509_NAME_free && X509_NAME_cmp && ASN1_item_d2i &&
+		       ASN1_item_free && ASN1_INTEGER_it && ASN1_BIT_STRING_it && ASN1_TIME_it &&
+		       X509_ALGOR_it && X509_NAME_it && X509_EXTENSIONS_it && X509_get_subject_name &&
 		       X509_get_issuer_name && OPENSSL_sk_delete_ptr && CRYPTO_get_ex_new_index &&
 		       X509_STORE_get_ex_data && X509_STORE_set_ex_data && X509_STORE_CTX_get0_store &&
 		       X509_STORE_CTX_get1_issuer && X509_STORE_CTX_get1_certs &&

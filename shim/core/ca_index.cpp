@@ -64,6 +64,17 @@ bool wellFramed(const Element &element, int depth) noexcept
 	return true;
 }
 
+/* The children of a constructed element, whatever their tags. */
+std::vector<Element> allChildren(const Element &parent) noexcept
+{
+	std::vector<Element> out;
+	const unsigned char *at = parent.content;
+	Element child;
+	while (at < parent.end() && readElement(&at, parent.end(), &child))
+		out.push_back(child);
+	return out;
+}
+
 /* The children of a constructed element, each of the expected tag. */
 bool children(const Element &parent, std::initializer_list<unsigned char> tags,
 	      std::vector<Element> *out) noexcept
@@ -80,8 +91,22 @@ bool children(const Element &parent, std::initializer_list<unsigned char> tags,
 
 } /* namespace */
 
-bool findSubject(const unsigned char *der, std::size_t length, const unsigned char **subject,
-		 std::size_t *subjectLength) noexcept
+namespace {
+
+/* The element decodes, to its end, as item: what d2i_X509 asks of that field. */
+bool decodes(const CaApi &api, const Element &element, const ASN1_ITEM *item) noexcept
+{
+	const unsigned char *p = element.start;
+	ASN1_VALUE *value = api.ASN1_item_d2i(nullptr, &p, static_cast<long>(element.end() - element.start), item);
+	if (value)
+		api.ASN1_item_free(value, item);
+	return value && p == element.end();
+}
+
+} /* namespace */
+
+bool checkCertificate(const CaApi &api, const unsigned char *der, std::size_t length,
+		      const unsigned char **subject, std::size_t *subjectLength) noexcept
 {
 	/* Certificate ::= SEQUENCE { tbsCertificate, signatureAlgorithm, signature BIT STRING } */
 	const unsigned char *at = der;
@@ -90,23 +115,23 @@ bool findSubject(const unsigned char *der, std::size_t length, const unsigned ch
 	    !wellFramed(certificate, 0))
 		return false;
 	std::vector<Element> parts;
-	if (!children(certificate, { 0x30, 0x30, 0x03 }, &parts))
+	if (!children(certificate, { 0x30, 0x30, 0x03 }, &parts) ||
+	    !decodes(api, parts[1], api.X509_ALGOR_it()) || !decodes(api, parts[2], api.ASN1_BIT_STRING_it()))
 		return false;
 	/*
-	 * TBSCertificate ::= SEQUENCE { [0] version OPTIONAL, serial INTEGER, signature,
-	 * issuer, validity, subject, subjectPublicKeyInfo, [1] [2] unique ids OPTIONAL,
-	 * [3] extensions OPTIONAL }
+	 * TBSCertificate ::= SEQUENCE { [0] EXPLICIT version OPTIONAL, serial INTEGER,
+	 * signature, issuer, validity, subject, subjectPublicKeyInfo, [1] [2] unique ids
+	 * OPTIONAL (not taken here), [3] EXPLICIT extensions OPTIONAL }
 	 */
 	const Element &tbs = parts[0];
-	at = tbs.content;
-	std::vector<Element> fields;
-	while (at < tbs.end()) {
-		Element field;
-		if (!readElement(&at, tbs.end(), &field))
+	const std::vector<Element> fields = allChildren(tbs);
+	std::size_t i = 0;
+	if (!fields.empty() && fields[0].tag == 0xa0) {
+		std::vector<Element> version;
+		if (!children(fields[0], { 0x02 }, &version) || !decodes(api, version[0], api.ASN1_INTEGER_it()))
 			return false;
-		fields.push_back(field);
+		i = 1;
 	}
-	std::size_t i = !fields.empty() && fields[0].tag == 0xa0 ? 1 : 0;
 	static const unsigned char kRequired[] = { 0x02, 0x30, 0x30, 0x30, 0x30, 0x30 };
 	if (fields.size() < i + sizeof(kRequired))
 		return false;
@@ -114,19 +139,29 @@ bool findSubject(const unsigned char *der, std::size_t length, const unsigned ch
 		if (fields[i++].tag != tag)
 			return false;
 	}
+	const Element &serial = fields[i - 6], &algorithm = fields[i - 5], &issuer = fields[i - 4];
 	const Element &validity = fields[i - 3], &subjectField = fields[i - 2], &key = fields[i - 1];
-	const unsigned char *t = validity.content;
-	for (int k = 0; k < 2; k++) {
-		Element time;
-		if (!readElement(&t, validity.end(), &time) || (time.tag != 0x17 && time.tag != 0x18))
-			return false;
-	}
+	const std::vector<Element> times = allChildren(validity);
 	std::vector<Element> keyParts;
-	if (t != validity.end() || !children(key, { 0x30, 0x03 }, &keyParts))
+	const bool selfIssued = issuer.end() - issuer.start == subjectField.end() - subjectField.start &&
+				std::equal(issuer.start, issuer.end(), subjectField.start);
+	/*
+	 * Every field decoded by OpenSSL's own decoder but the public key, whose decoding
+	 * d2i_X509 does not fail on (it keeps a key it cannot decode undecoded). The subject
+	 * is decoded by the caller, and with it the issuer of a self-issued certificate.
+	 */
+	if (!decodes(api, serial, api.ASN1_INTEGER_it()) || !decodes(api, algorithm, api.X509_ALGOR_it()) ||
+	    (!selfIssued && !decodes(api, issuer, api.X509_NAME_it())) ||
+	    times.size() != 2 || !decodes(api, times[0], api.ASN1_TIME_it()) || !decodes(api, times[1], api.ASN1_TIME_it()) ||
+	    !children(key, { 0x30, 0x03 }, &keyParts) || !decodes(api, keyParts[0], api.X509_ALGOR_it()) ||
+	    !decodes(api, keyParts[1], api.ASN1_BIT_STRING_it()))
 		return false;
-	for (unsigned char optional : { 0x81, 0x82, 0xa3 }) {
-		if (i < fields.size() && fields[i].tag == optional)
-			i++;
+	if (i < fields.size() && fields[i].tag == 0xa3) {
+		std::vector<Element> extensions;
+		if (!children(fields[i], { 0x30 }, &extensions) ||
+		    !decodes(api, extensions[0], api.X509_EXTENSIONS_it()))
+			return false;
+		i++;
 	}
 	if (i != fields.size())
 		return false;
@@ -304,8 +339,8 @@ std::shared_ptr<CaIndex> indexFile(const CaApi &api, Stats &stats, const std::st
 	for (std::string &der : ders) {
 		const unsigned char *subject = nullptr;
 		std::size_t subjectLength = 0;
-		ok = findSubject(reinterpret_cast<const unsigned char *>(der.data()), der.size(), &subject,
-				 &subjectLength);
+		ok = checkCertificate(api, reinterpret_cast<const unsigned char *>(der.data()), der.size(),
+				      &subject, &subjectLength);
 		X509_NAME *decoded = ok ? api.d2i_X509_NAME(nullptr, &subject, static_cast<long>(subjectLength))
 					: nullptr;
 		if (!decoded)

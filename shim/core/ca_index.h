@@ -68,8 +68,12 @@ private:
  */
 std::shared_ptr<CaIndex> indexFile(const CaApi &api, Stats &stats, const std::string &content);
 
-/* The DER certificate's subject, found by walking its framing; false if it is malformed. */
-bool findSubject(const unsigned char *der, std::size_t length, const unsigned char **subject,
-		 std::size_t *subjectLength) noexcept;
+/*
+ * Whether d2i_X509 takes this DER certificate, and where its subject is: every field
+ * decoded by OpenSSL's own decoder but the public key, whose decoding d2i_X509 survives.
+ * Stricter than OpenSSL where that is simpler (BER lengths, unique ids: false).
+ */
+bool checkCertificate(const CaApi &api, const unsigned char *der, std::size_t length,
+		      const unsigned char **subject, std::size_t *subjectLength) noexcept;
 
 } /* namespace tlstune */

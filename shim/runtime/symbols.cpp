@@ -206,6 +206,14 @@ bool resolveCrypto(CaApi *api) noexcept
 	RESOLVE(d2i_X509_NAME);
 	RESOLVE(X509_NAME_free);
 	RESOLVE(X509_NAME_cmp);
+	RESOLVE(ASN1_item_d2i);
+	RESOLVE(ASN1_item_free);
+	RESOLVE(ASN1_INTEGER_it);
+	RESOLVE(ASN1_BIT_STRING_it);
+	RESOLVE(ASN1_TIME_it);
+	RESOLVE(X509_ALGOR_it);
+	RESOLVE(X509_NAME_it);
+	RESOLVE(X509_EXTENSIONS_it);
 	RESOLVE(X509_get_subject_name);
 	RESOLVE(X509_get_issuer_name);
 	RESOLVE(OPENSSL_sk_delete_ptr);

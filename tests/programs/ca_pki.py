@@ -7,6 +7,7 @@ untrusted certificates sent with the leaf (CASE.untrusted.pem) and leaves (CASE.
 DIR/cases lists one case a line: NAME FLAGS, FLAGS a comma list of partial, no-trusted-first,
 add-before (the program adds its certificates before loading the file), or "-".
 """
+import base64
 import datetime
 import os
 import sys
@@ -186,6 +187,26 @@ def main(out):
     write("order-repeat", ".pem", pem(twin2, old, root, new, old))
     write("order-repeat", ".leaf1.pem", pem(leaf("leaf of twin 2", "Twin Root", k2)))
     cases.append("order-repeat -")
+
+    # Malformed in a way only a full decoder sees: an OID with a 0x80 lead byte (loading
+    # fails), and a version of 5 (3.0 takes it). Plus the valid root before it.
+    def corrupt(certificate, find, replace):
+        der = certificate.public_bytes(serialization.Encoding.DER)
+        assert find in der
+        der = der.replace(find, replace, 1)
+        body = base64.encodebytes(der).decode().replace("\n", "")
+        lines = [body[i:i + 64] for i in range(0, len(body), 64)]
+        return ("-----BEGIN CERTIFICATE-----\n" + "\n".join(lines) +
+                "\n-----END CERTIFICATE-----\n").encode()
+    ecdsa_sha256 = bytes([0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02])
+    write("malformed-oid", ".pem", pem(root) + corrupt(twin1, ecdsa_sha256,
+                                                       ecdsa_sha256[:2] + b"\x80" + ecdsa_sha256[3:]))
+    write("malformed-oid", ".leaf1.pem", pem(mid_leaf))
+    cases.append("malformed-oid -")
+    write("version-5", ".pem", pem(root) + corrupt(twin1, bytes([0xa0, 0x03, 0x02, 0x01, 0x02]),
+                                                   bytes([0xa0, 0x03, 0x02, 0x01, 0x05])))
+    write("version-5", ".leaf1.pem", pem(leaf("leaf of twin 1", "Twin Root", k1)))
+    cases.append("version-5 -")
 
     with open(os.path.join(out, "cases"), "w") as f:
         f.write("\n".join(cases) + "\n")
