@@ -97,6 +97,12 @@ struct CaApi {
 	/* 3.3+: void * so that these headers (3.0) need not declare it. */
 	void *X509_STORE_get1_objects = nullptr;
 
+	/*
+	 * Lazy loading follows how 3.0's x509_lu.c and x509_vfy.c read a store (read, and
+	 * tested by the differential suite); on any other version files load eagerly.
+	 */
+	bool lazyKnown() const noexcept { return OpenSSL_version_num() >> 20 == 0x300; }
+
 	bool hasLazy() const noexcept
 	{
 		return d2i_X509 && X509_free &&

@@ -59,7 +59,7 @@ struct LazyStores::State {
 
 bool LazyStores::init(const CaApi &api) noexcept
 {
-	if (!api.hasLazy() || !api.storeSortsOnLookup())
+	if (!api.hasLazy() || !api.storeSortsOnLookup() || !api.lazyKnown())
 		return false;
 	api_ = &api;
 	slot_ = api.CRYPTO_get_ex_new_index(

@@ -15,8 +15,9 @@ namespace tlstune {
  * same duplicate check loading does; before anything enumerates the store, all of them,
  * and the store's objects are put in the order loading would have left. OpenSSL only
  * reads a store by subject through the functions interposed for this (x509_lu.c,
- * x509_vfy.c in 1.1.1 and 3.0), so every lookup then finds what an eager load would have
- * put there. Only for libraries whose store is one stack sorted on lookup (1.1.1, 3.0).
+ * x509_vfy.c in 3.0), so every lookup then finds what an eager load would have put
+ * there. Only for 3.0, whose store is one stack sorted on lookup; elsewhere files load
+ * eagerly.
  *
  * Every function takes the store's lock itself: call none with it held.
  */

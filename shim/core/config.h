@@ -38,7 +38,7 @@ struct Config {
 	bool readiness = true;
 	bool caCache = true;
 	unsigned long caCacheTtl = kDefaultCaCacheTtl; /* seconds */
-	bool caLazy = false;
+	bool caLazy = true;
 	bool coalesce = true;
 	std::size_t coalesceLimit = kDefaultCoalesceLimit;
 	unsigned long coalesceDelayUs = kDefaultCoalesceDelayUs;

@@ -124,8 +124,8 @@ Crypto *buildCrypto() noexcept
 	instance.caching = found && instance.api.complete() && config.caCache && !config.disable;
 	instance.lazyLoading = instance.caching && config.caLazy && instance.lazy.init(instance.api);
 	if (instance.caching && config.caLazy && !instance.lazyLoading)
-		logLine(LogLevel::Warn, "TLSTUNE_CA_LAZY: this libcrypto is not one lazy loading knows: "
-			"CA files load eagerly");
+		logLine(LogLevel::Info, "TLSTUNE_CA_LAZY: this libcrypto is not one lazy loading knows "
+			"(OpenSSL 3.0): CA files load eagerly");
 	if (found && !instance.api.complete())
 		logLine(LogLevel::Warn, "this libcrypto lacks functions the CA cache needs: CA cache off");
 	return &instance;
