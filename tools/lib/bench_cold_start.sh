@@ -1,76 +1,85 @@
 # Cold start rows for tools/tlstune-bench (issue 13): what a one-shot process pays for the
-# CA bundle, without the shim, with it (eager: the first load parses everything) and with
-# TLSTUNE_CA_LAZY=on (the first load indexes the file and parses what chain building asks
-# for). Expects the bench's $work (bundle.pem, cert.pem), $shim, $tree, $port (nginx up,
-# serving $work/small) and its say and progress functions.
+# CA bundle, without the shim, with it eager (TLSTUNE_CA_LAZY=off: the first load parses
+# everything) and lazy (the default: the first load indexes the file and parses what
+# chain building asks for). Expects the bench's $work (bundle.pem, cert.pem), $shim,
+# $tree, $port (nginx up, serving $work/small) and its say and progress functions.
 
-# cold_median COMMAND...: the median wall time of $cold_runs runs of COMMAND, in ms.
-cold_median() {
-	local i start end
-	for ((i = 0; i < cold_runs; i++)); do
-		start=$(date +%s%N)
-		"$@" >/dev/null 2>&1 || true
-		end=$(date +%s%N)
-		echo $(((end - start) / 1000))
-	done | sort -n | awk '{ t[NR] = $1 } END { printf "%.2f", t[int((NR + 1) / 2)] / 1000 }'
+# cold_ms COMMAND...: one run's wall time in ms; with COLD_INSIDE set, what COMMAND prints.
+cold_ms() {
+	local start end
+	if [ -n "${COLD_INSIDE:-}" ]; then
+		"$@" 2>/dev/null | tail -1
+		return
+	fi
+	start=$(date +%s%N)
+	"$@" >/dev/null 2>&1 || true
+	end=$(date +%s%N)
+	echo "$(((end - start) / 1000))" | awk '{ print $1 / 1000 }'
 }
 
-# cold_inside COMMAND...: the median of what COMMAND prints (ms), over $cold_runs runs.
-cold_inside() {
-	local i
+# cold_row NAME A B C: arrays A, B and C hold the commands without the shim, eager and
+# lazy; they run interleaved $cold_runs times (other load drifts alike for all three) and
+# the row shows each median in ms and its ratio to the first.
+cold_row() {
+	local name=$1 i
+	local -n first=$2 second=$3 third=$4
+	: >"$work/cold.a"
+	: >"$work/cold.b"
+	: >"$work/cold.c"
 	for ((i = 0; i < cold_runs; i++)); do
-		"$@" 2>/dev/null
-	done | sort -n | awk '{ t[NR] = $1 } END { printf "%.2f", t[int((NR + 1) / 2)] }'
-}
-
-cold_row() { # cold_row NAME WITHOUT EAGER LAZY: ms, and the ratios to the row's first
-	say "$(awk -v name="$1" -v a="$2" -v b="$3" -v c="$4" \
+		cold_ms "${first[@]}" >>"$work/cold.a"
+		cold_ms "${second[@]}" >>"$work/cold.b"
+		cold_ms "${third[@]}" >>"$work/cold.c"
+	done
+	median() { sort -n "$1" | awk '{ t[NR] = $1 } END { print t[int((NR + 1) / 2)] }'; }
+	say "$(awk -v name="$name" -v a="$(median "$work/cold.a")" -v b="$(median "$work/cold.b")" \
+		-v c="$(median "$work/cold.c")" \
 		'BEGIN { printf "| %s | %.2f | %.2f (%.2fx) | %.2f (%.2fx) |", name, a, b, b / a, c, c / a }')"
 }
 
 cold_start_rows() {
-	local cold_runs=${1:-21} curl_bundle curl_floor c_context python_context
-	local eager=(env SSL_CERT_FILE="$work/bundle.pem" LD_PRELOAD="$shim")
-	local lazy=(env SSL_CERT_FILE="$work/bundle.pem" LD_PRELOAD="$shim" TLSTUNE_CA_LAZY=on)
-	local plain=(env SSL_CERT_FILE="$work/bundle.pem")
-	say "## Cold start: one process, one context ($(grep -c 'BEGIN CERT' "$work/bundle.pem") certificates in the bundle), median of $cold_runs runs, ms"
+	local cold_runs=${1:-21}
+	local env_plain=(env SSL_CERT_FILE="$work/bundle.pem")
+	local env_eager=(env SSL_CERT_FILE="$work/bundle.pem" LD_PRELOAD="$shim" TLSTUNE_CA_LAZY=off)
+	local env_lazy=(env SSL_CERT_FILE="$work/bundle.pem" LD_PRELOAD="$shim" TLSTUNE_CA_LAZY=on)
+	say "## Cold start: one process, one context ($(grep -c 'BEGIN CERT' "$work/bundle.pem") certificates in the bundle), median of $cold_runs interleaved runs, ms"
 	say ""
-	say "| what | without | with (eager) | with TLSTUNE_CA_LAZY=on |"
-	say "|------|---------|--------------|-------------------------|"
+	say "| what | without | with, eager (TLSTUNE_CA_LAZY=off) | with, lazy (default) |"
+	say "|------|---------|-----------------------------------|----------------------|"
 
 	progress "cold start: curl"
-	curl_bundle=(curl -s --fail --cacert "$work/bundle.pem" "https://127.0.0.1:$port/small")
-	curl_floor=(curl -s --fail --cacert "$work/cert.pem" "https://127.0.0.1:$port/small")
-	local floor
-	floor=$(cold_median "${plain[@]}" "${curl_floor[@]}")
-	cold_row "curl, one HTTPS GET, process wall time" "$(cold_median "${plain[@]}" "${curl_bundle[@]}")" \
-		"$(cold_median "${eager[@]}" "${curl_bundle[@]}")" "$(cold_median "${lazy[@]}" "${curl_bundle[@]}")"
-	cold_row "curl, the same with a CA file of the one server certificate (the floor)" "$floor" \
-		"$(cold_median env LD_PRELOAD="$shim" "${curl_floor[@]}")" \
-		"$(cold_median env LD_PRELOAD="$shim" TLSTUNE_CA_LAZY=on "${curl_floor[@]}")"
+	local curl_bundle=(curl -s --fail --cacert "$work/bundle.pem" "https://127.0.0.1:$port/small")
+	local curl_floor=(curl -s --fail --cacert "$work/cert.pem" "https://127.0.0.1:$port/small")
+	local a=("${env_plain[@]}" "${curl_bundle[@]}") b=("${env_eager[@]}" "${curl_bundle[@]}")
+	local c=("${env_lazy[@]}" "${curl_bundle[@]}")
+	cold_row "curl, one HTTPS GET, process wall time" a b c
+	a=("${env_plain[@]}" "${curl_floor[@]}") b=("${env_eager[@]}" "${curl_floor[@]}")
+	c=("${env_lazy[@]}" "${curl_floor[@]}")
+	cold_row "curl, the same with a CA file of the one server certificate (the floor)" a b c
 
 	progress "cold start: C"
-	# One context, timed inside the process (--contexts 0 --quiet: the first and only one).
-	c_context=("$tree/examples/ca_client" --loader ctx-default --quiet --contexts 0)
-	cold_row "C: first SSL_CTX_new + SSL_CTX_set_default_verify_paths, in process" \
-		"$(cold_inside "${plain[@]}" sh -c '"$@" | awk "{ print \$4 * 1000 }"' - "${c_context[@]}")" \
-		"$(cold_inside "${eager[@]}" sh -c '"$@" | awk "{ print \$4 * 1000 }"' - "${c_context[@]}")" \
-		"$(cold_inside "${lazy[@]}" sh -c '"$@" | awk "{ print \$4 * 1000 }"' - "${c_context[@]}")"
-	cold_row "C: the same, process wall time" "$(cold_median "${plain[@]}" "${c_context[@]}")" \
-		"$(cold_median "${eager[@]}" "${c_context[@]}")" "$(cold_median "${lazy[@]}" "${c_context[@]}")"
+	# --contexts 0 --quiet: one context, the first, timed inside the process (seconds).
+	local c_context=("$tree/examples/ca_client" --loader ctx-default --quiet --contexts 0)
+	local seconds_to_ms=(sh -c '"$@" | awk "{ print \$4 * 1000 }"' -)
+	a=("${env_plain[@]}" "${seconds_to_ms[@]}" "${c_context[@]}")
+	b=("${env_eager[@]}" "${seconds_to_ms[@]}" "${c_context[@]}")
+	c=("${env_lazy[@]}" "${seconds_to_ms[@]}" "${c_context[@]}")
+	COLD_INSIDE=1 cold_row "C: first SSL_CTX_new + SSL_CTX_set_default_verify_paths, in process" a b c
+	a=("${env_plain[@]}" "${c_context[@]}") b=("${env_eager[@]}" "${c_context[@]}")
+	c=("${env_lazy[@]}" "${c_context[@]}")
+	cold_row "C: the same, process wall time" a b c
 
 	progress "cold start: python"
-	python_context=(/usr/bin/python3 -c 'import ssl, time
+	local python_context=(/usr/bin/python3 -c 'import ssl, time
 start = time.perf_counter()
 ssl.create_default_context()
 print((time.perf_counter() - start) * 1000)')
-	cold_row "python: first ssl.create_default_context(), in process" \
-		"$(cold_inside "${plain[@]}" "${python_context[@]}")" "$(cold_inside "${eager[@]}" "${python_context[@]}")" \
-		"$(cold_inside "${lazy[@]}" "${python_context[@]}")"
-	cold_row "python: the same, process wall time" "$(cold_median "${plain[@]}" "${python_context[@]}")" \
-		"$(cold_median "${eager[@]}" "${python_context[@]}")" "$(cold_median "${lazy[@]}" "${python_context[@]}")"
+	a=("${env_plain[@]}" "${python_context[@]}") b=("${env_eager[@]}" "${python_context[@]}")
+	c=("${env_lazy[@]}" "${python_context[@]}")
+	COLD_INSIDE=1 cold_row "python: first ssl.create_default_context(), in process" a b c
+	cold_row "python: the same, process wall time" a b c
 	printf '\r\033[K' >&2
 	say ""
-	say "Goals (issue 13): C first context <= 2 ms, curl within 1.25x of the one-certificate floor, python's first context <= 3 ms. The curl rows' ratio to the floor: divide by the floor row's first column."
+	say "Goals (issue 13): C's first context <= 2 ms, curl within 1.25x of the one-certificate floor (compare the two curl rows), python's first context <= 3 ms."
 	say ""
 }
