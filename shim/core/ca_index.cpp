@@ -152,7 +152,8 @@ bool checkCertificate(const CaApi &api, const unsigned char *der, std::size_t le
 	 */
 	if (!decodes(api, serial, api.ASN1_INTEGER_it()) || !decodes(api, algorithm, api.X509_ALGOR_it()) ||
 	    (!selfIssued && !decodes(api, issuer, api.X509_NAME_it())) ||
-	    times.size() != 2 || !decodes(api, times[0], api.ASN1_TIME_it()) || !decodes(api, times[1], api.ASN1_TIME_it()) ||
+	    times.size() != 2 || !decodes(api, times[0], api.ASN1_TIME_it()) ||
+	    !decodes(api, times[1], api.ASN1_TIME_it()) ||
 	    !children(key, { 0x30, 0x03 }, &keyParts) || !decodes(api, keyParts[0], api.X509_ALGOR_it()) ||
 	    !decodes(api, keyParts[1], api.ASN1_BIT_STRING_it()))
 		return false;

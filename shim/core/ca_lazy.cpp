@@ -117,7 +117,7 @@ X509_OBJECT *materialise(const CaApi &api, STACK_OF(X509_OBJECT) *objects, const
 
 } /* namespace */
 
-int LazyStores::attach(X509_STORE *store, const std::shared_ptr<const CaIndex> &index) noexcept
+int LazyStores::attach(X509_STORE *store, const std::shared_ptr<const CaIndex> &index) const noexcept
 {
 	if (slot_ < 0)
 		return -1;
@@ -140,7 +140,7 @@ int LazyStores::attach(X509_STORE *store, const std::shared_ptr<const CaIndex> &
 	return ok ? index->count() : -1;
 }
 
-void LazyStores::beforeRead(X509_STORE *store, const X509_NAME *subject) noexcept
+void LazyStores::beforeRead(X509_STORE *store, const X509_NAME *subject) const noexcept
 {
 	if (!subject)
 		return;
@@ -160,7 +160,7 @@ void LazyStores::beforeRead(X509_STORE *store, const X509_NAME *subject) noexcep
 	}
 }
 
-void LazyStores::afterLookup(X509_STORE *store) noexcept
+void LazyStores::afterLookup(X509_STORE *store) const noexcept
 {
 	StoreLock lock(*api_, store);
 	State *s = state(store);
@@ -170,7 +170,7 @@ void LazyStores::afterLookup(X509_STORE *store) noexcept
 	s->lastLoaded = -1;
 }
 
-int LazyStores::objectCount(X509_STORE *store) noexcept
+int LazyStores::objectCount(X509_STORE *store) const noexcept
 {
 	if (!pending(store))
 		return -1;
@@ -178,7 +178,7 @@ int LazyStores::objectCount(X509_STORE *store) noexcept
 	return api_->OPENSSL_sk_num(stack(api_->X509_STORE_get0_objects(store)));
 }
 
-void LazyStores::afterAdd(X509_STORE *store, int before) noexcept
+void LazyStores::afterAdd(X509_STORE *store, int before) const noexcept
 {
 	if (before < 0)
 		return;
@@ -194,7 +194,7 @@ void LazyStores::afterAdd(X509_STORE *store, int before) noexcept
 	s->lastLoaded = -1;
 }
 
-void LazyStores::beforeEnumeration(X509_STORE *store) noexcept
+void LazyStores::beforeEnumeration(X509_STORE *store) const noexcept
 {
 	StoreLock lock(*api_, store);
 	State *s = state(store);

@@ -27,17 +27,17 @@ public:
 	bool init(const CaApi &api) noexcept;
 
 	/* Loads index into store lazily: returns what loading the file returns, -1 if it cannot. */
-	int attach(X509_STORE *store, const std::shared_ptr<const CaIndex> &index) noexcept;
+	int attach(X509_STORE *store, const std::shared_ptr<const CaIndex> &index) const noexcept;
 
 	/* The store's lazy certificates with this subject, now in the store. */
-	void beforeRead(X509_STORE *store, const X509_NAME *subject) noexcept;
+	void beforeRead(X509_STORE *store, const X509_NAME *subject) const noexcept;
 	/* After a call that looked the store up (and so sorted it). */
-	void afterLookup(X509_STORE *store) noexcept;
+	void afterLookup(X509_STORE *store) const noexcept;
 	/* Around X509_STORE_add_cert/_crl: before is the store's object count before it. */
-	int objectCount(X509_STORE *store) noexcept;
-	void afterAdd(X509_STORE *store, int before) noexcept;
+	int objectCount(X509_STORE *store) const noexcept;
+	void afterAdd(X509_STORE *store, int before) const noexcept;
 	/* Every lazy certificate in the store, in the order loading would have left them. */
-	void beforeEnumeration(X509_STORE *store) noexcept;
+	void beforeEnumeration(X509_STORE *store) const noexcept;
 
 	/* Whether the store has lazy certificates not in it yet (a cheap check). */
 	bool pending(X509_STORE *store) const noexcept;

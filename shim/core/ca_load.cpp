@@ -2,7 +2,7 @@
 
 namespace tlstune {
 
-int loadCaFile(const CaApi &api, CaCache &cache, Stats &stats, LazyStores *lazy,
+int loadCaFile(const CaApi &api, CaCache &cache, Stats &stats, const LazyStores *lazy,
 	       X509_STORE *store, const char *path, const char *propq)
 {
 	/* Certificates parsed for a property query keep it: only the default ones are lazy. */

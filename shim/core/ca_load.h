@@ -14,7 +14,7 @@ namespace tlstune {
  * OpenSSL's own result and errors). With lazy (TLSTUNE_CA_LAZY) a file that can be
  * indexed is, and its certificates reach the store when something reads it.
  */
-int loadCaFile(const CaApi &api, CaCache &cache, Stats &stats, LazyStores *lazy,
+int loadCaFile(const CaApi &api, CaCache &cache, Stats &stats, const LazyStores *lazy,
 	       X509_STORE *store, const char *path, const char *propq);
 
 } /* namespace tlstune */

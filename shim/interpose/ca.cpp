@@ -41,7 +41,7 @@ int loaded(X509_LOOKUP *lookup, const char *file, int type, OSSL_LIB_CTX *libctx
 	loading++;
 	const int savedErrno = errno;
 	X509_STORE *store = crypto.api.X509_LOOKUP_get_store(lookup);
-	LazyStores *lazy = crypto.lazyLoading ? &const_cast<Crypto &>(crypto).lazy : nullptr;
+	const LazyStores *lazy = crypto.lazyLoading ? &crypto.lazy : nullptr;
 	int count = store ? loadCaFile(crypto.api, process().caCache, process().stats, lazy, store,
 				       file, propq)
 			  : -1;
@@ -73,24 +73,24 @@ TLSTUNE_EXPORT int X509_load_cert_crl_file_ex(X509_LOOKUP *lookup, const char *f
 namespace {
 
 /* The store's lazy certificates that a call is about to look for, put in first. */
-LazyStores *lazyFor(X509_STORE *store)
+const LazyStores *lazyFor(X509_STORE *store)
 {
 	const Crypto &crypto = tlstune::crypto();
-	LazyStores *lazy = crypto.lazyLoading ? &const_cast<Crypto &>(crypto).lazy : nullptr;
+	const LazyStores *lazy = crypto.lazyLoading ? &crypto.lazy : nullptr;
 	return lazy && store && lazy->pending(store) ? lazy : nullptr;
 }
 
-X509_STORE *storeOf(X509_STORE_CTX *ctx)
+X509_STORE *storeOf(const X509_STORE_CTX *ctx)
 {
-	return ctx && crypto().api.X509_STORE_CTX_get0_store ? crypto().api.X509_STORE_CTX_get0_store(ctx)
-							       : nullptr;
+	const CaApi &api = crypto().api;
+	return ctx && api.X509_STORE_CTX_get0_store ? api.X509_STORE_CTX_get0_store(ctx) : nullptr;
 }
 
 /* A lookup by subject: the subject's lazy certificates first; the lookup sorts the store. */
 template <typename Call>
 auto lookedUp(X509_STORE *store, const X509_NAME *subject, Call call)
 {
-	LazyStores *lazy = lazyFor(store);
+	const LazyStores *lazy = lazyFor(store);
 	if (!lazy)
 		return call(crypto().api);
 	const int savedErrno = errno;
@@ -105,7 +105,7 @@ auto lookedUp(X509_STORE *store, const X509_NAME *subject, Call call)
 template <typename Call>
 int added(X509_STORE *store, const X509_NAME *subject, Call call)
 {
-	LazyStores *lazy = lazyFor(store);
+	const LazyStores *lazy = lazyFor(store);
 	if (!lazy)
 		return call(crypto().api);
 	const int savedErrno = errno;
@@ -122,7 +122,7 @@ int added(X509_STORE *store, const X509_NAME *subject, Call call)
 template <typename Call>
 auto enumerated(X509_STORE *store, Call call)
 {
-	if (LazyStores *lazy = lazyFor(store)) {
+	if (const LazyStores *lazy = lazyFor(store)) {
 		const int savedErrno = errno;
 		lazy->beforeEnumeration(store);
 		errno = savedErrno;
@@ -135,8 +135,10 @@ auto enumerated(X509_STORE *store, Call call)
 TLSTUNE_EXPORT int X509_STORE_add_cert(X509_STORE *store, X509 *x)
 {
 	const CaApi &api = crypto().api;
-	return added(store, x && api.X509_get_subject_name ? api.X509_get_subject_name(x) : nullptr,
-		     [&](const CaApi &real) { return real.X509_STORE_add_cert ? real.X509_STORE_add_cert(store, x) : 0; });
+	const X509_NAME *subject = x && api.X509_get_subject_name ? api.X509_get_subject_name(x) : nullptr;
+	return added(store, subject, [&](const CaApi &real) {
+		return real.X509_STORE_add_cert ? real.X509_STORE_add_cert(store, x) : 0;
+	});
 }
 
 TLSTUNE_EXPORT int X509_STORE_add_crl(X509_STORE *store, X509_CRL *crl)
@@ -149,10 +151,10 @@ TLSTUNE_EXPORT int X509_STORE_add_crl(X509_STORE *store, X509_CRL *crl)
 TLSTUNE_EXPORT int X509_STORE_CTX_get1_issuer(X509 **issuer, X509_STORE_CTX *ctx, X509 *x)
 {
 	const CaApi &api = crypto().api;
-	return lookedUp(storeOf(ctx), x && api.X509_get_issuer_name ? api.X509_get_issuer_name(x) : nullptr,
-			[&](const CaApi &real) {
-				return real.X509_STORE_CTX_get1_issuer ? real.X509_STORE_CTX_get1_issuer(issuer, ctx, x) : -1;
-			});
+	const X509_NAME *name = x && api.X509_get_issuer_name ? api.X509_get_issuer_name(x) : nullptr;
+	return lookedUp(storeOf(ctx), name, [&](const CaApi &real) {
+		return real.X509_STORE_CTX_get1_issuer ? real.X509_STORE_CTX_get1_issuer(issuer, ctx, x) : -1;
+	});
 }
 
 TLSTUNE_EXPORT STACK_OF(X509) *X509_STORE_CTX_get1_certs(X509_STORE_CTX *ctx, const X509_NAME *name)
@@ -162,9 +164,11 @@ TLSTUNE_EXPORT STACK_OF(X509) *X509_STORE_CTX_get1_certs(X509_STORE_CTX *ctx, co
 	});
 }
 
-TLSTUNE_EXPORT STACK_OF(X509_CRL) *X509_STORE_CTX_get1_crls(const X509_STORE_CTX *ctx, const X509_NAME *name)
+/* CRLs are never lazy; the lookup still sorts the store. */
+TLSTUNE_EXPORT STACK_OF(X509_CRL) *X509_STORE_CTX_get1_crls(const X509_STORE_CTX *ctx,
+							      const X509_NAME *name)
 {
-	return lookedUp(storeOf(const_cast<X509_STORE_CTX *>(ctx)), nullptr, [&](const CaApi &real) -> STACK_OF(X509_CRL) * {
+	return lookedUp(storeOf(ctx), nullptr, [&](const CaApi &real) -> STACK_OF(X509_CRL) * {
 		return real.X509_STORE_CTX_get1_crls ? real.X509_STORE_CTX_get1_crls(ctx, name) : nullptr;
 	});
 }
@@ -172,17 +176,19 @@ TLSTUNE_EXPORT STACK_OF(X509_CRL) *X509_STORE_CTX_get1_crls(const X509_STORE_CTX
 TLSTUNE_EXPORT int X509_STORE_CTX_get_by_subject(const X509_STORE_CTX *ctx, X509_LOOKUP_TYPE type,
 						 const X509_NAME *name, X509_OBJECT *ret)
 {
-	return lookedUp(storeOf(const_cast<X509_STORE_CTX *>(ctx)), type == X509_LU_X509 ? name : nullptr,
-			[&](const CaApi &real) {
-				return real.X509_STORE_CTX_get_by_subject
-					? real.X509_STORE_CTX_get_by_subject(ctx, type, name, ret) : 0;
-			});
+	const X509_NAME *certificates = type == X509_LU_X509 ? name : nullptr;
+	return lookedUp(storeOf(ctx), certificates, [&](const CaApi &real) {
+		return real.X509_STORE_CTX_get_by_subject
+			? real.X509_STORE_CTX_get_by_subject(ctx, type, name, ret) : 0;
+	});
 }
 
-TLSTUNE_EXPORT X509_OBJECT *X509_STORE_CTX_get_obj_by_subject(X509_STORE_CTX *ctx, X509_LOOKUP_TYPE type,
+TLSTUNE_EXPORT X509_OBJECT *X509_STORE_CTX_get_obj_by_subject(X509_STORE_CTX *ctx,
+							      X509_LOOKUP_TYPE type,
 							      const X509_NAME *name)
 {
-	return lookedUp(storeOf(ctx), type == X509_LU_X509 ? name : nullptr, [&](const CaApi &real) -> X509_OBJECT * {
+	const X509_NAME *certificates = type == X509_LU_X509 ? name : nullptr;
+	return lookedUp(storeOf(ctx), certificates, [&](const CaApi &real) -> X509_OBJECT * {
 		return real.X509_STORE_CTX_get_obj_by_subject
 			? real.X509_STORE_CTX_get_obj_by_subject(ctx, type, name) : nullptr;
 	});

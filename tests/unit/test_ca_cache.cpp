@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -16,6 +17,7 @@
 
 #include "core/ca_bundle.h"
 #include "core/ca_cache.h"
+#include "core/ca_index.h"
 #include "pki.h"
 #include "process.h"
 
@@ -259,6 +261,19 @@ CaApi linkedApi()
 	api.X509_OBJECT_set1_X509 = ::X509_OBJECT_set1_X509;
 	api.X509_OBJECT_set1_X509_CRL = ::X509_OBJECT_set1_X509_CRL;
 	api.X509_OBJECT_retrieve_match = ::X509_OBJECT_retrieve_match;
+	api.d2i_X509 = ::d2i_X509;
+	api.X509_free = ::X509_free;
+	api.d2i_X509_NAME = ::d2i_X509_NAME;
+	api.X509_NAME_free = ::X509_NAME_free;
+	api.X509_NAME_cmp = ::X509_NAME_cmp;
+	api.ASN1_item_d2i = ::ASN1_item_d2i;
+	api.ASN1_item_free = ::ASN1_item_free;
+	api.ASN1_INTEGER_it = ::ASN1_INTEGER_it;
+	api.ASN1_BIT_STRING_it = ::ASN1_BIT_STRING_it;
+	api.ASN1_TIME_it = ::ASN1_TIME_it;
+	api.X509_ALGOR_it = ::X509_ALGOR_it;
+	api.X509_NAME_it = ::X509_NAME_it;
+	api.X509_EXTENSIONS_it = ::X509_EXTENSIONS_it;
 	return api;
 }
 
@@ -455,4 +470,76 @@ TEST(CaBundle, WhatCannotBeLoadedLeavesTheErrorQueueAsItWas)
 		EXPECT_EQ(ERR_GET_REASON(ERR_get_error()), 42) << path;
 		EXPECT_EQ(ERR_get_error(), 0u) << path;
 	}
+}
+
+TEST(CaIndex, IndexesTheSystemBundleAndParsesOnDemand)
+{
+	const CaApi api = linkedApi();
+	Stats stats;
+	const std::string bundle = testsupport::readFile("/etc/ssl/certs/ca-certificates.crt");
+	const std::shared_ptr<CaIndex> index = indexFile(api, stats, bundle);
+	ASSERT_NE(index, nullptr);
+	EXPECT_EQ(index->count(), 144);
+	EXPECT_LE(index->parsedCount(), 4) << "only certificates sharing a subject are parsed";
+	/* Every certificate is found by its subject, and parses to the file's certificate. */
+	BIO *in = BIO_new_mem_buf(bundle.data(), static_cast<int>(bundle.size()));
+	for (int position = 0; position < index->count(); position++) {
+		X509 *expected = PEM_read_bio_X509(in, nullptr, nullptr, nullptr);
+		ASSERT_NE(expected, nullptr);
+		const std::vector<int> found = index->withSubject(X509_get_subject_name(expected));
+		EXPECT_NE(std::find(found.begin(), found.end(), position), found.end()) << position;
+		bool own = false;
+		X509 *parsed = index->certificate(position, &own);
+		EXPECT_FALSE(own);
+		EXPECT_EQ(X509_cmp(parsed, expected), 0) << position;
+		EXPECT_EQ(index->certificate(position, &own), parsed) << "parsed once";
+		X509_free(expected);
+	}
+	BIO_free(in);
+	EXPECT_EQ(index->parsedCount(), 144);
+	EXPECT_EQ(stats.caCertsIndexed.load(), 144u);
+}
+
+TEST(CaIndex, WhatItIsUnsureOfLoadsEagerly)
+{
+	const testsupport::Pki &pki = testsupport::pki();
+	const std::string ca = testsupport::readFile(pki.ca1);
+	auto replaced = [](std::string text, const std::string &from, const std::string &to) {
+		text.replace(text.find(from), from.size(), to);
+		return text;
+	};
+	const std::string cases[] = {
+		"",
+		ca + crlOfCa1(),
+		replaced(ca, "\n", "\r\n"),
+		replaced(replaced(ca, "BEGIN CERTIFICATE", "BEGIN TRUSTED CERTIFICATE"), "END CERTIFICATE",
+			 "END TRUSTED CERTIFICATE"),
+		replaced(ca, "-----\n", "-----\nProc-Type: 4,ENCRYPTED\n\n"),
+		replaced(ca, "\n", "\n" + std::string(300, '#') + "\n"),
+		replaced(ca, "\n", "\nA*AA\n"),
+		ca.substr(0, ca.size() - 10),
+		testsupport::readFile(pki.server.key),
+		invalidExtensionCertificate("twin") + invalidExtensionCertificate("twin"),
+	};
+	const CaApi api = linkedApi();
+	Stats stats;
+	for (const std::string &content : cases) {
+		ERR_raise(ERR_LIB_USER, 42);
+		EXPECT_EQ(indexFile(api, stats, content), nullptr) << content;
+		EXPECT_EQ(ERR_GET_REASON(ERR_get_error()), 42);
+		EXPECT_EQ(ERR_get_error(), 0u);
+	}
+	EXPECT_NE(indexFile(api, stats, "a comment\n" + ca + "\n" + ca), nullptr)
+		<< "short text between blocks is what PEM readers skip";
+	/* One with an invalid extension alone: indexed, and given to each caller afresh. */
+	const std::shared_ptr<CaIndex> single = indexFile(api, stats, invalidExtensionCertificate("alone"));
+	ASSERT_NE(single, nullptr);
+	bool own = false;
+	X509 *first = single->certificate(0, &own);
+	EXPECT_TRUE(own);
+	X509 *second = single->certificate(0, &own);
+	EXPECT_TRUE(own);
+	EXPECT_NE(first, second);
+	X509_free(first);
+	X509_free(second);
 }
