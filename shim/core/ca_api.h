@@ -94,8 +94,6 @@ struct CaApi {
 	decltype(&::X509_STORE_CTX_get_by_subject) X509_STORE_CTX_get_by_subject = nullptr;
 	decltype(&::X509_STORE_CTX_get_obj_by_subject) X509_STORE_CTX_get_obj_by_subject = nullptr;
 	decltype(&::X509_STORE_get1_all_certs) X509_STORE_get1_all_certs = nullptr;
-	/* 3.3+: void * so that these headers (3.0) need not declare it. */
-	void *X509_STORE_get1_objects = nullptr;
 
 	/*
 	 * Lazy loading follows how 3.0's x509_lu.c and x509_vfy.c read a store (read, and

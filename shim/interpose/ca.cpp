@@ -202,16 +202,6 @@ TLSTUNE_EXPORT STACK_OF(X509_OBJECT) *X509_STORE_get0_objects(const X509_STORE *
 	});
 }
 
-/* OpenSSL 3.3+; declared here, as the 3.0 headers this builds with lack it. */
-TLSTUNE_EXPORT STACK_OF(X509_OBJECT) *X509_STORE_get1_objects(X509_STORE *store)
-{
-	using Get1Objects = STACK_OF(X509_OBJECT) *(*)(X509_STORE *);
-	return enumerated(store, [&](const CaApi &real) -> STACK_OF(X509_OBJECT) * {
-		auto get1 = reinterpret_cast<Get1Objects>(real.X509_STORE_get1_objects);
-		return get1 ? get1(store) : nullptr;
-	});
-}
-
 TLSTUNE_EXPORT STACK_OF(X509) *X509_STORE_get1_all_certs(X509_STORE *store)
 {
 	return enumerated(store, [&](const CaApi &real) -> STACK_OF(X509) * {

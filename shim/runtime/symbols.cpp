@@ -227,7 +227,6 @@ bool resolveCrypto(CaApi *api) noexcept
 	RESOLVE(X509_STORE_CTX_get_by_subject);
 	RESOLVE(X509_STORE_CTX_get_obj_by_subject);
 	RESOLVE(X509_STORE_get1_all_certs);
-	RESOLVE(X509_STORE_get1_objects);
 	return true;
 }
 
