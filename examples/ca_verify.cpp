@@ -5,6 +5,8 @@
  *   --ca PATH           the CA file, loaded with X509_STORE_load_file
  *   --add PATH          a certificate the program adds with X509_STORE_add_cert (repeatable)
  *   --add-before        add them before loading the file (default: after)
+ *   --capath DIR        a hashed directory (openssl rehash) looked up too, added before
+ *                       the file is loaded (X509_STORE_load_path)
  *   --untrusted PATH    certificates sent along with each leaf
  *   --leaf PATH         a leaf to verify (repeatable; one store for all, as a context)
  *   --partial           X509_V_FLAG_PARTIAL_CHAIN
@@ -112,6 +114,9 @@ int main(int argc, char **argv)
 	const std::string untrustedPath = option(argc, argv, "--untrusted", "");
 
 	X509_STORE *store = X509_STORE_new();
+	const std::string capath = option(argc, argv, "--capath", "");
+	if (!capath.empty())
+		std::printf("load path %d\n", X509_STORE_load_path(store, capath.c_str()));
 	if (flag(argc, argv, "--add-before"))
 		addCertificates(store, added);
 	std::printf("load %d\n", X509_STORE_load_file(store, ca.c_str()));

@@ -123,6 +123,29 @@ TEST(CaLazy, VerifiesAndEnumeratesAsEagerLoadingAndAsNoShim)
 	EXPECT_EQ(lazyCases, 2 * (static_cast<int>(cases(*dir).size()) - 2));
 }
 
+TEST(CaLazy, ACapathLookedUpBeforeTheFileDoesNotAnswerForIt)
+{
+	RecordProperty("fault", "a CApath whose same-subject root (the other key) is looked up first");
+	const TempDir *dir = casesDir();
+	if (!dir)
+		GTEST_SKIP() << "python3-cryptography is missing";
+	/* The directory holds the twin with the first key; the file the one with the second. */
+	TempDir hashed;
+	writeFile(hashed.file("twin1.pem"), readFile(dir->file("added-after.add1.pem")));
+	Command rehash;
+	rehash.argv = { "openssl", "rehash", hashed.path() };
+	ASSERT_EQ(runCaptured(rehash, 60000).status, 0);
+	std::vector<std::string> argv = verifyArgv(*dir, { "added-after", {} });
+	argv.erase(argv.begin() + 3, argv.begin() + 5); /* no --add: the directory has it */
+	argv.insert(argv.end(), { "--capath", hashed.path() });
+	const Captured plain = runProgram(argv, false);
+	const Captured eager = runProgram(argv, true, kEager);
+	const Captured lazy = runProgram(argv, true, kLazy);
+	EXPECT_EQ(eager.out, plain.out);
+	EXPECT_EQ(lazy.out, plain.out);
+	EXPECT_GT(indexed(lazy.err), 0) << lazy.err;
+}
+
 TEST(CaLazy, AVerificationParsesOnlyWhatItNeeds)
 {
 	const TempDir *dir = casesDir();
