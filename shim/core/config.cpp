@@ -50,6 +50,10 @@ const Option kOptions[] = {
 	{ { "TLSTUNE_CA_CACHE_TTL", "seconds from 0 to 365 days, suffix s, m, h or d", "24h",
 	    "Parse a cached CA file again once its entry is this old; 0 parses every time." },
 	  Kind::Duration, nullptr, nullptr, nullptr, &Config::caCacheTtl },
+	{ { "TLSTUNE_CA_LAZY", "1/true/yes/on or 0/false/no/off", "on",
+	    "Index a CA file on its first load instead of parsing it, and parse a certificate "
+	    "when a store first needs its subject (OpenSSL 3.0; other versions load eagerly)." },
+	  Kind::Bool, &Config::caLazy, nullptr, nullptr, nullptr },
 	{ { "TLSTUNE_COALESCE", "1/true/yes/on or 0/false/no/off", "on",
 	    "Gather the records of small SSL_write calls and send them in few syscalls, "
 	    "each byte within TLSTUNE_COALESCE_DELAY." },

@@ -176,7 +176,7 @@ bool resolveCrypto(CaApi *api) noexcept
 
 	RESOLVE(X509_load_cert_crl_file);
 	RESOLVE(X509_load_cert_crl_file_ex);
-	RESOLVE(BIO_new_file);
+	RESOLVE(BIO_new_fp);
 	RESOLVE(BIO_free);
 	RESOLVE(PEM_X509_INFO_read_bio);
 	RESOLVE(PEM_X509_INFO_read_bio_ex);
@@ -184,6 +184,7 @@ bool resolveCrypto(CaApi *api) noexcept
 	RESOLVE(ERR_set_mark);
 	RESOLVE(ERR_pop_to_mark);
 	RESOLVE(X509_check_purpose);
+	RESOLVE(OpenSSL_version_num);
 	RESOLVE(OPENSSL_sk_num);
 	RESOLVE(OPENSSL_sk_value);
 	RESOLVE(OPENSSL_sk_push);
@@ -205,6 +206,32 @@ bool resolveCrypto(CaApi *api) noexcept
 	RESOLVE(X509_OBJECT_set1_X509);
 	RESOLVE(X509_OBJECT_set1_X509_CRL);
 	RESOLVE(X509_OBJECT_retrieve_match);
+	RESOLVE(d2i_X509);
+	RESOLVE(X509_free);
+	RESOLVE(d2i_X509_NAME);
+	RESOLVE(X509_NAME_free);
+	RESOLVE(X509_NAME_cmp);
+	RESOLVE(ASN1_item_d2i);
+	RESOLVE(ASN1_item_free);
+	RESOLVE(ASN1_INTEGER_it);
+	RESOLVE(ASN1_BIT_STRING_it);
+	RESOLVE(ASN1_TIME_it);
+	RESOLVE(X509_ALGOR_it);
+	RESOLVE(X509_NAME_it);
+	RESOLVE(X509_EXTENSIONS_it);
+	RESOLVE(X509_get_subject_name);
+	RESOLVE(X509_get_issuer_name);
+	RESOLVE(OPENSSL_sk_delete_ptr);
+	RESOLVE(CRYPTO_get_ex_new_index);
+	RESOLVE(X509_STORE_get_ex_data);
+	RESOLVE(X509_STORE_set_ex_data);
+	RESOLVE(X509_STORE_CTX_get0_store);
+	RESOLVE(X509_STORE_CTX_get1_issuer);
+	RESOLVE(X509_STORE_CTX_get1_certs);
+	RESOLVE(X509_STORE_CTX_get1_crls);
+	RESOLVE(X509_STORE_CTX_get_by_subject);
+	RESOLVE(X509_STORE_CTX_get_obj_by_subject);
+	RESOLVE(X509_STORE_get1_all_certs);
 	return true;
 }
 
