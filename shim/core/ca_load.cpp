@@ -1,6 +1,30 @@
 #include "ca_load.h"
 
+#include "log.h"
+
 namespace tlstune {
+
+namespace {
+
+/* TLSTUNE_LOG=info: what the cache did, limited (python makes a context per request). */
+RateLimit cacheLines;
+
+const char *describe(CaLookup lookup) noexcept
+{
+	switch (lookup) {
+	case CaLookup::Hit:
+		return "served from the cache";
+	case CaLookup::Miss:
+		return "parsed once, and cached";
+	case CaLookup::Reload:
+		return "changed or older than the TTL: parsed again";
+	case CaLookup::Uncached:
+		break;
+	}
+	return "not cached: OpenSSL loads it itself";
+}
+
+} /* namespace */
 
 int loadCaFile(const CaApi &api, CaCache &cache, Stats &stats, const LazyStores *lazy,
 	       X509_STORE *store, const char *path, const char *propq)
@@ -25,8 +49,11 @@ int loadCaFile(const CaApi &api, CaCache &cache, Stats &stats, const LazyStores 
 		Stats::add(stats.caReloads, 1);
 		break;
 	case CaLookup::Uncached:
-		return -1;
+		break;
 	}
+	logLimited(cacheLines, LogLevel::Info, "CA file %s: %s", path, describe(found.lookup));
+	if (found.lookup == CaLookup::Uncached)
+		return -1;
 	if (found.bundle->index())
 		return lazy->attach(store, found.bundle->index());
 	/* A batched fill bypasses X509_STORE_add_cert: lazy certificates go in first. */

@@ -57,6 +57,7 @@ PendingWrites::Result PendingWrites::append(const void *record, std::size_t leng
 PendingWrites::Result PendingWrites::sendAsOwner()
 {
 	std::vector<unsigned char> taken;
+	std::size_t done;
 	int fd;
 	{
 		ShimLock lock(mutex_);
@@ -65,13 +66,16 @@ PendingWrites::Result PendingWrites::sendAsOwner()
 			return Result::Done;
 		if (fd < 0)
 			return sendLocked(0); /* drops them: EBADF */
-		/* Only the owner appends, so nothing arrives behind these while they are out. */
+		/*
+		 * Only the owner appends, so nothing arrives behind these while they are out. The
+		 * buffers trade places, keeping their capacity: a burst reuses the same two.
+		 */
+		taken.swap(spare_);
 		taken.swap(bytes_);
-		taken.erase(taken.begin(), taken.begin() + static_cast<std::ptrdiff_t>(sent_));
+		done = sent_;
 		sent_ = 0;
 		markClean();
 	}
-	std::size_t done = 0;
 	int sendErrno = 0;
 	while (done < taken.size()) {
 		const ssize_t n = calls_.send(fd, taken.data() + done, taken.size() - done, 0);
@@ -84,22 +88,26 @@ PendingWrites::Result PendingWrites::sendAsOwner()
 		}
 	}
 	ShimLock lock(mutex_);
+	Result result = Result::Done;
 	if (done == taken.size()) {
 		stalled_.store(false, std::memory_order_relaxed);
 		lastProgress_ = std::chrono::steady_clock::now();
-		return Result::Done;
-	}
-	if (sendErrno == EAGAIN || sendErrno == EWOULDBLOCK) {
-		/* Back in front of whatever the owner appended meanwhile: nothing, it was sending. */
-		bytes_.insert(bytes_.begin(), taken.begin() + static_cast<std::ptrdiff_t>(done), taken.end());
+	} else if (sendErrno == EAGAIN || sendErrno == EWOULDBLOCK) {
+		/* Back where they were: the owner appended nothing meanwhile, it was sending. */
+		bytes_.swap(taken);
+		sent_ = done;
 		markDirty();
 		stalled_.store(true, std::memory_order_relaxed);
-		errno = sendErrno;
-		return Result::Again;
+		result = Result::Again;
+	} else {
+		error_ = sendErrno;
+		result = Result::Failed;
 	}
-	error_ = sendErrno;
-	errno = sendErrno;
-	return Result::Failed;
+	taken.clear();
+	spare_.swap(taken);
+	if (result != Result::Done)
+		errno = sendErrno;
+	return result;
 }
 
 PendingWrites::Result PendingWrites::send()

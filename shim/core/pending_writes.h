@@ -165,6 +165,7 @@ private:
 	Counters *const counters_;
 	std::vector<unsigned char> bytes_;
 	std::size_t sent_ = 0; /* bytes_[0, sent_) already went out */
+	std::vector<unsigned char> spare_; /* the owner's other buffer, while bytes_ is out */
 	std::atomic<bool> dirty_{false};
 	std::atomic<bool> stalled_{false};
 	int error_ = 0;

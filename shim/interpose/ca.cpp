@@ -86,6 +86,15 @@ X509_STORE *storeOf(const X509_STORE_CTX *ctx)
 	return ctx && api.X509_STORE_CTX_get0_store ? api.X509_STORE_CTX_get0_store(ctx) : nullptr;
 }
 
+/*
+ * This thread is inside a lookup by subject. libcrypto's CApath lookup (by_dir.c) finds
+ * what it loaded through X509_STORE_get0_objects: a search by that subject, whose lazy
+ * certificates are in the store already, not an enumeration. Filling the whole store
+ * there parsed every certificate of the bundle at the first unknown issuer (socat's own
+ * self-signed certificate: three times the CPU of no shim at all).
+ */
+thread_local int lookupDepth = 0;
+
 /* A lookup by subject: the subject's lazy certificates first; the lookup sorts the store. */
 template <typename Call>
 auto lookedUp(X509_STORE *store, const X509_NAME *subject, Call call)
@@ -96,7 +105,9 @@ auto lookedUp(X509_STORE *store, const X509_NAME *subject, Call call)
 	const int savedErrno = errno;
 	lazy->beforeRead(store, subject);
 	errno = savedErrno;
+	lookupDepth++;
 	auto result = call(crypto().api);
+	lookupDepth--;
 	lazy->afterLookup(store);
 	errno = savedErrno;
 	return result;
@@ -122,7 +133,8 @@ int added(X509_STORE *store, const X509_NAME *subject, Call call)
 template <typename Call>
 auto enumerated(X509_STORE *store, Call call)
 {
-	if (const LazyStores *lazy = lazyFor(store)) {
+	const LazyStores *lazy = lookupDepth ? nullptr : lazyFor(store);
+	if (lazy) {
 		const int savedErrno = errno;
 		lazy->beforeEnumeration(store);
 		errno = savedErrno;

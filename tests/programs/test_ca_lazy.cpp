@@ -13,6 +13,7 @@
 
 #include "pki.h"
 #include "process.h"
+#include "servers.h"
 #include "tls_fixture.h"
 
 using namespace testsupport;
@@ -288,4 +289,34 @@ TEST(CaLazy, ThreadsVerifyingAgainstOneLazyStoreAgree)
 					   true, kLazy);
 	EXPECT_EQ(stress.status, 0) << stress.err;
 	EXPECT_EQ(stress.out, "stress ok 1600 handshakes\n");
+}
+
+/*
+ * socat serving its own self-signed certificate builds that certificate's chain: a lookup
+ * of an issuer the bundle lacks, which goes on to the CApath directory, whose lookup
+ * searches the store through X509_STORE_get0_objects. That is a search by one subject,
+ * not an enumeration: the bundle stays unparsed (it was parsed whole, and socat in fork
+ * mode took three times the CPU of no shim at all).
+ */
+TEST(CaLazy, AnUnknownIssuerLooksInTheDirectoryWithoutParsingTheBundle)
+{
+	SKIP_IN_SANITIZER_BUILD();
+	const int port = freePort();
+	Command server;
+	server.argv = { "socat", "-d", "-d",
+			"OPENSSL-LISTEN:" + std::to_string(port) + ",bind=127.0.0.1,reuseaddr,verify=0,cert=" +
+				certificate().cert + ",key=" + certificate().key,
+			"EXEC:echo served" };
+	server.env = shimEnv(kLazy);
+	Daemon socat(server, "listening on");
+	const Captured client = runProgram({ "socat", "-u", "OPENSSL:127.0.0.1:" + std::to_string(port) +
+						 ",verify=0", "-" }, false);
+	EXPECT_EQ(client.out, "served\n") << client.err;
+	/* socat without fork ends after its one connection: the log is all there by then. */
+	const std::string log = socat.stop();
+	const std::string counts = certCounts(log);
+	ASSERT_NE(counts.find("ca_certs_parsed="), std::string::npos) << log;
+	EXPECT_GT(indexed(log), 100) << counts;
+	EXPECT_LT(std::atoi(counts.c_str() + counts.find("ca_certs_parsed=") + 16), 10)
+		<< counts << ": a handful, not the bundle";
 }
