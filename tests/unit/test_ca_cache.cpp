@@ -175,7 +175,9 @@ CaApi linkedApi()
 	api.BIO_new_file = ::BIO_new_file;
 	api.BIO_free = ::BIO_free;
 	api.PEM_X509_INFO_read_bio = ::PEM_X509_INFO_read_bio;
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
 	api.PEM_X509_INFO_read_bio_ex = ::PEM_X509_INFO_read_bio_ex;
+#endif
 	api.X509_INFO_free = ::X509_INFO_free;
 	api.ERR_set_mark = ::ERR_set_mark;
 	api.ERR_pop_to_mark = ::ERR_pop_to_mark;
@@ -320,8 +322,13 @@ TEST(CaBundle, FillsAStoreExactlyAsLoadingTheFileDoes)
 	}
 	const std::shared_ptr<const CaBundle> mixed =
 		parseBundle(api, dir.file("mixed.pem").c_str(), "provider!=fips");
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+	ASSERT_NE(mixed, nullptr);
 	EXPECT_EQ(mixed->count(), 4) << "every certificate and CRL counts, repeats too";
 	EXPECT_EQ(mixed->objects().size(), 3u);
+#else
+	EXPECT_EQ(mixed, nullptr) << "1.1.1 has no property queries: the program's own loader";
+#endif
 }
 
 TEST(CaBundle, WhatCannotBeLoadedLeavesTheErrorQueueAsItWas)
@@ -333,9 +340,21 @@ TEST(CaBundle, WhatCannotBeLoadedLeavesTheErrorQueueAsItWas)
 	const CaApi api = linkedApi();
 	for (const std::string &path : { dir.file("missing.pem"), dir.file("empty.pem"),
 					 dir.file("garbage.pem"), dir.file("key.pem"), dir.path() }) {
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
 		ERR_raise(ERR_LIB_USER, 42);
+#else
+		ERR_PUT_error(ERR_LIB_USER, 0, 42, __FILE__, __LINE__);
+#endif
 		EXPECT_EQ(parseBundle(api, path.c_str(), nullptr), nullptr) << path;
-		EXPECT_EQ(ERR_GET_REASON(ERR_get_error()), 42) << path;
+		/*
+		 * libcrypto 1.1.1's PEM reader itself empties the whole queue where a file ends
+		 * without another PEM block (its own loader does the same to the program).
+		 */
+		const bool readToTheEnd = path != dir.file("missing.pem") &&
+					  path != dir.file("garbage.pem");
+		if (OPENSSL_VERSION_NUMBER >= 0x30000000L || !readToTheEnd) {
+			EXPECT_EQ(ERR_GET_REASON(ERR_get_error()), 42) << path;
+		}
 		EXPECT_EQ(ERR_get_error(), 0u) << path;
 	}
 }
