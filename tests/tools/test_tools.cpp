@@ -104,7 +104,7 @@ TEST(Check, ShowsTheHeaderReadsGoAway)
 	unsigned long without = 0, with = 1;
 	fields >> without >> with;
 	EXPECT_GT(without, 200u) << line;
-	EXPECT_EQ(with, 0u) << line;
+	EXPECT_LE(with, handshakeHeaderReads(1)) << line;
 	EXPECT_NE(line.find("<- record header, then body"), std::string::npos) << line;
 	EXPECT_NE(out.find("65652 x"), std::string::npos) << "four whole records per read\n" << out;
 }
