@@ -42,6 +42,7 @@ build_tree() {
 # fixed address), or nothing: then debootstrap takes its default.
 debian_mirror() {
 	codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+	# shellcheck disable=SC2016 # apt's own placeholders
 	apt-get indextargets --format '$(RELEASE) $(REPO_URI)' 'Identifier: Packages' 2>/dev/null |
 		awk -v release="$codename" '$1 == release { print $2; exit }'
 }

@@ -1,3 +1,4 @@
+# shellcheck shell=sh
 # OpenSSL 1.1.1 from Debian 11's packages, for the 1.1.1 leg of tools/run-tests. Sourced,
 # not run; needs common.sh and apt.
 #
@@ -12,6 +13,7 @@ OPENSSL111_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/tlstune/openssl-1.1.1"
 # bullseye in place of the release's name.
 openssl111_sources() {
 	codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+	# shellcheck disable=SC2016 # apt's own placeholders
 	apt-get indextargets --format '$(RELEASE) $(REPO_URI)' 'Identifier: Packages' |
 		sort -u | while read -r release uri; do
 			case "$release" in

@@ -1,3 +1,4 @@
+# shellcheck shell=sh
 # A Debian 13 (trixie) root for the OpenSSL 3.5 leg of tools/run-tests. Sourced, not run;
 # needs common.sh, root and debootstrap.
 #
@@ -15,6 +16,7 @@ trixie_child=""
 # names them all. A root whose debootstrap was cut short has no .base and is made again.
 trixie_prepare() {
 	stamp="$TRIXIE_ROOT/.tlstune-complete"
+	# shellcheck disable=SC2086,SC2116 # the split joins the list's lines with spaces
 	wanted=$(echo $TRIXIE_PACKAGES)
 	if [ ! -f "$TRIXIE_ROOT/.base" ]; then
 		echo "tlstune: debootstrap trixie into $TRIXIE_ROOT" >&2
