@@ -66,9 +66,13 @@ trixie_mount() {
 }
 
 # Stops what trixie_run still runs, then unmounts in reverse order; a mount still busy (a
-# process left behind) is detached lazily.
+# process left behind) is detached lazily. Runs from a trap under set -e: nothing here may
+# fail (the killed child's status would end the trap before the unmounts).
 trixie_unmount() {
-	[ -n "$trixie_child" ] && kill "$trixie_child" 2>/dev/null && wait "$trixie_child"
+	if [ -n "$trixie_child" ]; then
+		kill "$trixie_child" 2>/dev/null || true
+		wait "$trixie_child" 2>/dev/null || true
+	fi
 	trixie_child=""
 	for target in $trixie_mounts; do
 		umount "$target" 2>/dev/null || umount -l "$target" || true
