@@ -15,6 +15,13 @@ trixie_child=""
 # Makes $TRIXIE_ROOT and mounts it (trixie_mount), installing the packages unless its stamp
 # names them all. A root whose debootstrap was cut short has no .base and is made again.
 trixie_prepare() {
+	# One run at a time: another checkout mounted at /tlstune would hide this one.
+	mkdir -p "${TRIXIE_ROOT%/*}"
+	exec 9>"$TRIXIE_ROOT.lock"
+	if ! flock -n 9; then
+		echo "tlstune: waiting for the other run that uses $TRIXIE_ROOT" >&2
+		flock 9
+	fi
 	stamp="$TRIXIE_ROOT/.tlstune-complete"
 	# shellcheck disable=SC2086,SC2116 # the split joins the list's lines with spaces
 	wanted=$(echo $TRIXIE_PACKAGES)
