@@ -9,6 +9,8 @@
  *                   (default localhost), print the verify result and read what the
  *                   server sends until it closes
  *   --request PATH  first send an HTTP/1.0 GET for PATH (a web server answers and closes)
+ *   --drop-after N  after the Nth context, become uid and gid 65534 (nobody), as a
+ *                   daemon that drops privileges after reading its configuration
  *   --quiet         print only "contexts N seconds S" at the end, timing the N contexts
  *                   after one untimed first (for the benchmark: the steady state)
  * Per context it prints "load R", then one line per queued error
@@ -192,6 +194,7 @@ int main(int argc, char **argv)
 	}
 
 	const std::string request = option(argc, argv, "--request", "");
+	const uint64_t dropAfter = number(argc, argv, "--drop-after", 0);
 	bool quiet = false;
 	for (int i = 1; i < argc; i++)
 		quiet = quiet || std::string(argv[i]) == "--quiet";
@@ -211,6 +214,8 @@ int main(int argc, char **argv)
 			std::printf("%s", verified.c_str());
 		}
 		SSL_CTX_free(ctx);
+		if (i == dropAfter && (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0))
+			fail("--drop-after: cannot become nobody");
 	}
 	const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
 	if (quiet)

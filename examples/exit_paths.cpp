@@ -9,12 +9,15 @@
  *   execl    execl("/bin/true", ...)
  *   execv    execv("/bin/true", ...)
  *   execvp   execvp("true", ...)
+ *   abort    abort()
+ *   assert   a failed assert(), whose abort glibc calls from inside itself
  *   atexit   an atexit handler registered before the first TLS call writes the lines
  *   vfork    a vfork child closes fds 3-63 and execs /bin/true; then the parent writes
  *            ten more lines and ends with close_notify
  * The server prints what it received.
  */
 
+#include <cassert>
 #include <cstdlib>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -92,6 +95,10 @@ int main(int argc, char **argv)
 		_exit(0);
 	if (how == "_Exit")
 		_Exit(0);
+	if (how == "abort")
+		std::abort();
+	if (how == "assert")
+		assert(how == "not assert");
 	if (how == "execl")
 		execl("/bin/true", "true", static_cast<char *>(nullptr));
 	if (how == "execv")

@@ -7,6 +7,10 @@
  *                     connection to a dup of its fd (SSL_set_fd) and closes the old number;
  *                     polls the new one before each of the other 19 lines.
  *                     Prints "lines 20", or "poll timed out after N lines" and exits 3.
+ *   duplicate HOW PORT
+ *                     the same, but the connection keeps its fd and the program waits on a
+ *                     duplicate: HOW is dup, fcntl (F_DUPFD_CLOEXEC) or dup2-select (dup2
+ *                     to fd 100, waited on with select). Prints the same.
  *   pipes --cert C --key K
  *                     TLS over a pipe pair (SSL_set_rfd/SSL_set_wfd) with a forked server
  *                     that sends 5 lines at once, then waits for "bye". Prints "lines 5"
@@ -24,6 +28,7 @@
  */
 
 #include <cerrno>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -47,10 +52,17 @@ SSL *connectTls(SSL_CTX *ctx, int fd)
 	return ssl;
 }
 
-/* Polls fd, then reads one record; false when the poll times out. */
-bool pollThenRead(SSL *ssl, int fd, std::string *line)
+/* Polls fd (or selects: fd below FD_SETSIZE), then reads one record; false when the wait times out. */
+bool pollThenRead(SSL *ssl, int fd, std::string *line, bool select = false)
 {
-	if (SSL_pending(ssl) == 0) {
+	if (SSL_pending(ssl) == 0 && select) {
+		fd_set readable;
+		FD_ZERO(&readable);
+		FD_SET(fd, &readable);
+		struct timeval limit = { kPollMs / 1000, 0 };
+		if (::select(fd + 1, &readable, nullptr, nullptr, &limit) != 1)
+			return false;
+	} else if (SSL_pending(ssl) == 0) {
 		struct pollfd pfd = { fd, POLLIN, 0 };
 		if (poll(&pfd, 1, kPollMs) != 1)
 			return false;
@@ -85,6 +97,39 @@ int moved(const char *port)
 	std::printf("lines %d\n", lines);
 	SSL_free(ssl);
 	close(moved);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
+int duplicate(const char *port, const std::string &how)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	int fd = connectTo("127.0.0.1", port);
+	SSL *ssl = connectTls(ctx, fd);
+	std::string line;
+	int lines = 0;
+	if (!pollThenRead(ssl, fd, &line))
+		fail("the first line never came");
+	lines++;
+	int watched = -1;
+	if (how == "dup")
+		watched = dup(fd);
+	else if (how == "fcntl")
+		watched = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	else if (how == "dup2-select")
+		watched = dup2(fd, 100);
+	else
+		fail("HOW: dup, fcntl or dup2-select");
+	for (; lines < 20; lines++) {
+		if (!pollThenRead(ssl, watched, &line, how == "dup2-select")) {
+			std::printf("poll timed out after %d lines\n", lines);
+			return 3;
+		}
+	}
+	std::printf("lines %d\n", lines);
+	SSL_free(ssl);
+	close(watched);
+	close(fd);
 	SSL_CTX_free(ctx);
 	return 0;
 }
@@ -254,11 +299,13 @@ int main(int argc, char **argv)
 	const std::string which = argc > 1 ? argv[1] : "";
 	if ((which == "moved" || which == "peek") && argc > 2)
 		return which == "moved" ? moved(argv[2]) : peek(argv[2]);
+	if (which == "duplicate" && argc > 3)
+		return duplicate(argv[3], argv[2]);
 	if (which == "pipes" || which == "stoptls") {
 		SSL_CTX *server = serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", ""));
 		int status = which == "pipes" ? pipes(server) : stoptls(server);
 		SSL_CTX_free(server);
 		return status;
 	}
-	fail("usage: readiness_cases moved|peek PORT | pipes|stoptls --cert C --key K");
+	fail("usage: readiness_cases moved|peek PORT | duplicate HOW PORT | pipes|stoptls --cert C --key K");
 }

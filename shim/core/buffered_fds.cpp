@@ -5,6 +5,8 @@
 #include <new>
 #include <sys/stat.h>
 
+#include "log.h"
+
 namespace tlstune {
 
 bool streamInode(int fd, ino_t *ino) noexcept
@@ -19,28 +21,41 @@ bool streamInode(int fd, ino_t *ino) noexcept
 	return true;
 }
 
+namespace {
+/* Per call that leaves data in OpenSSL: rate-limited. */
+RateLimit heldLines;
+}
+
 void BufferedFds::set(const void *owner, int fd, ino_t ino, bool buffered,
 		      unsigned long long arrival) noexcept
 {
-	std::lock_guard<std::mutex> lock(mutex_);
+	bool added = false;
+	{
+		std::lock_guard<std::mutex> lock(mutex_);
 
-	auto it = std::find_if(entries_.begin(), entries_.end(),
-			       [owner](const Entry &e) { return e.owner == owner; });
-	if (!buffered) {
-		if (it != entries_.end())
-			entries_.erase(it);
-	} else if (it != entries_.end()) {
-		it->fd = fd;
-		it->ino = ino;
-		it->arrival = arrival;
-	} else {
-		try {
-			entries_.push_back({ owner, fd, ino, arrival });
-		} catch (const std::bad_alloc &) {
-			/* Out of memory: this connection goes without readiness help. */
+		auto it = std::find_if(entries_.begin(), entries_.end(),
+				       [owner](const Entry &e) { return e.owner == owner; });
+		if (!buffered) {
+			if (it != entries_.end())
+				entries_.erase(it);
+		} else if (it != entries_.end()) {
+			it->fd = fd;
+			it->ino = ino;
+			it->arrival = arrival;
+		} else {
+			try {
+				entries_.push_back({ owner, fd, ino, arrival });
+				added = true;
+			} catch (const std::bad_alloc &) {
+				/* Out of memory: this connection goes without readiness help. */
+			}
 		}
+		publishCount();
 	}
-	publishCount();
+	/* Outside the lock: a write(2) to stderr may block. */
+	if (added)
+		logLimited(heldLines, LogLevel::Debug,
+			   "fd %d: OpenSSL holds data read ahead; waits report it readable", fd);
 }
 
 void BufferedFds::forget(const void *owner) noexcept
@@ -63,10 +78,33 @@ bool BufferedFds::lookup(int fd, ino_t *ino) const noexcept
 	if (fd < 0 || empty())
 		return false;
 	std::lock_guard<std::mutex> lock(mutex_);
-	const Entry *entry = find(fd);
-	if (entry)
+	if (const Entry *entry = find(fd)) {
 		*ino = entry->ino;
-	return entry != nullptr;
+		return true;
+	}
+	for (const auto &duplicate : duplicates_) {
+		if (duplicate.first != fd)
+			continue;
+		const bool held = std::any_of(entries_.begin(), entries_.end(),
+					      [&](const Entry &e) { return e.ino == duplicate.second; });
+		*ino = duplicate.second;
+		return held;
+	}
+	return false;
+}
+
+void BufferedFds::duplicated(int fd, ino_t ino) noexcept
+{
+	std::lock_guard<std::mutex> lock(mutex_);
+	duplicates_.erase(std::remove_if(duplicates_.begin(), duplicates_.end(),
+					 [fd](const std::pair<int, ino_t> &d) { return d.first == fd; }),
+			  duplicates_.end());
+	try {
+		duplicates_.emplace_back(fd, ino);
+	} catch (const std::bad_alloc &) {
+		/* Out of memory: waits on this duplicate go without readiness help. */
+	}
+	duplicateCount_.store(duplicates_.size(), std::memory_order_relaxed);
 }
 
 bool BufferedFds::holds(int fd) const noexcept
@@ -96,6 +134,12 @@ void BufferedFds::closed(int first, int last) noexcept
 	entries_.erase(std::remove_if(entries_.begin(), entries_.end(),
 				      [&](const Entry &e) { return e.fd >= first && e.fd <= last; }),
 		       entries_.end());
+	duplicates_.erase(std::remove_if(duplicates_.begin(), duplicates_.end(),
+					 [&](const std::pair<int, ino_t> &d) {
+						 return d.first >= first && d.first <= last;
+					 }),
+			  duplicates_.end());
+	duplicateCount_.store(duplicates_.size(), std::memory_order_relaxed);
 	publishCount();
 	closings_.fetch_add(1, std::memory_order_relaxed);
 }

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstddef>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include <sys/types.h>
@@ -30,6 +31,11 @@ bool streamInode(int fd, ino_t *ino) noexcept;
 class BufferedFds {
 public:
 	bool empty() const noexcept { return count_.load(std::memory_order_relaxed) == 0; }
+	/* No entry and no duplicate: closes need not be told. */
+	bool idle() const noexcept
+	{
+		return empty() && duplicateCount_.load(std::memory_order_relaxed) == 0;
+	}
 
 	/*
 	 * Records whether owner (one connection) holds buffered data for the socket fd.
@@ -55,6 +61,13 @@ public:
 		for (const Entry &entry : entries_)
 			visit(entry.fd, entry.ino, entry.arrival);
 	}
+
+	/*
+	 * fd is a duplicate the program made (dup, dup2, dup3, fcntl F_DUPFD) of a stream whose
+	 * inode is ino: a wait on fd sees the data a connection holds for that socket, as a
+	 * wait on any fd of a socket sees the kernel's (issue 12).
+	 */
+	void duplicated(int fd, ino_t ino) noexcept;
 
 	/*
 	 * The program closed fds first..last (close, dup2 onto it, close_range): their numbers
@@ -83,7 +96,10 @@ private:
 
 	mutable std::mutex mutex_;
 	std::vector<Entry> entries_;
+	/* Duplicates of stream fds, (fd, inode): few, and looked at only when an fd misses. */
+	std::vector<std::pair<int, ino_t>> duplicates_;
 	std::atomic<std::size_t> count_{0};
+	std::atomic<std::size_t> duplicateCount_{0};
 	std::atomic<unsigned> closings_{0};
 };
 

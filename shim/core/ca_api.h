@@ -21,7 +21,7 @@ struct CaApi {
 	decltype(&::X509_load_cert_crl_file_ex) X509_load_cert_crl_file_ex = nullptr; /* 3.0+ */
 
 	/* Parsing a file, as the loader does. */
-	decltype(&::BIO_new_file) BIO_new_file = nullptr;
+	decltype(&::BIO_new_fp) BIO_new_fp = nullptr;
 	decltype(&::BIO_free) BIO_free = nullptr;
 	decltype(&::PEM_X509_INFO_read_bio) PEM_X509_INFO_read_bio = nullptr;
 	decltype(&::PEM_X509_INFO_read_bio_ex) PEM_X509_INFO_read_bio_ex = nullptr; /* 3.0+ */
@@ -29,6 +29,7 @@ struct CaApi {
 	decltype(&::ERR_set_mark) ERR_set_mark = nullptr;
 	decltype(&::ERR_pop_to_mark) ERR_pop_to_mark = nullptr;
 	decltype(&::X509_check_purpose) X509_check_purpose = nullptr;
+	decltype(&::OpenSSL_version_num) OpenSSL_version_num = nullptr;
 
 	/* The stacks behind the sk_* macros, which call these. */
 	decltype(&::OPENSSL_sk_num) OPENSSL_sk_num = nullptr;
@@ -55,11 +56,71 @@ struct CaApi {
 	decltype(&::X509_OBJECT_set1_X509_CRL) X509_OBJECT_set1_X509_CRL = nullptr;
 	decltype(&::X509_OBJECT_retrieve_match) X509_OBJECT_retrieve_match = nullptr;
 
+	/*
+	 * The store is one stack of objects that every lookup sorts (1.1.1 to 3.0, read in
+	 * their x509_lu.c): fillStore may then batch its lookups. Later versions changed the
+	 * store (3.5 keeps load order; newer ones a table per name), so there the fill adds
+	 * each object with X509_STORE_add_cert/_crl, as the loader does.
+	 */
+	bool storeSortsOnLookup() const noexcept
+	{
+		const unsigned long version = OpenSSL_version_num() >> 12; /* 0xMNNFF */
+		return version == 0x10101 || version == 0x30000;
+	}
+
+	/* Lazy loading (TLSTUNE_CA_LAZY): indexing a file, parsing one certificate, the store's state. */
+	decltype(&::d2i_X509) d2i_X509 = nullptr;
+	decltype(&::X509_free) X509_free = nullptr;
+	decltype(&::d2i_X509_NAME) d2i_X509_NAME = nullptr;
+	decltype(&::X509_NAME_free) X509_NAME_free = nullptr;
+	decltype(&::X509_NAME_cmp) X509_NAME_cmp = nullptr;
+	decltype(&::ASN1_item_d2i) ASN1_item_d2i = nullptr;
+	decltype(&::ASN1_item_free) ASN1_item_free = nullptr;
+	decltype(&::ASN1_INTEGER_it) ASN1_INTEGER_it = nullptr;
+	decltype(&::ASN1_BIT_STRING_it) ASN1_BIT_STRING_it = nullptr;
+	decltype(&::ASN1_TIME_it) ASN1_TIME_it = nullptr;
+	decltype(&::X509_ALGOR_it) X509_ALGOR_it = nullptr;
+	decltype(&::X509_NAME_it) X509_NAME_it = nullptr;
+	decltype(&::X509_EXTENSIONS_it) X509_EXTENSIONS_it = nullptr;
+	decltype(&::X509_get_subject_name) X509_get_subject_name = nullptr;
+	decltype(&::X509_get_issuer_name) X509_get_issuer_name = nullptr;
+	decltype(&::OPENSSL_sk_delete_ptr) OPENSSL_sk_delete_ptr = nullptr;
+	decltype(&::CRYPTO_get_ex_new_index) CRYPTO_get_ex_new_index = nullptr;
+	decltype(&::X509_STORE_get_ex_data) X509_STORE_get_ex_data = nullptr;
+	decltype(&::X509_STORE_set_ex_data) X509_STORE_set_ex_data = nullptr;
+	decltype(&::X509_STORE_CTX_get0_store) X509_STORE_CTX_get0_store = nullptr;
+	/* The store readers lazy loading runs before: what the program's call is passed on to. */
+	decltype(&::X509_STORE_CTX_get1_issuer) X509_STORE_CTX_get1_issuer = nullptr;
+	decltype(&::X509_STORE_CTX_get1_certs) X509_STORE_CTX_get1_certs = nullptr;
+	decltype(&::X509_STORE_CTX_get1_crls) X509_STORE_CTX_get1_crls = nullptr;
+	decltype(&::X509_STORE_CTX_get_by_subject) X509_STORE_CTX_get_by_subject = nullptr;
+	decltype(&::X509_STORE_CTX_get_obj_by_subject) X509_STORE_CTX_get_obj_by_subject = nullptr;
+	decltype(&::X509_STORE_get1_all_certs) X509_STORE_get1_all_certs = nullptr;
+
+	/*
+	 * Lazy loading follows how 3.0's x509_lu.c and x509_vfy.c read a store (read, and
+	 * tested by the differential suite); on any other version files load eagerly.
+	 */
+	bool lazyKnown() const noexcept { return OpenSSL_version_num() >> 20 == 0x300; }
+
+	bool hasLazy() const noexcept
+	{
+		return d2i_X509 && X509_free &&
+		       d2i_X509_NAME && X509_NAME_free && X509_NAME_cmp && ASN1_item_d2i &&
+		       ASN1_item_free && ASN1_INTEGER_it && ASN1_BIT_STRING_it && ASN1_TIME_it &&
+		       X509_ALGOR_it && X509_NAME_it && X509_EXTENSIONS_it && X509_get_subject_name &&
+		       X509_get_issuer_name && OPENSSL_sk_delete_ptr && CRYPTO_get_ex_new_index &&
+		       X509_STORE_get_ex_data && X509_STORE_set_ex_data && X509_STORE_CTX_get0_store &&
+		       X509_STORE_CTX_get1_issuer && X509_STORE_CTX_get1_certs &&
+		       X509_STORE_CTX_get1_crls && X509_STORE_CTX_get_by_subject &&
+		       X509_STORE_CTX_get_obj_by_subject && X509_STORE_get1_all_certs;
+	}
+
 	bool complete() const noexcept
 	{
-		return X509_load_cert_crl_file && BIO_new_file && BIO_free && PEM_X509_INFO_read_bio &&
+		return X509_load_cert_crl_file && BIO_new_fp && BIO_free && PEM_X509_INFO_read_bio &&
 		       X509_INFO_free && ERR_set_mark && ERR_pop_to_mark && X509_check_purpose &&
-		       OPENSSL_sk_num &&
+		       OpenSSL_version_num && OPENSSL_sk_num &&
 		       OPENSSL_sk_value && OPENSSL_sk_push && OPENSSL_sk_sort && OPENSSL_sk_free &&
 		       X509_LOOKUP_get_store && X509_STORE_new && X509_STORE_free &&
 		       X509_STORE_add_cert && X509_STORE_add_crl && X509_STORE_lock &&

@@ -1,5 +1,7 @@
 #include "ca_bundle.h"
 
+#include <cstdio>
+
 namespace tlstune {
 
 namespace {
@@ -26,16 +28,34 @@ X509_OBJECT *copyObject(const CaApi &api, X509_OBJECT *original)
 
 CaBundle::~CaBundle()
 {
-	for (X509_OBJECT *object : objects_)
+	for (X509_OBJECT *object : sequence_)
 		api_.X509_OBJECT_free(object);
 }
 
-std::shared_ptr<const CaBundle> parseBundle(const CaApi &api, const char *path, const char *propq)
+std::shared_ptr<const CaBundle> CaBundle::lazy(const CaApi &api, std::shared_ptr<const CaIndex> index)
+{
+	auto bundle = std::make_shared<CaBundle>(api);
+	bundle->index_ = std::move(index);
+	return bundle;
+}
+
+std::shared_ptr<const CaBundle> parseBundle(const CaApi &api, const std::string &content,
+					    const char *propq)
 {
 	if (propq && !api.PEM_X509_INFO_read_bio_ex)
 		return nullptr;
+	/*
+	 * A stdio BIO, as BIO_new_file makes, over the bytes the cache read and keeps: the
+	 * loader's fgets line rules (a NUL ends a line's text), and no second open by name.
+	 */
+	FILE *file = content.empty() ? nullptr
+				     : fmemopen(const_cast<char *>(content.data()), content.size(), "r");
+	if (!file)
+		return nullptr;
 	api.ERR_set_mark();
-	BIO *in = api.BIO_new_file(path, "r");
+	BIO *in = api.BIO_new_fp(file, BIO_CLOSE);
+	if (!in)
+		fclose(file);
 	/* The loader passes "" as the password: an encrypted key in the file is skipped. */
 	char *password = const_cast<char *>("");
 	STACK_OF(X509_INFO) *infos = nullptr;
@@ -55,28 +75,33 @@ std::shared_ptr<const CaBundle> parseBundle(const CaApi &api, const char *path, 
 		for (int isCrl = 0; ok && isCrl < 2; isCrl++) {
 			if (isCrl ? !info->crl : !info->x509)
 				continue;
-			bundle->count_++;
-			const int before = api.OPENSSL_sk_num(stack(api.X509_STORE_get0_objects(seen)));
-			ok = isCrl ? api.X509_STORE_add_crl(seen, info->crl)
-				   : api.X509_STORE_add_cert(seen, info->x509);
-			bundle->endsWithRepeat_ =
-				api.OPENSSL_sk_num(stack(api.X509_STORE_get0_objects(seen))) == before;
-			if (!ok || bundle->endsWithRepeat_)
-				continue;
 			/*
 			 * OpenSSL fills a certificate's derived fields (extensions, digest) on
 			 * first use, under its own lock but behind a lock-free check TSan cannot
 			 * see. These certificates go to every thread's stores; filling the fields
 			 * now, before the cache publishes them, leaves nothing to write later.
+			 * A certificate whose extensions do not decode would leave its error in
+			 * every new store that compares it; such a file is not cached.
 			 */
-			if (!isCrl)
-				api.X509_check_purpose(info->x509, -1, 0);
+			if (!isCrl && api.X509_check_purpose(info->x509, -1, 0) != 1) {
+				ok = false;
+				continue;
+			}
 			X509_OBJECT *object = api.X509_OBJECT_new();
 			ok = object && (isCrl ? api.X509_OBJECT_set1_X509_CRL(object, info->crl)
 					      : api.X509_OBJECT_set1_X509(object, info->x509));
-			if (object && !ok)
-				api.X509_OBJECT_free(object);
-			else if (ok)
+			if (!ok) {
+				if (object)
+					api.X509_OBJECT_free(object);
+				continue;
+			}
+			bundle->sequence_.push_back(object);
+			const int before = api.OPENSSL_sk_num(stack(api.X509_STORE_get0_objects(seen)));
+			ok = isCrl ? api.X509_STORE_add_crl(seen, info->crl)
+				   : api.X509_STORE_add_cert(seen, info->x509);
+			bundle->endsWithRepeat_ =
+				api.OPENSSL_sk_num(stack(api.X509_STORE_get0_objects(seen))) == before;
+			if (ok && !bundle->endsWithRepeat_)
 				bundle->objects_.push_back(object);
 		}
 	}
@@ -87,11 +112,25 @@ std::shared_ptr<const CaBundle> parseBundle(const CaApi &api, const char *path, 
 	if (infos)
 		api.OPENSSL_sk_free(stack(infos));
 	api.ERR_pop_to_mark();
-	return ok && bundle->count_ > 0 ? bundle : nullptr;
+	return ok && bundle->count() > 0 ? bundle : nullptr;
+}
+
+int fillStoreByAdding(const CaApi &api, X509_STORE *store, const CaBundle &bundle)
+{
+	for (X509_OBJECT *object : bundle.sequence()) {
+		const int ok = api.X509_OBJECT_get_type(object) == X509_LU_X509
+			? api.X509_STORE_add_cert(store, api.X509_OBJECT_get0_X509(object))
+			: api.X509_STORE_add_crl(store, api.X509_OBJECT_get0_X509_CRL(object));
+		if (!ok)
+			return -1;
+	}
+	return bundle.count();
 }
 
 int fillStore(const CaApi &api, X509_STORE *store, const CaBundle &bundle)
 {
+	if (!api.storeSortsOnLookup())
+		return fillStoreByAdding(api, store, bundle);
 	/*
 	 * X509_STORE_add_cert looks each object up in the store's sorted stack and appends
 	 * it, so the next lookup sorts the whole stack again: 0.24 ms for 144 certificates,

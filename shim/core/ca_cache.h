@@ -26,8 +26,26 @@ struct FileIdentity {
 };
 bool operator==(const FileIdentity &a, const FileIdentity &b) noexcept;
 
-/* stat(2) of path, following links. False for anything but a regular file: never cached. */
-bool identifyFile(const char *path, FileIdentity *identity) noexcept;
+/*
+ * Opens path for reading (following links, as the loader does) and fstat(2)s the
+ * descriptor: the identity is that of the file this process can read now, so a process
+ * that lost access (a dropped uid, capabilities, a Landlock rule) gets no entry and the
+ * loader fails in its own words. Returns the descriptor (O_CLOEXEC), or -1 for anything
+ * but a readable regular file: never cached.
+ */
+int openFile(const char *path, FileIdentity *identity) noexcept;
+
+/*
+ * Git's "racily clean" rule: a file changed (mtime or ctime) less than one timestamp tick
+ * before it was read may be changed again within that tick with no visible trace (same
+ * size and times: ext2 stamps whole seconds, FAT's mtime two). Such an entry is reused
+ * only while the file's bytes are still the ones parsed, as git compares such a file's
+ * content. readAt is the wall clock before the file was read.
+ */
+bool racilyClean(const FileIdentity &identity, const struct timespec &readAt) noexcept;
+
+/* The whole file open on fd, from its start; false if it cannot be read. */
+bool readWholeFile(int fd, std::string *content) noexcept;
 
 enum class CaLookup {
 	Hit,      /* parsed before, file unchanged, younger than the TTL */
@@ -44,13 +62,18 @@ enum class CaLookup {
  */
 class CaCache {
 public:
-	using Identify = bool (*)(const char *path, FileIdentity *identity);
+	using Open = int (*)(const char *path, FileIdentity *identity);
 	using Clock = std::chrono::steady_clock::time_point (*)();
-	using Parse = std::function<std::shared_ptr<const CaBundle>()>;
+	using WallClock = struct timespec (*)();
+	/* Parses the file's bytes. */
+	using Parse = std::function<std::shared_ptr<const CaBundle>(const std::string &content)>;
 
-	explicit CaCache(std::chrono::seconds ttl, Identify identify = identifyFile,
-			 Clock clock = std::chrono::steady_clock::now) noexcept
-		: ttl_(ttl), identify_(identify), clock_(clock) {}
+	static struct timespec wallClock() noexcept;
+
+	explicit CaCache(std::chrono::seconds ttl, Open open = openFile,
+			 Clock clock = std::chrono::steady_clock::now,
+			 WallClock wall = wallClock) noexcept
+		: ttl_(ttl), open_(open), clock_(clock), wall_(wall) {}
 
 	struct Found {
 		std::shared_ptr<const CaBundle> bundle; /* null when Uncached */
@@ -67,12 +90,15 @@ private:
 	struct Entry {
 		FileIdentity identity;
 		std::chrono::steady_clock::time_point parsedAt;
+		bool racy;           /* racily clean: reused only if the bytes are the same */
+		std::string content; /* the bytes parsed, kept while racy */
 		std::shared_ptr<const CaBundle> bundle;
 	};
 
 	const std::chrono::seconds ttl_;
-	const Identify identify_;
+	const Open open_;
 	const Clock clock_;
+	const WallClock wall_;
 	std::mutex mutex_;
 	std::unordered_map<std::string, Entry> entries_;
 };

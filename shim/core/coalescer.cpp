@@ -4,11 +4,13 @@
 #include <cerrno>
 #include <climits>
 #include <new>
-#include <pthread.h>
-#include <signal.h>
 #include <sys/socket.h>
-#include <system_error>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <thread>
+
+#include "log.h"
+#include "shim_thread.h"
 
 namespace tlstune {
 
@@ -27,24 +29,29 @@ constexpr std::chrono::seconds kFlusherIdleExit{1};
  */
 constexpr long long kLookedUpRange = 64;
 
-/*
- * This thread holds one of the Coalescer's locks: a close() or wait from inside (a
- * sanitizer's symbolizer, a signal handler) must not wait for a lock it holds.
- */
-thread_local bool insideCoalescer = false;
+/* What TLSTUNE_LOG=info and debug show of where held bytes went: a server has thousands. */
+RateLimit handedOnLines;
+RateLimit flushLines;
+RateLimit stalledLines;
 
-class InsideLock {
-public:
-	explicit InsideLock(std::mutex &mutex) : lock_(mutex), outer_(insideCoalescer)
+} /* namespace */
+
+/* Bytes handed on to a duplicate: logged once the locks are let go (stderr may block). */
+struct Coalescer::HandedOn {
+	const char *why;
+	int from = -1, to = -1;
+	std::size_t bytes = 0;
+
+	~HandedOn()
 	{
-		insideCoalescer = true;
+		if (to >= 0)
+			logLimited(handedOnLines, LogLevel::Info,
+				   "%s of fd %d with %zu bytes the peer has not taken: they go out from fd %d "
+				   "as it reads", why, from, bytes, to);
 	}
-	~InsideLock() { insideCoalescer = outer_; }
-
-private:
-	std::lock_guard<std::mutex> lock_;
-	const bool outer_;
 };
+
+namespace {
 
 } /* namespace */
 
@@ -58,16 +65,16 @@ Coalescer::~Coalescer()
 
 PendingWrites *Coalescer::open(int fd)
 {
-	std::unique_ptr<PendingWrites> writes(new (std::nothrow) PendingWrites(fd, limit_, calls_,
+	std::shared_ptr<PendingWrites> writes(new (std::nothrow) PendingWrites(fd, limit_, calls_,
 									       &counters_));
 	if (!writes)
 		return nullptr;
 	PendingWrites *const added = writes.get();
-	InsideLock lock(registry_);
+	ShimLock lock(registry_);
 	try {
 		/* Room on the dirty list for every connection: dirtied() never allocates. */
 		{
-			InsideLock listed(dirtyListMutex_);
+			ShimLock listed(dirtyListMutex_);
 			if (dirtyList_.capacity() <= entries_.size())
 				dirtyList_.reserve(2 * entries_.size() + 1);
 		}
@@ -88,10 +95,12 @@ PendingWrites *Coalescer::open(int fd)
 void Coalescer::release(PendingWrites *writes)
 {
 	const int savedErrno = errno;
-	writes->drain(kDrainTimeoutMs);
-	InsideLock lock(registry_);
+	HandedOn note{ "SSL_free" };
+	ShimLock lock(registry_);
+	if (writes->dirty() && writes->send() == PendingWrites::Result::Again)
+		orphan(writes, -1, &note);
 	{
-		InsideLock listed(dirtyListMutex_);
+		ShimLock listed(dirtyListMutex_);
 		const auto entry = std::find(dirtyList_.begin(), dirtyList_.end(), writes);
 		if (entry != dirtyList_.end())
 			dirtyList_.erase(entry);
@@ -108,6 +117,23 @@ void Coalescer::release(PendingWrites *writes)
 	errno = savedErrno;
 }
 
+PendingWrites::Result Coalescer::sendAsOwner(PendingWrites *writes)
+{
+	const PendingWrites::Result result = writes->sendAsOwner();
+	if (result == PendingWrites::Result::Again)
+		stalled(writes);
+	return result;
+}
+
+void Coalescer::stalled(PendingWrites *writes)
+{
+	/* Without a thread to send them, the owner's next call does, as OpenSSL's retry would. */
+	stalled_.watch(writes->shared_from_this());
+	/* Here, in the connection's own call, no lock is held: stderr may block. */
+	logLimited(stalledLines, LogLevel::Debug, "fd %d: socket full; held bytes go out as the peer reads",
+		   writes->fd());
+}
+
 bool Coalescer::quietWrite(PendingWrites *writes) noexcept
 {
 	const auto now = std::chrono::steady_clock::now();
@@ -118,10 +144,10 @@ bool Coalescer::quietWrite(PendingWrites *writes) noexcept
 
 bool Coalescer::dirtied(PendingWrites *writes)
 {
-	if (insideCoalescer)
+	if (ShimLock::heldHere())
 		return false;
 	{
-		InsideLock listed(dirtyListMutex_);
+		ShimLock listed(dirtyListMutex_);
 		if (!writes->listed()) {
 			dirtyList_.push_back(writes); /* within the capacity open() reserved */
 			writes->setListed(true);
@@ -140,17 +166,7 @@ bool Coalescer::dirtied(PendingWrites *writes)
 
 bool Coalescer::startFlusher()
 {
-	/* Signals are the program's: the thread takes none (a sigwait loop, pselect's EINTR). */
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	bool started = true;
-	try {
-		std::thread(&Coalescer::flusherLoop, this).detach();
-	} catch (const std::system_error &) {
-		started = false;
-	}
-	pthread_sigmask(SIG_SETMASK, &old, nullptr);
+	const bool started = startShimThread([this] { flusherLoop(); });
 	if (started)
 		flusherRunning_.store(true, std::memory_order_release);
 	return started;
@@ -189,17 +205,21 @@ void Coalescer::flusherLoop()
 
 void Coalescer::flushDirty()
 {
-	if (insideCoalescer)
+	if (ShimLock::heldHere())
 		return;
 	const int savedErrno = errno;
 	/* A listed connection is not freed while this lock is held: release() unlists first. */
-	InsideLock listed(dirtyListMutex_);
+	ShimLock listed(dirtyListMutex_);
 	std::size_t kept = 0;
 	for (PendingWrites *writes : dirtyList_) {
-		/* Busy: the connection's own thread holds it and is sending itself. */
+		/* Busy: another thread holds it, and is sending. */
+		PendingWrites::Result result = PendingWrites::Result::Done;
 		if (writes->dirty())
-			writes->tryFlush(kBackgroundSend);
-		if (writes->dirty())
+			result = writes->trySend();
+		/* A full socket: sent as it drains, not retried here every delay. */
+		const bool handedOn = result == PendingWrites::Result::Again &&
+				      stalled_.watch(writes->shared_from_this());
+		if (writes->dirty() && !handedOn)
 			dirtyList_[kept++] = writes;
 		else
 			writes->setListed(false);
@@ -208,19 +228,18 @@ void Coalescer::flushDirty()
 	errno = savedErrno;
 }
 
-void Coalescer::closing(int first, int last, bool detach)
+void Coalescer::closing(int first, int last)
 {
-	if (entryCount_.load(std::memory_order_relaxed) == 0 || insideCoalescer)
+	if (idle() || ShimLock::heldHere())
 		return;
 	const int savedErrno = errno;
-	InsideLock lock(registry_);
-	/* Sends what fd's connection holds; a detached one leaves the index. */
+	HandedOn note{ "close" };
+	ShimLock lock(registry_);
+	/* Sends what fd's connection holds, or hands it on; then it leaves the index. */
 	auto visit = [&](std::unordered_multimap<int, PendingWrites *>::iterator it) {
 		PendingWrites *writes = it->second;
-		if (writes->dirty())
-			writes->drain(kDrainTimeoutMs);
-		if (!detach)
-			return std::next(it);
+		if (writes->dirty() && writes->send() == PendingWrites::Result::Again)
+			orphan(writes, -1, &note);
 		writes->detach();
 		return byFd_.erase(it);
 	};
@@ -234,12 +253,105 @@ void Coalescer::closing(int first, int last, bool detach)
 		for (auto it = byFd_.begin(); it != byFd_.end();)
 			it = it->first < first || it->first > last ? std::next(it) : visit(it);
 	}
+	stalled_.closing(first, last);
 	errno = savedErrno;
+}
+
+bool Coalescer::shuttingDown(int fd, int how)
+{
+	if (entryCount_.load(std::memory_order_relaxed) == 0 || ShimLock::heldHere())
+		return false;
+	const int savedErrno = errno;
+	bool deferred = false;
+	HandedOn note{ "shutdown" };
+	ShimLock lock(registry_);
+	auto range = byFd_.equal_range(fd);
+	for (auto it = range.first; it != range.second; ++it) {
+		PendingWrites *writes = it->second;
+		if (!writes->dirty() || writes->send() != PendingWrites::Result::Again)
+			continue;
+		if (orphan(writes, how, &note)) {
+			deferred = true;
+			writes->fail(EPIPE);
+		}
+	}
+	errno = savedErrno;
+	return deferred;
+}
+
+bool Coalescer::orphan(PendingWrites *writes, int shutdownHow, HandedOn *note)
+{
+	/*
+	 * High above the numbers the program uses: open() takes the lowest free number, and
+	 * a program that closes 1 and opens a file expects to get 1.
+	 */
+	struct rlimit files = {};
+	getrlimit(RLIMIT_NOFILE, &files);
+	const int floor = static_cast<int>(std::min<rlim_t>(files.rlim_cur / 2, 1 << 20));
+	int duplicate = fcntl(writes->fd(), F_DUPFD_CLOEXEC, floor);
+	if (duplicate < 0)
+		duplicate = fcntl(writes->fd(), F_DUPFD_CLOEXEC, 0);
+	std::shared_ptr<PendingWrites> heir =
+		duplicate >= 0 ? writes->handOver(duplicate, shutdownHow) : nullptr;
+	if (heir && stalled_.watch(heir)) {
+		*note = { note->why, writes->fd(), duplicate, heir->pending() };
+		return true;
+	}
+	/* No descriptor, memory or thread to spare: the old way, waiting here (bounded). */
+	const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kDrainTimeoutMs);
+	if (heir) {
+		drainHere(heir.get(), deadline);
+		return true;
+	}
+	if (duplicate >= 0)
+		calls_.close(duplicate);
+	drainHere(writes, deadline);
+	return false;
+}
+
+void Coalescer::drainHere(PendingWrites *writes, std::chrono::steady_clock::time_point deadline)
+{
+	while (writes->dirty() && writes->send() == PendingWrites::Result::Again) {
+		const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+			deadline - std::chrono::steady_clock::now());
+		struct pollfd writable = { writes->fd(), POLLOUT, 0 };
+		if (left.count() <= 0 || calls_.poll(&writable, 1, static_cast<int>(left.count())) <= 0)
+			return;
+	}
 }
 
 void Coalescer::drainAll()
 {
-	closing(0, INT_MAX, false);
+	if (idle() || ShimLock::heldHere())
+		return;
+	const int savedErrno = errno;
+	const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kDrainTimeoutMs);
+	logLimited(flushLines, LogLevel::Debug, "the process image ends: sending what is held (up to %d ms)",
+		   kDrainTimeoutMs);
+	{
+		ShimLock lock(registry_);
+		for (const auto &entry : entries_) {
+			PendingWrites *writes = entry.second.get();
+			if (writes->dirty() && writes->send() == PendingWrites::Result::Again &&
+			    !stalled_.watch(entry.second))
+				drainHere(writes, deadline);
+		}
+	}
+	stalled_.waitUntilEmpty(deadline);
+	errno = savedErrno;
+}
+
+void Coalescer::drainForAbort() noexcept
+{
+	if (ShimLock::heldHere())
+		return;
+	ShimLock lock(registry_, std::try_to_lock);
+	if (!lock.owns())
+		return;
+	for (const auto &entry : entries_) {
+		if (entry.second->dirty())
+			entry.second->trySend();
+	}
 }
 
 void Coalescer::lockForFork()
@@ -249,10 +361,12 @@ void Coalescer::lockForFork()
 	dirtyListMutex_.lock();
 	for (const auto &entry : entries_)
 		entry.second->mutex().lock();
+	stalled_.lockForFork();
 }
 
 void Coalescer::unlockInParent()
 {
+	stalled_.unlockInParent();
 	for (const auto &entry : entries_)
 		entry.second->mutex().unlock();
 	dirtyListMutex_.unlock();
@@ -262,6 +376,7 @@ void Coalescer::unlockInParent()
 
 void Coalescer::unlockInChild()
 {
+	stalled_.unlockInChild();
 	for (const auto &entry : entries_) {
 		entry.second->dropAfterFork();
 		entry.second->mutex().unlock();

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "pending_writes.h"
+#include "stalled_writes.h"
 
 namespace tlstune {
 
@@ -26,18 +27,24 @@ namespace tlstune {
  * own thread, inside its own OpenSSL call, touches OpenSSL state. A close of that fd
  * (seen by the close family) detaches it under the same lock before the number is freed.
  *
+ * Nobody waits for a slow peer: what a socket does not take at once goes to
+ * StalledWrites, which sends it as the socket drains, from a duplicate of the descriptor
+ * once the program has closed, freed or shut down the connection. Only exit, _exit and
+ * exec wait for it, up to kDrainTimeoutMs: after them nobody is left to send.
+ *
  * Nothing here is proportional to the number of connections: a server with thousands
  * closes files and waits all the time. A close finds its fd's connections by number, a
  * wait visits only the connections holding bytes (the dirty list), a connection leaves
  * by its address.
  *
- * Lock order: registry_, then dirtyListMutex_, then a PendingWrites' lock; nobody takes
- * either while holding a PendingWrites' lock. wakeMutex_ is never held with another.
+ * Lock order: registry_, then dirtyListMutex_, then a PendingWrites' lock, then
+ * StalledWrites' lock (never with a PendingWrites' lock held), then an orphan's lock.
+ * wakeMutex_ is never held with another.
  */
 class Coalescer {
 public:
 	Coalescer(std::size_t limit, std::chrono::microseconds delay, SocketCalls calls) noexcept
-		: limit_(limit), delay_(delay), calls_(calls) {}
+		: limit_(limit), delay_(delay), calls_(calls), stalled_(calls) {}
 	/* Stops the flusher thread (it ends by itself once nothing was held for a second). */
 	~Coalescer();
 	Coalescer(const Coalescer &) = delete;
@@ -48,8 +55,19 @@ public:
 
 	/* A connection writing to fd; nullptr when out of memory. */
 	PendingWrites *open(int fd);
-	/* The connection goes away (its filter BIO is freed): its bytes go out first (bounded). */
+	/*
+	 * The connection goes away (its filter BIO is freed): its bytes go out now, or from a
+	 * duplicate of the descriptor as the socket drains.
+	 */
 	void release(PendingWrites *writes);
+
+	/*
+	 * From the connection's own call: sends what is pending as OpenSSL's write would.
+	 * Again: the socket is full, and the bytes go out as it drains.
+	 */
+	PendingWrites::Result sendAsOwner(PendingWrites *writes);
+	/* The connection's own send found the socket full: the bytes go out as it drains. */
+	void stalled(PendingWrites *writes);
 
 	/*
 	 * The connection's own write is about to go through the filter: true when it finds the
@@ -75,35 +93,56 @@ public:
 	}
 
 	/*
-	 * fds first..last are about to be closed (detach: nothing may be sent to those numbers
-	 * afterwards) or shut down: their bytes go out first (bounded).
+	 * fds first..last are about to be closed: nothing may be sent to those numbers
+	 * afterwards. Their bytes go out first, or from a duplicate as the socket drains.
 	 */
-	void closing(int first, int last, bool detach);
+	void closing(int first, int last);
 
-	/* At exit: what is pending goes out (bounded). */
+	/*
+	 * fd's sending side is about to be shut down (how: SHUT_WR or SHUT_RDWR). True when
+	 * bytes remain for a full socket: they go out from a duplicate as the socket drains,
+	 * which then shuts it down; the caller must not shut down the sending side itself, and
+	 * the connection's later writes fail with EPIPE as after a shutdown.
+	 */
+	bool shuttingDown(int fd, int how);
+
+	/* At exit, _exit or exec: what is pending goes out, waiting up to kDrainTimeoutMs. */
 	void drainAll();
-	/* No connection was ever attached (or all are gone): nothing to drain or detach. */
-	bool idle() const noexcept { return entryCount_.load(std::memory_order_relaxed) == 0; }
+	/*
+	 * At abort: the process may be broken (a lock held by the crashing thread, a corrupt
+	 * heap). Sends what it can without waiting for any lock, allocating or blocking.
+	 */
+	void drainForAbort() noexcept;
+	/* No connection was ever attached (or all are gone), and no bytes are left over. */
+	bool idle() const noexcept
+	{
+		return entryCount_.load(std::memory_order_relaxed) == 0 && stalled_.empty();
+	}
 
 	void lockForFork();
 	void unlockInParent();
 	/* The child's copies of pending bytes are dropped: the parent sends them, once. */
 	void unlockInChild();
 
-	/* How long close, SSL_free and exit wait for a peer that does not read. */
+	/* How long exit, _exit and exec wait for a peer that does not read. */
 	static constexpr int kDrainTimeoutMs = 5000;
 
 private:
 	void flushDirty();
 	bool startFlusher();
 	void flusherLoop();
+	/* What writes still holds goes to a duplicate of its descriptor (see StalledWrites). */
+	struct HandedOn;
+	bool orphan(PendingWrites *writes, int shutdownHow, HandedOn *note);
+	/* Sends what writes holds, waiting up to the deadline: the way out when nothing else is. */
+	void drainHere(PendingWrites *writes, std::chrono::steady_clock::time_point deadline);
 
 	const std::size_t limit_;
 	const std::chrono::microseconds delay_;
 	const SocketCalls calls_;
 
 	std::mutex registry_; /* guards entries_ and byFd_ */
-	std::unordered_map<const PendingWrites *, std::unique_ptr<PendingWrites>> entries_;
+	std::unordered_map<const PendingWrites *, std::shared_ptr<PendingWrites>> entries_;
 	std::unordered_multimap<int, PendingWrites *> byFd_; /* the attached ones */
 	std::atomic<int> entryCount_{0};
 
@@ -111,6 +150,7 @@ private:
 	std::mutex dirtyListMutex_;
 	std::vector<PendingWrites *> dirtyList_;
 	PendingWrites::Counters counters_;
+	StalledWrites stalled_;
 
 	std::mutex wakeMutex_;
 	std::condition_variable wake_;

@@ -1,6 +1,8 @@
 #include "coalescing_bio.h"
 
 #include <cerrno>
+#include <csignal>
+#include <pthread.h>
 #include <sys/stat.h>
 
 namespace tlstune {
@@ -26,7 +28,7 @@ void askRetry(BIO *bio)
 /* The outcome of sending what is pending, as a write or flush result for OpenSSL. */
 bool flushed(BIO *bio, PendingWrites *writes)
 {
-	switch (writes->flush(0)) {
+	switch (g_coalescer->sendAsOwner(writes)) {
 	case PendingWrites::Result::Done:
 		return true;
 	case PendingWrites::Result::Again:
@@ -35,6 +37,36 @@ bool flushed(BIO *bio, PendingWrites *writes)
 	default:
 		return false;
 	}
+}
+
+/*
+ * A write of the connection's own straight to the socket. When it finds the connection
+ * broken, the writes held after it must fail too, as the kernel would fail them: EPIPE.
+ */
+int passOn(BIO *bio, PendingWrites *writes, BIO *next, const char *data, int length)
+{
+	const int written = g_api->BIO_write(next, data, length);
+	g_api->BIO_copy_next_retry(bio);
+	if (written <= 0 && writes && (errno == EPIPE || errno == ECONNRESET)) {
+		const int savedErrno = errno;
+		writes->fail(EPIPE);
+		errno = savedErrno;
+	}
+	return written;
+}
+
+/*
+ * A send of the shim's found the connection broken, after the write that made those bytes
+ * had returned: this write reports it, as the kernel would have. The kernel raises
+ * SIGPIPE in the thread whose write meets a closed pipe; the shim's own send could not
+ * (its thread's signals are not the program's), so it is raised here, in the program's.
+ */
+int failAsTheKernelWould(int error)
+{
+	if (error == EPIPE)
+		pthread_kill(pthread_self(), SIGPIPE);
+	errno = error;
+	return -1;
 }
 
 int filterWrite(BIO *bio, const char *data, int length)
@@ -46,18 +78,22 @@ int filterWrite(BIO *bio, const char *data, int length)
 	if (!writes || !next || length <= 0)
 		return next ? api.BIO_write(next, data, length) : -1;
 
+	/*
+	 * Closed under it and reused (SSL_clear, then a new socket on the same number): the
+	 * socket BIO writes to that number as it would without the shim.
+	 */
+	if (writes->fd() < 0)
+		return passOn(bio, nullptr, next, data, length);
+
 	/* First: every write of the connection's own counts for "quiet", also a direct one. */
 	const bool quiet = g_coalescer->quietWrite(writes);
-	if (quiet || directWrites || static_cast<std::size_t>(length) >= g_coalescer->limit()) {
-		if (const int error = writes->error()) {
-			errno = error;
-			return -1;
-		}
+	if (quiet || directWrites || writes->stalled() ||
+	    static_cast<std::size_t>(length) >= g_coalescer->limit()) {
+		if (const int error = writes->reportError())
+			return failAsTheKernelWould(error);
 		if (!flushed(bio, writes))
 			return -1;
-		const int written = api.BIO_write(next, data, length);
-		api.BIO_copy_next_retry(bio);
-		return written;
+		return passOn(bio, writes, next, data, length);
 	}
 
 	bool becameDirty = false;
@@ -65,13 +101,14 @@ int filterWrite(BIO *bio, const char *data, int length)
 	case PendingWrites::Result::Done:
 		/* Without a flusher thread nothing would bound the wait: send now. */
 		if (becameDirty && !g_coalescer->dirtied(writes))
-			writes->flush(0);
+			g_coalescer->sendAsOwner(writes);
 		return length;
 	case PendingWrites::Result::Again:
+		g_coalescer->stalled(writes);
 		askRetry(bio);
 		return -1;
 	default:
-		return -1;
+		return errno == EPIPE ? failAsTheKernelWould(EPIPE) : -1;
 	}
 }
 

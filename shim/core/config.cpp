@@ -50,6 +50,10 @@ const Option kOptions[] = {
 	{ { "TLSTUNE_CA_CACHE_TTL", "seconds from 0 to 365 days, suffix s, m, h or d", "24h",
 	    "Parse a cached CA file again once its entry is this old; 0 parses every time." },
 	  Kind::Duration, nullptr, nullptr, nullptr, &Config::caCacheTtl },
+	{ { "TLSTUNE_CA_LAZY", "1/true/yes/on or 0/false/no/off", "on",
+	    "Index a CA file on its first load instead of parsing it, and parse a certificate "
+	    "when a store first needs its subject (OpenSSL 3.0; other versions load eagerly)." },
+	  Kind::Bool, &Config::caLazy, nullptr, nullptr, nullptr },
 	{ { "TLSTUNE_COALESCE", "1/true/yes/on or 0/false/no/off", "on",
 	    "Gather the records of small SSL_write calls and send them in few syscalls, "
 	    "each byte within TLSTUNE_COALESCE_DELAY." },
@@ -61,10 +65,10 @@ const Option kOptions[] = {
 	    "How long a written byte may wait in the shim at most, whatever the program does." },
 	  Kind::Delay, nullptr, nullptr, nullptr, &Config::coalesceDelayUs },
 	{ { "TLSTUNE_VERBOSE", "1/true/yes/on or 0/false/no/off", "off",
-	    "Print the effective settings once on stderr when the library loads." },
+	    "Print the effective settings once on stderr, at the process's first OpenSSL call." },
 	  Kind::Bool, &Config::verbose, nullptr, nullptr, nullptr },
 	{ { "TLSTUNE_LOG", "off, error, warn, info or debug", "warn",
-	    "Which messages reach stderr." },
+	    "Which messages reach stderr: info adds contexts tuned and connections followed, debug more." },
 	  Kind::Level, nullptr, nullptr, &Config::logLevel, nullptr },
 	{ { "TLSTUNE_STATS", "1/true/yes/on or 0/false/no/off", "off",
 	    "Print one summary line on stderr at exit." },

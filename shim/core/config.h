@@ -38,6 +38,7 @@ struct Config {
 	bool readiness = true;
 	bool caCache = true;
 	unsigned long caCacheTtl = kDefaultCaCacheTtl; /* seconds */
+	bool caLazy = true;
 	bool coalesce = true;
 	std::size_t coalesceLimit = kDefaultCoalesceLimit;
 	unsigned long coalesceDelayUs = kDefaultCoalesceDelayUs;

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <new>
 
+#include "log.h"
 #include "openssl_api.h"
 
 namespace tlstune {
@@ -10,6 +11,20 @@ namespace tlstune {
 namespace {
 
 std::atomic<unsigned long long> arrivalCount{0};
+
+/* A server learns one fd per connection, thousands of them: these lines are rate-limited. */
+RateLimit followedLines;
+RateLimit movedLines;
+
+/* What TLSTUNE_LOG=info shows of a connection's fd: learnt from a read, or set by the program. */
+void logFd(int from, int to, ino_t ino) noexcept
+{
+	if (from < 0 && to >= 0)
+		logLimited(followedLines, LogLevel::Info, "connection followed: OpenSSL reads fd %d (inode %lu)",
+			   to, static_cast<unsigned long>(ino));
+	else if (from != to)
+		logLimited(movedLines, LogLevel::Debug, "connection moved from fd %d to fd %d", from, to);
+}
 
 /* initial-exec: the read wrappers test this on every read(2) of the host program. */
 __attribute__((tls_model("initial-exec"))) thread_local CallScope *innermost = nullptr;
@@ -34,6 +49,7 @@ void Connection::noteSocketRead(int fd, bool gotBytes) noexcept
 	ino_t ino;
 	if (!streamInode(fd, &ino))
 		return;
+	logFd(fd_, fd, ino);
 	fd_ = fd;
 	ino_ = ino;
 }
@@ -41,12 +57,14 @@ void Connection::noteSocketRead(int fd, bool gotBytes) noexcept
 void Connection::rebind(BufferedFds &buffered, int fd) noexcept
 {
 	ino_t ino = 0;
+	const int from = fd_;
 	if (fd >= 0 && streamInode(fd, &ino)) {
 		fd_ = fd;
 		ino_ = ino;
 	} else {
 		fd_ = -1;
 	}
+	logFd(from, fd_, ino);
 	if (!buffered_)
 		return;
 	buffered_ = fd_ >= 0;

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
+#include <ctime>
 #include <unistd.h>
 
 namespace tlstune {
@@ -24,17 +25,23 @@ bool logEnabled(LogLevel level) noexcept
 
 namespace {
 
-void writeLine(const char *format, va_list args) noexcept
+/* suffix: appended after the formatted text ("" for none), still within the one line. */
+void writeLine(const char *suffix, const char *format, va_list args) noexcept
 {
 	int savedErrno = errno;
 	char line[512] = "tlstune: ";
 	size_t prefix = sizeof("tlstune: ") - 1;
 
 	int n = vsnprintf(line + prefix, sizeof(line) - prefix - 1, format, args);
-
 	size_t len = prefix + (n < 0 ? 0 : static_cast<size_t>(n));
 	if (len > sizeof(line) - 2)
 		len = sizeof(line) - 2;
+	if (*suffix) {
+		n = snprintf(line + len, sizeof(line) - len - 1, "%s", suffix);
+		len += n < 0 ? 0 : static_cast<size_t>(n);
+		if (len > sizeof(line) - 2)
+			len = sizeof(line) - 2;
+	}
 	line[len++] = '\n';
 
 	ssize_t ignored = write(STDERR_FILENO, line, len);
@@ -50,7 +57,7 @@ void logLine(LogLevel level, const char *format, ...) noexcept
 		return;
 	va_list args;
 	va_start(args, format);
-	writeLine(format, args);
+	writeLine("", format, args);
 	va_end(args);
 }
 
@@ -58,8 +65,49 @@ void printLine(const char *format, ...) noexcept
 {
 	va_list args;
 	va_start(args, format);
-	writeLine(format, args);
+	writeLine("", format, args);
 	va_end(args);
+}
+
+bool RateLimit::allow(int64_t nowNs, uint64_t *skipped) noexcept
+{
+	int64_t next = next_.load(std::memory_order_relaxed);
+	if (nowNs < next || !next_.compare_exchange_strong(next, nowNs + kIntervalNs,
+							  std::memory_order_relaxed)) {
+		skipped_.fetch_add(1, std::memory_order_relaxed);
+		return false;
+	}
+	*skipped = skipped_.exchange(0, std::memory_order_relaxed);
+	return true;
+}
+
+void logLimited(RateLimit &limit, LogLevel level, const char *format, ...) noexcept
+{
+	if (!logEnabled(level))
+		return;
+	const int savedErrno = errno;
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	errno = savedErrno;
+	uint64_t skipped = 0;
+	if (!limit.allow(static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec, &skipped))
+		return;
+	char suffix[64] = "";
+	if (skipped)
+		snprintf(suffix, sizeof(suffix), " (%llu more like it not shown)",
+			 static_cast<unsigned long long>(skipped));
+	va_list args;
+	va_start(args, format);
+	writeLine(suffix, format, args);
+	va_end(args);
+}
+
+const char *programName() noexcept
+{
+	/* glibc sets it from argv[0] before any constructor runs. */
+	return program_invocation_short_name && *program_invocation_short_name
+		       ? program_invocation_short_name
+		       : "?";
 }
 
 } /* namespace tlstune */

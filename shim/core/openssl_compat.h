@@ -4,6 +4,7 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <openssl/x509_vfy.h>
 
 /*
  * OpenSSL 1.1.1's headers lack the 3.0 functions the shim interposes or calls when present.
@@ -19,5 +20,6 @@ int X509_load_cert_crl_file_ex(X509_LOOKUP *ctx, const char *file, int type,
 STACK_OF(X509_INFO) *PEM_X509_INFO_read_bio_ex(BIO *bp, STACK_OF(X509_INFO) *sk,
 					      pem_password_cb *cb, void *u,
 					      OSSL_LIB_CTX *libctx, const char *propq);
+STACK_OF(X509) *X509_STORE_get1_all_certs(X509_STORE *st);
 }
 #endif

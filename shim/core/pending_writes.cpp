@@ -1,31 +1,46 @@
 #include "pending_writes.h"
 
 #include <cerrno>
-#include <chrono>
 #include <new>
-#include <poll.h>
 #include <sys/socket.h>
 
 namespace tlstune {
 
+thread_local bool ShimLock::held = false;
+
+PendingWrites::~PendingWrites()
+{
+	if (orphan_ && fd() >= 0) {
+		const int savedErrno = errno;
+		if (shutdownHow_ >= 0 && bytes_.empty())
+			calls_.shutdown(fd(), shutdownHow_);
+		calls_.close(fd());
+		errno = savedErrno;
+	}
+}
+
 PendingWrites::Result PendingWrites::append(const void *record, std::size_t length, bool *becameDirty)
 {
-	std::lock_guard<std::mutex> lock(mutex_);
 	*becameDirty = false;
-	if (error_) {
-		errno = error_;
-		return Result::Failed;
+	{
+		ShimLock lock(mutex_);
+		if (error_) {
+			errno = error_;
+			error_ = EPIPE; /* reported once, as the kernel does (reportError) */
+			return Result::Failed;
+		}
+		if (fd() < 0) {
+			errno = EBADF;
+			return Result::Failed;
+		}
 	}
-	if (fd() < 0) {
-		errno = EBADF;
-		return Result::Failed;
-	}
-	if (bytes_.size() - sent_ + length > limit_) {
-		const Result flushed = flushLocked(0);
-		if (flushed != Result::Done)
-			return flushed;
+	if (pending() + length > limit_) {
+		const Result sent = sendAsOwner();
+		if (sent != Result::Done)
+			return sent;
 	}
 	const unsigned char *begin = static_cast<const unsigned char *>(record);
+	ShimLock lock(mutex_);
 	try {
 		bytes_.insert(bytes_.end(), begin, begin + length);
 	} catch (const std::bad_alloc &) {
@@ -34,27 +49,74 @@ PendingWrites::Result PendingWrites::append(const void *record, std::size_t leng
 		return Result::Failed;
 	}
 	counters_->records.fetch_add(1, std::memory_order_relaxed);
-	*becameDirty = !dirty_.exchange(true, std::memory_order_relaxed);
-	if (*becameDirty)
-		counters_->dirty.fetch_add(1, std::memory_order_relaxed);
+	*becameDirty = !dirty_.load(std::memory_order_relaxed);
+	markDirty();
 	return Result::Done;
 }
 
-PendingWrites::Result PendingWrites::flush(int flags)
+PendingWrites::Result PendingWrites::sendAsOwner()
 {
-	std::lock_guard<std::mutex> lock(mutex_);
-	return flushLocked(flags);
+	std::vector<unsigned char> taken;
+	int fd;
+	{
+		ShimLock lock(mutex_);
+		fd = this->fd();
+		if (sent_ == bytes_.size())
+			return Result::Done;
+		if (fd < 0)
+			return sendLocked(0); /* drops them: EBADF */
+		/* Only the owner appends, so nothing arrives behind these while they are out. */
+		taken.swap(bytes_);
+		taken.erase(taken.begin(), taken.begin() + static_cast<std::ptrdiff_t>(sent_));
+		sent_ = 0;
+		markClean();
+	}
+	std::size_t done = 0;
+	int sendErrno = 0;
+	while (done < taken.size()) {
+		const ssize_t n = calls_.send(fd, taken.data() + done, taken.size() - done, 0);
+		if (n >= 0) {
+			counters_->sends.fetch_add(1, std::memory_order_relaxed);
+			done += static_cast<std::size_t>(n);
+		} else if (errno != EINTR) {
+			sendErrno = errno;
+			break;
+		}
+	}
+	ShimLock lock(mutex_);
+	if (done == taken.size()) {
+		stalled_.store(false, std::memory_order_relaxed);
+		lastProgress_ = std::chrono::steady_clock::now();
+		return Result::Done;
+	}
+	if (sendErrno == EAGAIN || sendErrno == EWOULDBLOCK) {
+		/* Back in front of whatever the owner appended meanwhile: nothing, it was sending. */
+		bytes_.insert(bytes_.begin(), taken.begin() + static_cast<std::ptrdiff_t>(done), taken.end());
+		markDirty();
+		stalled_.store(true, std::memory_order_relaxed);
+		errno = sendErrno;
+		return Result::Again;
+	}
+	error_ = sendErrno;
+	errno = sendErrno;
+	return Result::Failed;
 }
 
-PendingWrites::Result PendingWrites::tryFlush(int flags)
+PendingWrites::Result PendingWrites::send()
 {
-	std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
-	if (!lock.owns_lock())
+	ShimLock lock(mutex_);
+	return sendLocked(kBackgroundSend);
+}
+
+PendingWrites::Result PendingWrites::trySend()
+{
+	ShimLock lock(mutex_, std::try_to_lock);
+	if (!lock.owns())
 		return Result::Busy;
-	return flushLocked(flags);
+	return sendLocked(kBackgroundSend);
 }
 
-PendingWrites::Result PendingWrites::flushLocked(int flags)
+PendingWrites::Result PendingWrites::sendLocked(int flags)
 {
 	const int fd = this->fd();
 	while (sent_ < bytes_.size()) {
@@ -66,18 +128,23 @@ PendingWrites::Result PendingWrites::flushLocked(int flags)
 		if (n >= 0) {
 			counters_->sends.fetch_add(1, std::memory_order_relaxed);
 			sent_ += static_cast<std::size_t>(n);
+			lastProgress_ = std::chrono::steady_clock::now();
 			continue;
 		}
 		if (errno == EINTR)
 			continue;
-		if (errno == EAGAIN || errno == EWOULDBLOCK)
+		if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			stalled_.store(true, std::memory_order_relaxed);
 			return Result::Again;
+		}
 		break;
 	}
 	const bool broken = sent_ < bytes_.size();
 	/* A broken connection: what OpenSSL's own write would have reported, from now on. */
 	if (broken)
 		error_ = errno;
+	else
+		stalled_.store(false, std::memory_order_relaxed);
 	markClean();
 	return broken ? Result::Failed : Result::Done;
 }
@@ -90,23 +157,40 @@ void PendingWrites::markClean() noexcept
 		counters_->dirty.fetch_sub(1, std::memory_order_relaxed);
 }
 
-PendingWrites::Result PendingWrites::drain(int timeoutMs)
+void PendingWrites::markDirty() noexcept
 {
-	std::lock_guard<std::mutex> lock(mutex_);
-	const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
-	for (;;) {
-		const Result result = flushLocked(kBackgroundSend);
-		if (result != Result::Again)
-			return result;
-		const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-			deadline - std::chrono::steady_clock::now());
-		struct pollfd writable = { fd(), POLLOUT, 0 };
-		if (left.count() <= 0 || calls_.poll(&writable, 1, static_cast<int>(left.count())) <= 0) {
-			markClean();
-			errno = ETIMEDOUT;
-			return Result::Failed;
-		}
+	if (!dirty_.exchange(true, std::memory_order_relaxed))
+		counters_->dirty.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::shared_ptr<PendingWrites> PendingWrites::handOver(int duplicate, int shutdownHow)
+{
+	ShimLock lock(mutex_);
+	if (sent_ == bytes_.size())
+		return nullptr;
+	std::shared_ptr<PendingWrites> heir(new (std::nothrow) PendingWrites(duplicate, limit_, calls_,
+									       counters_));
+	if (!heir) {
+		markClean();
+		return nullptr;
 	}
+	heir->bytes_.swap(bytes_);
+	heir->sent_ = sent_;
+	heir->orphan_ = true;
+	heir->shutdownHow_ = shutdownHow;
+	heir->stalled_.store(true, std::memory_order_relaxed);
+	heir->lastProgress_ = std::chrono::steady_clock::now();
+	heir->markDirty();
+	sent_ = 0;
+	markClean();
+	return heir;
+}
+
+void PendingWrites::disown() noexcept
+{
+	ShimLock lock(mutex_);
+	fd_.store(-1, std::memory_order_relaxed);
+	markClean();
 }
 
 void PendingWrites::detach() noexcept
@@ -116,19 +200,45 @@ void PendingWrites::detach() noexcept
 
 void PendingWrites::dropAfterFork() noexcept
 {
+	/* An orphan's descriptor is a copy in the child: closed, or the socket outlives the parent's. */
+	if (orphan_ && fd() >= 0) {
+		calls_.close(fd());
+		fd_.store(-1, std::memory_order_relaxed);
+	}
 	markClean();
 }
 
 std::size_t PendingWrites::pending() noexcept
 {
-	std::lock_guard<std::mutex> lock(mutex_);
+	ShimLock lock(mutex_);
 	return bytes_.size() - sent_;
 }
 
 int PendingWrites::error() noexcept
 {
-	std::lock_guard<std::mutex> lock(mutex_);
+	ShimLock lock(mutex_);
 	return error_;
+}
+
+int PendingWrites::reportError() noexcept
+{
+	ShimLock lock(mutex_);
+	const int error = error_;
+	if (error)
+		error_ = EPIPE;
+	return error;
+}
+
+void PendingWrites::fail(int error) noexcept
+{
+	ShimLock lock(mutex_);
+	error_ = error;
+}
+
+std::chrono::steady_clock::time_point PendingWrites::lastProgress() noexcept
+{
+	ShimLock lock(mutex_);
+	return lastProgress_;
 }
 
 } /* namespace tlstune */

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <poll.h>
 #include <sys/socket.h>
@@ -12,10 +13,12 @@
 
 namespace tlstune {
 
-/* libc's send(2) and poll(2): never the shim's own poll, which flushes. */
+/* libc's calls, never the shim's own (its poll flushes, its close drains). */
 struct SocketCalls {
 	ssize_t (*send)(int fd, const void *data, size_t length, int flags);
 	int (*poll)(struct pollfd *fds, unsigned long nfds, int timeout);
+	int (*close)(int fd);
+	int (*shutdown)(int fd, int how);
 };
 
 /*
@@ -26,16 +29,42 @@ struct SocketCalls {
 constexpr int kBackgroundSend = MSG_DONTWAIT | MSG_NOSIGNAL;
 
 /*
+ * This thread holds one of the coalescer's locks: a close(), exit() or wait from inside
+ * (a signal handler, a sanitizer's symbolizer) must not wait for a lock it holds.
+ */
+class ShimLock {
+public:
+	explicit ShimLock(std::mutex &mutex) : lock_(mutex), outer_(held) { held = true; }
+	ShimLock(std::mutex &mutex, std::try_to_lock_t) : lock_(mutex, std::try_to_lock), outer_(held)
+	{
+		held = outer_ || lock_.owns_lock();
+	}
+	~ShimLock() { held = outer_; }
+	ShimLock(const ShimLock &) = delete;
+	ShimLock &operator=(const ShimLock &) = delete;
+
+	bool owns() const noexcept { return lock_.owns_lock(); }
+	static bool heldHere() noexcept { return held; }
+
+private:
+	static thread_local bool held;
+	std::unique_lock<std::mutex> lock_;
+	const bool outer_;
+};
+
+/*
  * The encrypted records of one connection that OpenSSL has written and the shim has not
  * sent yet, and the socket they go to. Records are appended whole and sent in order, so
  * the peer sees exactly the bytes OpenSSL wrote, only in fewer segments and syscalls.
  *
  * Two kinds of callers: the thread inside the connection's own OpenSSL call (append,
- * flushes before reads), which may block as OpenSSL's own write would; and everyone else
- * (the flusher thread, another thread's poll), which only ever sends with kBackgroundSend
- * and never calls into OpenSSL. One mutex orders them.
+ * sendAsOwner), which may block as OpenSSL's own write would; and everyone else (the
+ * flusher thread, another thread's poll, close, exit), which only ever sends with
+ * kBackgroundSend. One mutex orders them, and nobody holds it across a call that may
+ * block (issue 11: a writer blocked on a stalled peer held it, and shutdown, exit and
+ * fork waited for it): the owner takes the bytes out and sends them unlocked.
  */
-class PendingWrites {
+class PendingWrites : public std::enable_shared_from_this<PendingWrites> {
 public:
 	/* Process-wide counts every PendingWrites adds to. */
 	struct Counters {
@@ -46,32 +75,45 @@ public:
 
 	PendingWrites(int fd, std::size_t limit, SocketCalls calls, Counters *counters) noexcept
 		: fd_(fd), limit_(limit), calls_(calls), counters_(counters) {}
+	~PendingWrites();
 
 	enum class Result {
 		Done,     /* appended, or nothing left to send */
 		Again,    /* the socket is full (non-blocking): bytes remain */
-		Failed,   /* errno says why; for a flush, the bytes are dropped */
-		Busy,     /* tryFlush only: the owner holds it, and is sending itself */
+		Failed,   /* errno says why; for a send, the bytes are dropped */
+		Busy,     /* trySend only: someone else holds the lock */
 	};
 
 	/*
 	 * From the connection's own write: appends a record, first sending what is pending
-	 * when it would not fit (with flags 0: blocking or not as the socket is). Again and
-	 * Failed leave the record unappended, for OpenSSL to retry or report. becameDirty:
-	 * the buffer was empty before.
+	 * (sendAsOwner) when it would not fit. Again and Failed leave the record unappended,
+	 * for OpenSSL to retry or report. becameDirty: the buffer was empty before.
 	 */
 	Result append(const void *record, std::size_t length, bool *becameDirty);
 
-	/* Sends what is pending. flags: 0 in the owner's call, kBackgroundSend elsewhere. */
-	Result flush(int flags);
+	/*
+	 * From the connection's own call: sends what is pending as OpenSSL's write would
+	 * (flags 0: blocking or not as the socket is, SIGPIPE as the kernel raises it),
+	 * holding no lock while it may block.
+	 */
+	Result sendAsOwner();
+	/* Anyone else: sends what the socket takes now (kBackgroundSend). */
+	Result send();
 	/* The same without waiting for the lock. */
-	Result tryFlush(int flags);
+	Result trySend();
 
 	/*
-	 * Sends everything, waiting up to timeoutMs for room in the socket (poll), before the
-	 * connection or its socket goes away. What cannot be sent by then is dropped.
+	 * The connection lets go of its socket while bytes remain (close, SSL_free, shutdown
+	 * of the sending side): they move to a new PendingWrites that sends them to duplicate,
+	 * a duplicate of the descriptor the shim made, then shuts it down as shutdownHow says
+	 * (-1: not at all) and closes it. This one is left empty. nullptr: nothing remained,
+	 * or no memory (the bytes are dropped; duplicate is the caller's to close).
 	 */
-	Result drain(int timeoutMs);
+	std::shared_ptr<PendingWrites> handOver(int duplicate, int shutdownHow);
+	/* A handed-over one: sends its last bytes, then shuts down and closes its descriptor. */
+	bool orphan() const noexcept { return orphan_; }
+	/* An orphan's descriptor is the program's now (it closed it by number): never touch it. */
+	void disown() noexcept;
 
 	/* The socket is being closed: nothing more may be sent to that number. */
 	void detach() noexcept;
@@ -79,10 +121,23 @@ public:
 
 	/* In a forked child, with the lock held: the parent sends what is pending, not both. */
 	void dropAfterFork() noexcept;
-	/* The error a flush met: the connection is broken, every later write reports it. */
+	/* The error a send met: the connection is broken, every later write reports it. */
 	int error() noexcept;
+	/*
+	 * The same, for a write that reports it: as the kernel reports a socket's error once,
+	 * and EPIPE to every write after it (its sending side is gone).
+	 */
+	int reportError() noexcept;
+	/* From now on every write fails with error (the sending side was shut down). */
+	void fail(int error) noexcept;
 
 	bool dirty() const noexcept { return dirty_.load(std::memory_order_relaxed); }
+	/*
+	 * The last send found the socket full, and none has emptied it since: the peer is
+	 * slow, so the connection's writes go straight to the socket (and block, or report
+	 * WANT_WRITE, as without the shim) instead of piling up here.
+	 */
+	bool stalled() const noexcept { return stalled_.load(std::memory_order_relaxed); }
 	/* Bytes waiting: BIO_CTRL_WPENDING. */
 	std::size_t pending() noexcept;
 
@@ -91,14 +146,17 @@ public:
 	/* When the connection's own last write went through the filter; only that thread reads it. */
 	std::chrono::steady_clock::time_point lastWrite() const noexcept { return lastWrite_; }
 	void setLastWrite(std::chrono::steady_clock::time_point at) noexcept { lastWrite_ = at; }
+	/* When a send last moved bytes (an orphan gives up after a long stall). */
+	std::chrono::steady_clock::time_point lastProgress() noexcept;
 
 	/* On the Coalescer's list of connections to flush; only that list's lock reads it. */
 	bool listed() const noexcept { return listed_; }
 	void setListed(bool listed) noexcept { listed_ = listed; }
 
 private:
-	Result flushLocked(int flags);
+	Result sendLocked(int flags);
 	void markClean() noexcept;
+	void markDirty() noexcept;
 
 	std::mutex mutex_;
 	std::atomic<int> fd_;
@@ -108,9 +166,13 @@ private:
 	std::vector<unsigned char> bytes_;
 	std::size_t sent_ = 0; /* bytes_[0, sent_) already went out */
 	std::atomic<bool> dirty_{false};
+	std::atomic<bool> stalled_{false};
 	int error_ = 0;
+	bool orphan_ = false;
+	int shutdownHow_ = -1;
 	bool listed_ = false;
 	std::chrono::steady_clock::time_point lastWrite_{};
+	std::chrono::steady_clock::time_point lastProgress_{};
 };
 
 } /* namespace tlstune */

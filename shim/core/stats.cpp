@@ -11,7 +11,8 @@ std::string Stats::summary() const
 	       field("connections", connections) + " " + field("ssl_reads", sslReads) + " " +
 	       field("ssl_read_bytes", sslReadBytes) + " " + field("socket_reads", socketReads) + " " +
 	       field("socket_read_bytes", socketReadBytes) + " " + field("ca_hits", caHits) + " " +
-	       field("ca_misses", caMisses) + " " + field("ca_reloads", caReloads);
+	       field("ca_misses", caMisses) + " " + field("ca_reloads", caReloads) + " " +
+	       field("ca_certs_indexed", caCertsIndexed) + " " + field("ca_certs_parsed", caCertsParsed);
 }
 
 bool Stats::any() const noexcept

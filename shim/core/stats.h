@@ -17,6 +17,8 @@ struct Stats {
 	std::atomic<uint64_t> caHits{0};         /* CA file loads served from the cache */
 	std::atomic<uint64_t> caMisses{0};       /* CA files parsed for the first time */
 	std::atomic<uint64_t> caReloads{0};      /* parsed again: changed, or older than the TTL */
+	std::atomic<uint64_t> caCertsIndexed{0}; /* certificates indexed by lazy loading */
+	std::atomic<uint64_t> caCertsParsed{0};  /* of those, parsed (d2i_X509) */
 
 	static void add(std::atomic<uint64_t> &counter, uint64_t n) noexcept
 	{

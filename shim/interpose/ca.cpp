@@ -5,6 +5,12 @@
  * X509_load_cert_crl_file(_ex), which libcrypto calls through its PLT: one interposition
  * serves them all, with OpenSSL itself resolving SSL_CERT_FILE and the default paths.
  * Directories (CApath) are looked up lazily by OpenSSL already and pass through.
+ *
+ * With TLSTUNE_CA_LAZY a file's certificates reach a store when something reads it: the
+ * store readers below (chain building's issuer and certificate lookups, adds, enumeration)
+ * first let core/ca_lazy put in what an eager load would have, then call OpenSSL. libcrypto
+ * calls them through its PLT or through pointers it took (X509_STORE_CTX_init), so its
+ * own verification comes through here too.
  */
 
 #include <cerrno>
@@ -35,7 +41,9 @@ int loaded(X509_LOOKUP *lookup, const char *file, int type, OSSL_LIB_CTX *libctx
 	loading++;
 	const int savedErrno = errno;
 	X509_STORE *store = crypto.api.X509_LOOKUP_get_store(lookup);
-	int count = store ? loadCaFile(crypto.api, process().caCache, process().stats, store, file, propq)
+	const LazyStores *lazy = crypto.lazyLoading ? &crypto.lazy : nullptr;
+	int count = store ? loadCaFile(crypto.api, process().caCache, process().stats, lazy, store,
+				       file, propq)
 			  : -1;
 	errno = savedErrno;
 	if (count < 0)
@@ -59,5 +67,144 @@ TLSTUNE_EXPORT int X509_load_cert_crl_file_ex(X509_LOOKUP *lookup, const char *f
 	return loaded(lookup, file, type, libctx, propq, [&](const CaApi &api) {
 		return api.X509_load_cert_crl_file_ex
 			? api.X509_load_cert_crl_file_ex(lookup, file, type, libctx, propq) : 0;
+	});
+}
+
+namespace {
+
+/* The store's lazy certificates that a call is about to look for, put in first. */
+const LazyStores *lazyFor(X509_STORE *store)
+{
+	const Crypto &crypto = tlstune::crypto();
+	const LazyStores *lazy = crypto.lazyLoading ? &crypto.lazy : nullptr;
+	return lazy && store && lazy->pending(store) ? lazy : nullptr;
+}
+
+X509_STORE *storeOf(const X509_STORE_CTX *ctx)
+{
+	const CaApi &api = crypto().api;
+	return ctx && api.X509_STORE_CTX_get0_store ? api.X509_STORE_CTX_get0_store(ctx) : nullptr;
+}
+
+/* A lookup by subject: the subject's lazy certificates first; the lookup sorts the store. */
+template <typename Call>
+auto lookedUp(X509_STORE *store, const X509_NAME *subject, Call call)
+{
+	const LazyStores *lazy = lazyFor(store);
+	if (!lazy)
+		return call(crypto().api);
+	const int savedErrno = errno;
+	lazy->beforeRead(store, subject);
+	errno = savedErrno;
+	auto result = call(crypto().api);
+	lazy->afterLookup(store);
+	errno = savedErrno;
+	return result;
+}
+
+template <typename Call>
+int added(X509_STORE *store, const X509_NAME *subject, Call call)
+{
+	const LazyStores *lazy = lazyFor(store);
+	if (!lazy)
+		return call(crypto().api);
+	const int savedErrno = errno;
+	if (subject)
+		lazy->beforeRead(store, subject);
+	const int before = lazy->objectCount(store);
+	errno = savedErrno;
+	const int result = call(crypto().api);
+	lazy->afterAdd(store, before);
+	errno = savedErrno;
+	return result;
+}
+
+template <typename Call>
+auto enumerated(X509_STORE *store, Call call)
+{
+	if (const LazyStores *lazy = lazyFor(store)) {
+		const int savedErrno = errno;
+		lazy->beforeEnumeration(store);
+		errno = savedErrno;
+	}
+	return call(crypto().api);
+}
+
+} /* namespace */
+
+TLSTUNE_EXPORT int X509_STORE_add_cert(X509_STORE *store, X509 *x)
+{
+	const CaApi &api = crypto().api;
+	const X509_NAME *subject = x && api.X509_get_subject_name ? api.X509_get_subject_name(x) : nullptr;
+	return added(store, subject, [&](const CaApi &real) {
+		return real.X509_STORE_add_cert ? real.X509_STORE_add_cert(store, x) : 0;
+	});
+}
+
+TLSTUNE_EXPORT int X509_STORE_add_crl(X509_STORE *store, X509_CRL *crl)
+{
+	return added(store, nullptr, [&](const CaApi &real) {
+		return real.X509_STORE_add_crl ? real.X509_STORE_add_crl(store, crl) : 0;
+	});
+}
+
+TLSTUNE_EXPORT int X509_STORE_CTX_get1_issuer(X509 **issuer, X509_STORE_CTX *ctx, X509 *x)
+{
+	const CaApi &api = crypto().api;
+	const X509_NAME *name = x && api.X509_get_issuer_name ? api.X509_get_issuer_name(x) : nullptr;
+	return lookedUp(storeOf(ctx), name, [&](const CaApi &real) {
+		return real.X509_STORE_CTX_get1_issuer ? real.X509_STORE_CTX_get1_issuer(issuer, ctx, x) : -1;
+	});
+}
+
+TLSTUNE_EXPORT STACK_OF(X509) *X509_STORE_CTX_get1_certs(X509_STORE_CTX *ctx, const X509_NAME *name)
+{
+	return lookedUp(storeOf(ctx), name, [&](const CaApi &real) -> STACK_OF(X509) * {
+		return real.X509_STORE_CTX_get1_certs ? real.X509_STORE_CTX_get1_certs(ctx, name) : nullptr;
+	});
+}
+
+/* CRLs are never lazy; the lookup still sorts the store. */
+TLSTUNE_EXPORT STACK_OF(X509_CRL) *X509_STORE_CTX_get1_crls(const X509_STORE_CTX *ctx,
+							      const X509_NAME *name)
+{
+	return lookedUp(storeOf(ctx), nullptr, [&](const CaApi &real) -> STACK_OF(X509_CRL) * {
+		return real.X509_STORE_CTX_get1_crls ? real.X509_STORE_CTX_get1_crls(ctx, name) : nullptr;
+	});
+}
+
+TLSTUNE_EXPORT int X509_STORE_CTX_get_by_subject(const X509_STORE_CTX *ctx, X509_LOOKUP_TYPE type,
+						 const X509_NAME *name, X509_OBJECT *ret)
+{
+	const X509_NAME *certificates = type == X509_LU_X509 ? name : nullptr;
+	return lookedUp(storeOf(ctx), certificates, [&](const CaApi &real) {
+		return real.X509_STORE_CTX_get_by_subject
+			? real.X509_STORE_CTX_get_by_subject(ctx, type, name, ret) : 0;
+	});
+}
+
+TLSTUNE_EXPORT X509_OBJECT *X509_STORE_CTX_get_obj_by_subject(X509_STORE_CTX *ctx,
+							      X509_LOOKUP_TYPE type,
+							      const X509_NAME *name)
+{
+	const X509_NAME *certificates = type == X509_LU_X509 ? name : nullptr;
+	return lookedUp(storeOf(ctx), certificates, [&](const CaApi &real) -> X509_OBJECT * {
+		return real.X509_STORE_CTX_get_obj_by_subject
+			? real.X509_STORE_CTX_get_obj_by_subject(ctx, type, name) : nullptr;
+	});
+}
+
+TLSTUNE_EXPORT STACK_OF(X509_OBJECT) *X509_STORE_get0_objects(const X509_STORE *store)
+{
+	X509_STORE *mutableStore = const_cast<X509_STORE *>(store);
+	return enumerated(mutableStore, [&](const CaApi &real) -> STACK_OF(X509_OBJECT) * {
+		return real.X509_STORE_get0_objects ? real.X509_STORE_get0_objects(mutableStore) : nullptr;
+	});
+}
+
+TLSTUNE_EXPORT STACK_OF(X509) *X509_STORE_get1_all_certs(X509_STORE *store)
+{
+	return enumerated(store, [&](const CaApi &real) -> STACK_OF(X509) * {
+		return real.X509_STORE_get1_all_certs ? real.X509_STORE_get1_all_certs(store) : nullptr;
 	});
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "interpose/export.h"
+#include "runtime/duplicates.h"
 #include "runtime/runtime.h"
 
 using namespace tlstune;
@@ -26,7 +27,7 @@ namespace {
  */
 bool tracking(Process &p)
 {
-	if (p.coalescer.idle() && p.buffered.empty() && p.epoll.empty())
+	if (p.coalescer.idle() && p.buffered.idle() && p.epoll.empty())
 		return false;
 	return !p.inVforkChild();
 }
@@ -37,7 +38,7 @@ void forgetClosed(Process &p, bool closed, int first, int last)
 	if (!closed)
 		return;
 	int savedErrno = errno;
-	if (!p.buffered.empty())
+	if (!p.buffered.idle())
 		p.buffered.closed(first, last);
 	p.epoll.closed(first, last);
 	errno = savedErrno;
@@ -50,7 +51,7 @@ TLSTUNE_EXPORT int close(int fd)
 	Process &p = process();
 	if (!tracking(p))
 		return p.libc.close(fd);
-	p.coalescer.closing(fd, fd, true);
+	p.coalescer.closing(fd, fd);
 	int result = p.libc.close(fd);
 	/* Linux frees the number even when close reports an error (EINTR, EIO), not for EBADF. */
 	forgetClosed(p, result == 0 || errno != EBADF, fd, fd);
@@ -60,23 +61,33 @@ TLSTUNE_EXPORT int close(int fd)
 TLSTUNE_EXPORT int dup2(int oldfd, int newfd)
 {
 	Process &p = process();
-	if (!tracking(p))
-		return p.libc.dup2(oldfd, newfd);
+	if (!tracking(p)) {
+		const int result = p.libc.dup2(oldfd, newfd);
+		if (oldfd != newfd)
+			noteDuplicate(p, oldfd, result);
+		return result;
+	}
 	if (oldfd != newfd)
-		p.coalescer.closing(newfd, newfd, true);
+		p.coalescer.closing(newfd, newfd);
 	int result = p.libc.dup2(oldfd, newfd);
 	forgetClosed(p, result >= 0 && oldfd != newfd, newfd, newfd);
+	if (oldfd != newfd)
+		noteDuplicate(p, oldfd, result);
 	return result;
 }
 
 TLSTUNE_EXPORT int dup3(int oldfd, int newfd, int flags)
 {
 	Process &p = process();
-	if (!tracking(p))
-		return p.libc.dup3(oldfd, newfd, flags);
-	p.coalescer.closing(newfd, newfd, true);
+	if (!tracking(p)) {
+		const int result = p.libc.dup3(oldfd, newfd, flags);
+		noteDuplicate(p, oldfd, result);
+		return result;
+	}
+	p.coalescer.closing(newfd, newfd);
 	int result = p.libc.dup3(oldfd, newfd, flags);
 	forgetClosed(p, result >= 0, newfd, newfd);
+	noteDuplicate(p, oldfd, result);
 	return result;
 }
 
@@ -93,17 +104,21 @@ TLSTUNE_EXPORT int close_range(unsigned first, unsigned last, int flags)
 	/* CLOSE_RANGE_CLOEXEC only marks them; they stay open. */
 	const bool closes = !(flags & CLOSE_RANGE_CLOEXEC) && first <= INT_MAX;
 	if (closes)
-		p.coalescer.closing(from, to, true);
+		p.coalescer.closing(from, to);
 	int result = p.libc.close_range(first, last, flags);
 	forgetClosed(p, result == 0 && closes, from, to);
 	return result;
 }
 
-/* Shutting down the sending side after bytes the shim still holds would lose them. */
+/*
+ * Shutting down the sending side before bytes the shim still holds would lose them. When
+ * the socket is full they go out as it drains, and the shutdown after them: the peer sees
+ * what it would have, and the call returns at once, as it does without the shim.
+ */
 TLSTUNE_EXPORT int shutdown(int fd, int how)
 {
 	Process &p = process();
-	if (how != SHUT_RD && tracking(p))
-		p.coalescer.closing(fd, fd, false);
-	return p.libc.shutdown(fd, how);
+	if (how == SHUT_RD || !tracking(p) || !p.coalescer.shuttingDown(fd, how))
+		return p.libc.shutdown(fd, how);
+	return how == SHUT_RDWR ? p.libc.shutdown(fd, SHUT_RD) : 0;
 }

@@ -4,9 +4,11 @@
  * shim (issue 11: ten short writes then _exit reached the peer as nothing). exit() itself
  * is covered by the library's destructor (runtime.cpp), after the atexit handlers.
  * An exec that fails returns with the program as it was: the bytes went out earlier.
+ * abort() sends only what it can at once (see Coalescer::drainForAbort).
  */
 
 #include <alloca.h>
+#include <csignal>
 #include <cstdarg>
 #include <unistd.h>
 
@@ -49,6 +51,36 @@ TLSTUNE_EXPORT void _Exit(int status)
 	process().drainBeforeImageEnds();
 	process().libc._exit(status);
 	__builtin_unreachable();
+}
+
+/*
+ * The program's own abort() and failed assert() (glibc's __assert_fail calls its abort
+ * through an internal alias, so it is caught here). Not glibc's heap checks, which abort
+ * from inside: the heap is broken there, and the shim stays out.
+ */
+TLSTUNE_EXPORT void abort(void)
+{
+	Process &p = process();
+	if (!p.inVforkChild())
+		p.coalescer.drainForAbort();
+	if (p.libc.abort)
+		p.libc.abort();
+	/* Unresolved only if it came first of all: abort's own way out, then. */
+	signal(SIGABRT, SIG_DFL);
+	raise(SIGABRT);
+	p.libc._exit(127);
+	__builtin_unreachable();
+}
+
+TLSTUNE_EXPORT void __assert_fail(const char *assertion, const char *file, unsigned line,
+				  const char *function)
+{
+	Process &p = process();
+	if (!p.inVforkChild())
+		p.coalescer.drainForAbort();
+	if (p.libc.assert_fail)
+		p.libc.assert_fail(assertion, file, line, function);
+	abort();
 }
 
 TLSTUNE_EXPORT int execve(const char *path, char *const argv[], char *const envp[])

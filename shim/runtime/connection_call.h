@@ -73,7 +73,7 @@ inline void flushWrites(SSL *ssl) noexcept
 	PendingWrites *writes = o.filter.of(o.api, ssl);
 	if (writes && writes->dirty()) {
 		int savedErrno = errno;
-		writes->flush(0);
+		process().coalescer.sendAsOwner(writes);
 		errno = savedErrno;
 	}
 }

@@ -39,12 +39,17 @@ struct LibcApi {
 	ssize_t (*recvmsg)(int, struct msghdr *, int) = nullptr;
 	int (*ioctl)(int, unsigned long, void *) = nullptr;
 	int (*close)(int) = nullptr;
+	int (*dup)(int) = nullptr;
 	int (*dup2)(int, int) = nullptr;
 	int (*dup3)(int, int, int) = nullptr;
 	int (*close_range)(unsigned, unsigned, int) = nullptr; /* glibc 2.34+ */
 	int (*shutdown)(int, int) = nullptr;
+	int (*fcntl)(int, int, ...) = nullptr;
+	int (*fcntl64)(int, int, ...) = nullptr; /* glibc 2.28+ */
 
 	void (*_exit)(int) = nullptr;
+	void (*abort)() = nullptr;
+	void (*assert_fail)(const char *, const char *, unsigned, const char *) = nullptr;
 	int (*execve)(const char *, char *const[], char *const[]) = nullptr;
 	int (*execv)(const char *, char *const[]) = nullptr;
 	int (*execvp)(const char *, char *const[]) = nullptr;

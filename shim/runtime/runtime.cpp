@@ -1,5 +1,6 @@
 #include "runtime.h"
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <new>
@@ -19,19 +20,46 @@ const char *environment(const char *name, void *)
 	return secure_getenv(name);
 }
 
+/* Set by the first interposed OpenSSL call or CA load: this process uses OpenSSL. */
+std::atomic<bool> usesOpenSsl{false};
+
 void printStats()
 {
 	/*
 	 * Printed whatever TLSTUNE_LOG says: the user asked for it by name. Only by processes
 	 * that used OpenSSL: `tlstune --stats sh -c 'curl ...'` wants curl's line, not sh's.
+	 * The program and pid tell an nginx master's line from its workers'.
 	 */
-	const Stats &stats = process().stats;
-	const PendingWrites::Counters &writes = process().coalescer.counters();
+	const Process &p = process();
+	const int pid = static_cast<int>(getpid());
+	if (p.config.disable) {
+		if (usesOpenSsl.load(std::memory_order_relaxed))
+			printLine("stats: disabled by TLSTUNE_DISABLE, every call passed through: program=%s pid=%d",
+				  programName(), pid);
+		return;
+	}
+	const PendingWrites::Counters &writes = p.coalescer.counters();
 	const uint64_t records = writes.records.load(std::memory_order_relaxed);
-	if (stats.any() || records)
-		printLine("%s writes_coalesced=%llu coalesced_sends=%llu", stats.summary().c_str(),
+	/* records_held: records kept back to go out together; held_sends: the sends that carried them. */
+	if (p.stats.any() || records)
+		printLine("%s records_held=%llu held_sends=%llu program=%s pid=%d", p.stats.summary().c_str(),
 			  static_cast<unsigned long long>(records),
-			  static_cast<unsigned long long>(writes.sends.load(std::memory_order_relaxed)));
+			  static_cast<unsigned long long>(writes.sends.load(std::memory_order_relaxed)),
+			  programName(), pid);
+}
+
+/*
+ * On the first OpenSSL call or CA load: the settings line of TLSTUNE_VERBOSE comes from the
+ * process that uses OpenSSL, once, not from every sh, timeout or strace that loads the library.
+ */
+void noteUsesOpenSsl() noexcept
+{
+	if (usesOpenSsl.exchange(true))
+		return;
+	const Process &p = process();
+	if (p.config.verbose)
+		printLine("version %s, %s pid %d: %s", TLSTUNE_VERSION, programName(),
+			  static_cast<int>(getpid()), describeConfig(p.config).c_str());
 }
 
 void lockForFork()
@@ -66,6 +94,16 @@ int libcPoll(struct pollfd *fds, unsigned long nfds, int timeout)
 	return process().libc.poll(fds, nfds, timeout);
 }
 
+int libcClose(int fd)
+{
+	return process().libc.close(fd);
+}
+
+int libcShutdown(int fd, int how)
+{
+	return process().libc.shutdown(fd, how);
+}
+
 Process *buildProcess() noexcept
 {
 	/* Never destroyed: threads and the host's destructors may still call in at exit. */
@@ -79,11 +117,9 @@ Process *buildProcess() noexcept
 
 	resolveLibc(&instance.libc);
 	pthread_atfork(lockForFork, unlockInParent, unlockInChild);
-	if (instance.config.stats && !instance.config.disable)
+	if (instance.config.stats)
 		atexit(printStats);
-	if (instance.config.verbose)
-		printLine("version %s, pid %d: %s", TLSTUNE_VERSION, static_cast<int>(getpid()),
-			  describeConfig(instance.config).c_str());
+	logLine(LogLevel::Debug, "loaded into %s pid %d", programName(), static_cast<int>(getpid()));
 	return &instance;
 }
 
@@ -92,6 +128,7 @@ OpenSsl *buildOpenSsl() noexcept
 	alignas(OpenSsl) static unsigned char storage[sizeof(OpenSsl)];
 	OpenSsl &instance = *new (storage) OpenSsl;
 	Process &p = process();
+	noteUsesOpenSsl();
 	if (!resolveOpenSsl(&instance.api)) {
 		logLine(LogLevel::Warn, "no libssl found in this process: passing every call through");
 		return &instance;
@@ -120,8 +157,13 @@ Crypto *buildCrypto() noexcept
 	alignas(Crypto) static unsigned char storage[sizeof(Crypto)];
 	Crypto &instance = *new (storage) Crypto;
 	const Config &config = process().config;
+	noteUsesOpenSsl();
 	const bool found = resolveCrypto(&instance.api);
 	instance.caching = found && instance.api.complete() && config.caCache && !config.disable;
+	instance.lazyLoading = instance.caching && config.caLazy && instance.lazy.init(instance.api);
+	if (instance.caching && config.caLazy && !instance.lazyLoading)
+		logLine(LogLevel::Info, "TLSTUNE_CA_LAZY: this libcrypto is not one lazy loading knows "
+			"(OpenSSL 3.0): CA files load eagerly");
 	if (found && !instance.api.complete())
 		logLine(LogLevel::Warn, "this libcrypto lacks functions the CA cache needs: CA cache off");
 	return &instance;
@@ -131,7 +173,7 @@ Crypto *buildCrypto() noexcept
 
 SocketCalls Process::socketCalls() noexcept
 {
-	return { ::send, libcPoll };
+	return { ::send, libcPoll, libcClose, libcShutdown };
 }
 
 Process &process() noexcept

@@ -3,6 +3,7 @@
 #include "core/buffered_fds.h"
 #include "core/ca_api.h"
 #include "core/ca_cache.h"
+#include "core/ca_lazy.h"
 #include "core/coalescer.h"
 #include "core/coalescing_bio.h"
 #include "core/config.h"
@@ -68,6 +69,9 @@ struct Crypto {
 	CaApi api;
 	/* CA files are served from Process::caCache. */
 	bool caching = false;
+	/* TLSTUNE_CA_LAZY: files are indexed, their certificates parsed on demand. */
+	LazyStores lazy;
+	bool lazyLoading = false;
 };
 const Crypto &crypto() noexcept;
 

@@ -90,11 +90,16 @@ void resolveLibc(LibcApi *libc) noexcept
 	next(&libc->recvmsg, "recvmsg");
 	next(&libc->ioctl, "ioctl");
 	next(&libc->close, "close");
+	next(&libc->dup, "dup");
 	next(&libc->dup2, "dup2");
 	next(&libc->dup3, "dup3");
 	next(&libc->close_range, "close_range");
 	next(&libc->shutdown, "shutdown");
+	next(&libc->fcntl, "fcntl");
+	next(&libc->fcntl64, "fcntl64");
 	next(&libc->_exit, "_exit");
+	next(&libc->abort, "abort");
+	next(&libc->assert_fail, "__assert_fail");
 	next(&libc->execve, "execve");
 	next(&libc->execv, "execv");
 	next(&libc->execvp, "execvp");
@@ -171,7 +176,7 @@ bool resolveCrypto(CaApi *api) noexcept
 
 	RESOLVE(X509_load_cert_crl_file);
 	RESOLVE(X509_load_cert_crl_file_ex);
-	RESOLVE(BIO_new_file);
+	RESOLVE(BIO_new_fp);
 	RESOLVE(BIO_free);
 	RESOLVE(PEM_X509_INFO_read_bio);
 	RESOLVE(PEM_X509_INFO_read_bio_ex);
@@ -179,6 +184,7 @@ bool resolveCrypto(CaApi *api) noexcept
 	RESOLVE(ERR_set_mark);
 	RESOLVE(ERR_pop_to_mark);
 	RESOLVE(X509_check_purpose);
+	RESOLVE(OpenSSL_version_num);
 	RESOLVE(OPENSSL_sk_num);
 	RESOLVE(OPENSSL_sk_value);
 	RESOLVE(OPENSSL_sk_push);
@@ -200,6 +206,32 @@ bool resolveCrypto(CaApi *api) noexcept
 	RESOLVE(X509_OBJECT_set1_X509);
 	RESOLVE(X509_OBJECT_set1_X509_CRL);
 	RESOLVE(X509_OBJECT_retrieve_match);
+	RESOLVE(d2i_X509);
+	RESOLVE(X509_free);
+	RESOLVE(d2i_X509_NAME);
+	RESOLVE(X509_NAME_free);
+	RESOLVE(X509_NAME_cmp);
+	RESOLVE(ASN1_item_d2i);
+	RESOLVE(ASN1_item_free);
+	RESOLVE(ASN1_INTEGER_it);
+	RESOLVE(ASN1_BIT_STRING_it);
+	RESOLVE(ASN1_TIME_it);
+	RESOLVE(X509_ALGOR_it);
+	RESOLVE(X509_NAME_it);
+	RESOLVE(X509_EXTENSIONS_it);
+	RESOLVE(X509_get_subject_name);
+	RESOLVE(X509_get_issuer_name);
+	RESOLVE(OPENSSL_sk_delete_ptr);
+	RESOLVE(CRYPTO_get_ex_new_index);
+	RESOLVE(X509_STORE_get_ex_data);
+	RESOLVE(X509_STORE_set_ex_data);
+	RESOLVE(X509_STORE_CTX_get0_store);
+	RESOLVE(X509_STORE_CTX_get1_issuer);
+	RESOLVE(X509_STORE_CTX_get1_certs);
+	RESOLVE(X509_STORE_CTX_get1_crls);
+	RESOLVE(X509_STORE_CTX_get_by_subject);
+	RESOLVE(X509_STORE_CTX_get_obj_by_subject);
+	RESOLVE(X509_STORE_get1_all_certs);
 	return true;
 }
 

@@ -99,15 +99,23 @@ TEST(Abi, ABadValueIsOneLineAndTheProgramRunsOn)
 			  "to 1MiB, suffix K, KiB, M or MiB; using the default, 65655\n");
 }
 
-TEST(Abi, VerboseShowsTheEffectiveSettingsOnce)
+TEST(Abi, VerboseShowsTheEffectiveSettingsOnceInTheProcessThatUsesOpenSsl)
 {
 	SKIP_IN_SANITIZER_BUILD();
 	int status = -1;
 	std::string errors;
-	output({ "true" }, shimEnv({ "TLSTUNE_VERBOSE=1", "TLSTUNE_READ_BUFFER=32K" }), &status, &errors);
+	/* sh loads the library too, but only python uses OpenSSL (two contexts): one line, python's. */
+	output({ "sh", "-c",
+		 "python3 -c 'import ssl; ssl.create_default_context(); ssl.create_default_context()'" },
+	       shimEnv({ "TLSTUNE_VERBOSE=1", "TLSTUNE_READ_BUFFER=32K" }), &status, &errors);
 	EXPECT_EQ(status, 0);
+	EXPECT_EQ(errors.rfind("tlstune: version " TLSTUNE_VERSION ", python3 pid ", 0), 0u) << errors;
 	EXPECT_NE(errors.find("read_ahead=on read_buffer=32768 readiness=on"), std::string::npos) << errors;
 	EXPECT_EQ(std::count(errors.begin(), errors.end(), '\n'), 1) << errors;
+
+	output({ "sh", "-c", "true" }, shimEnv({ "TLSTUNE_VERBOSE=1" }), &status, &errors);
+	EXPECT_EQ(status, 0);
+	EXPECT_EQ(errors, "") << "no OpenSSL, no settings line";
 }
 
 TEST(Abi, RealErrorsComeThroughUnchanged)

@@ -8,6 +8,9 @@ the shim can be compared line by line.
                           size, old mtime restored), verify both again
   vanish CAFILE PORT      verify; truncate CAFILE to half, then remove it, then put it back,
                           loading it into a fresh context after each step
+  mix file:PATH|data:PATH...
+                          one context loading each CA file (cafile) or its text (cadata),
+                          in order; then its store's certificates in order
 """
 import hashlib
 import os
@@ -84,6 +87,20 @@ def vanish(cafile, port):
     print("restored", attempt(cafile, port))
 
 
+def mix(loads):
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    for load in loads:
+        kind, path = load.split(":", 1)
+        if kind == "file":
+            context.load_verify_locations(cafile=path)
+        else:
+            with open(path) as f:
+                context.load_verify_locations(cadata=f.read())
+    print("stats", context.cert_store_stats())
+    for der in context.get_ca_certs(binary_form=True):
+        print(" ", hashlib.sha256(der).hexdigest()[:16])
+
+
 if __name__ == "__main__":
     command, arguments = sys.argv[1], sys.argv[2:]
     if command == "store":
@@ -94,5 +111,7 @@ if __name__ == "__main__":
         rewrite(*arguments)
     elif command == "vanish":
         vanish(*arguments)
+    elif command == "mix":
+        mix(arguments)
     else:
         sys.exit(f"unknown command {command}")

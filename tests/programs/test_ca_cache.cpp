@@ -10,6 +10,7 @@
 #include <cctype>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "pki.h"
 #include "process.h"
@@ -115,6 +116,48 @@ TEST(CaCache, FailuresAreOpenSslsOwn)
 		EXPECT_EQ(expectSameOutput(caClient({ "--loader", "ctx-default", "--contexts", "2" }),
 					   { "SSL_CERT_FILE=" + file }),
 			  "ca_hits=0 ca_misses=0 ca_reloads=0") << file;
+	}
+}
+
+TEST(CaCache, AProcessThatCanNoLongerReadTheFileGetsNothingFromTheCache)
+{
+	RecordProperty("fault", "a root-only CA file loaded, then the process drops to nobody");
+	if (geteuid() != 0)
+		GTEST_SKIP() << "needs root to drop to nobody";
+	TempDir dir;
+	const std::string file = dir.file("root-only.pem");
+	writeFile(file, readFile(pki().ca1));
+	chmod(dir.path().c_str(), 0755);
+	chmod(file.c_str(), 0600);
+	for (const char *loader : { "ctx-locations", "store-file" }) {
+		std::string out;
+		EXPECT_EQ(expectSameOutput(caClient({ "--loader", loader, "--ca", file, "--contexts", "2",
+						      "--drop-after", "1" }), {}, &out),
+			  "ca_hits=0 ca_misses=1 ca_reloads=0") << loader;
+		EXPECT_EQ(out.substr(0, out.find("load", 1)).find("load 1\nobjects 1 "), 0u) << out;
+		EXPECT_NE(out.find("load 0\nerror system library::BIO_new_file:"), std::string::npos) << out;
+		EXPECT_NE(out.find("objects 0 "), std::string::npos) << out;
+	}
+}
+
+TEST(CaCache, ACertificateWithAnInvalidExtensionLeavesItsErrorsAsWithoutTheShim)
+{
+	RecordProperty("fault", "a CA file whose certificate has an undecodable extension, twice");
+	TempDir dir;
+	Command openssl;
+	openssl.argv = { "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+			 "-nodes", "-keyout", dir.file("key.pem"), "-out", dir.file("bad.pem"), "-days", "2",
+			 "-subj", "/CN=invalid extension", "-addext", "basicConstraints=DER:01:02" };
+	ASSERT_EQ(runCaptured(openssl, 60000).status, 0);
+	/* Twice: OpenSSL compares the twins, decodes the extension and complains, per store. */
+	const std::string bad = readFile(dir.file("bad.pem"));
+	writeFile(dir.file("twice.pem"), bad + bad);
+	for (const char *loader : { "ctx-locations", "store-file" }) {
+		std::string out;
+		expectSameOutput(caClient({ "--loader", loader, "--ca", dir.file("twice.pem"), "--contexts", "2" }),
+				 {}, &out);
+		EXPECT_NE(out.find("load 1\nerror X509 V3 routines:invalid certificate:"), std::string::npos)
+			<< out;
 	}
 }
 

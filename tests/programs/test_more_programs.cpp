@@ -136,12 +136,13 @@ TEST_F(MorePrograms, WgetOnGnuTlsIsUntouched)
 	std::string errors;
 	ASSERT_EQ(runTo({ "wget", "-q", "-O", "-", "--ca-certificate=" + certificate().cert,
 			  nginx.url("/data") },
-			shimEnv({ "TLSTUNE_STATS=1", "TLSTUNE_VERBOSE=1" }), &errors),
+			shimEnv({ "TLSTUNE_STATS=1", "TLSTUNE_VERBOSE=1", "TLSTUNE_LOG=debug" }), &errors),
 		  0)
 		<< errors;
 	EXPECT_EQ(fileSha256(dir_.file("out")), expected_);
-	/* Loaded (the verbose line) but no OpenSSL to tune: no stats line. */
-	EXPECT_NE(errors.find("tlstune: version"), std::string::npos) << errors;
+	/* Loaded (the debug line) but no OpenSSL to tune: no settings line, no stats line. */
+	EXPECT_NE(errors.find("tlstune: loaded into wget pid "), std::string::npos) << errors;
+	EXPECT_EQ(errors.find("tlstune: version"), std::string::npos) << errors;
 	EXPECT_EQ(errors.find("tlstune: stats"), std::string::npos) << errors;
 }
 

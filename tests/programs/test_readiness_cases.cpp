@@ -57,6 +57,17 @@ TEST(Readiness, AConnectionMovedToADupOfItsFdStaysReadable)
 	expectBothWays(bothWays({ "moved" }, { "--burst", "20" }), "lines 20\n");
 }
 
+class Duplicates : public ::testing::TestWithParam<const char *> {};
+
+/* The program waits on a duplicate of the fd OpenSSL reads: the kernel's readiness is the socket's. */
+TEST_P(Duplicates, AWaitOnADuplicateSeesWhatOpenSslHolds)
+{
+	RecordProperty("fault", std::string("a wait on a duplicate of the connection's fd: ") + GetParam());
+	expectBothWays(bothWays({ "duplicate", GetParam() }, { "--burst", "20" }), "lines 20\n");
+}
+
+INSTANTIATE_TEST_SUITE_P(Readiness, Duplicates, ::testing::Values("dup", "fcntl", "dup2-select"));
+
 TEST(Readiness, TlsOverAPipePairIsReadableAndLosesNothing)
 {
 	RecordProperty("fault", "TLS over a pipe pair (SSL_set_rfd, SSL_set_wfd)");

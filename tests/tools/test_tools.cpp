@@ -2,10 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <sstream>
 
 #include "core/config.h"
+#include "core/log.h"
 #include "tls_fixture.h"
 
 using namespace testsupport;
@@ -24,13 +26,43 @@ Captured wrapper(const std::vector<std::string> &args, const std::vector<std::st
 	return runCaptured(command, 60000);
 }
 
+Captured check(const std::vector<std::string> &args)
+{
+	Command command;
+	command.argv = { kCheck };
+	command.argv.insert(command.argv.end(), args.begin(), args.end());
+	return runCaptured(command, 60000);
+}
+
+/* A python that makes one TLS context: a process that uses OpenSSL. */
+const std::vector<std::string> kOpenSslUser = { "python3", "-c", "import ssl; ssl.create_default_context()" };
+
+bool contains(const std::string &text, const std::string &part)
+{
+	return text.find(part) != std::string::npos;
+}
+
+/* The lines of text that contain part. */
+size_t linesWith(const std::string &text, const std::string &part)
+{
+	std::istringstream lines(text);
+	size_t count = 0;
+	for (std::string line; std::getline(lines, line);)
+		count += contains(line, part);
+	return count;
+}
+
 } /* namespace */
 
 TEST(Wrapper, HelpAndVersion)
 {
 	Captured version = wrapper({ "--version" });
 	EXPECT_EQ(version.status, 0);
-	EXPECT_EQ(version.out, "tlstune " TLSTUNE_VERSION "\n");
+	EXPECT_EQ(version.out, "tlstune " TLSTUNE_VERSION "\nlibrary: " + shimPath() + "\n");
+	Captured elsewhere = wrapper({ "--version" }, { "TLSTUNE_LIBRARY=/nonexistent/libtlstune.so" });
+	EXPECT_EQ(elsewhere.status, 0);
+	EXPECT_EQ(elsewhere.out, "tlstune " TLSTUNE_VERSION "\nlibrary: /nonexistent/libtlstune.so, "
+				 "from TLSTUNE_LIBRARY; not found\n");
 	Captured help = wrapper({ "--help" });
 	EXPECT_EQ(help.status, 0);
 	EXPECT_NE(help.out.find("Usage: tlstune [OPTION]... [--] COMMAND [ARG]..."), std::string::npos);
@@ -65,10 +97,78 @@ TEST(Wrapper, OptionsBecomeVariablesAndTheStatusPassesThrough)
 	EXPECT_EQ(r.out, "TLSTUNE_CA_CACHE=off\nTLSTUNE_COALESCE=off\nTLSTUNE_LOG=debug\n"
 			 "TLSTUNE_READ_AHEAD=off\nTLSTUNE_READ_BUFFER=32K\nTLSTUNE_STATS=1\n");
 
-	Captured verbose = wrapper({ "--verbose", "true" });
+	std::vector<std::string> args = { "--verbose", "sh", "-c", "\"$@\"; true", "sh" };
+	args.insert(args.end(), kOpenSslUser.begin(), kOpenSslUser.end());
+	Captured verbose = wrapper(args);
 	EXPECT_EQ(verbose.status, 0);
-	EXPECT_NE(verbose.err.find("tlstune: version " TLSTUNE_VERSION), std::string::npos)
+	/* Once, from python: sh loads the library too but makes no OpenSSL call. */
+	EXPECT_EQ(verbose.err.rfind("tlstune: version " TLSTUNE_VERSION ", python3 pid ", 0), 0u)
 		<< "the library is really loaded: " << verbose.err;
+	EXPECT_EQ(linesWith(verbose.err, "tlstune: version"), 1u) << verbose.err;
+	EXPECT_EQ(wrapper({ "--verbose", "true" }).err, "") << "no OpenSSL, no settings line";
+}
+
+TEST(Wrapper, ValuesFollowAsTheNextWordOrAfterAnEqualsSign)
+{
+	SKIP_IN_SANITIZER_BUILD();
+	const std::vector<std::string> print = { "sh", "-c", "echo $TLSTUNE_READ_BUFFER $TLSTUNE_LOG" };
+	for (const std::vector<std::string> &options :
+	     { std::vector<std::string>{ "--read-buffer", "32829", "--log", "debug" },
+	       std::vector<std::string>{ "--read-buffer=32829", "--log=debug" } }) {
+		std::vector<std::string> args = options;
+		args.insert(args.end(), print.begin(), print.end());
+		Captured r = wrapper(args);
+		EXPECT_EQ(r.status, 0) << r.err;
+		EXPECT_EQ(r.out, "32829 debug\n") << options[0];
+	}
+}
+
+TEST(Wrapper, BadValuesAreRejectedNamingTheOptionBeforeTheCommandRuns)
+{
+	struct Case {
+		std::vector<std::string> args;
+		const char *message;
+	};
+	const Case cases[] = {
+		{ { "--read-buffer=abc" }, "tlstune: --read-buffer: 'abc' is not a size from 16K to 1M" },
+		{ { "--read-buffer", "8K" }, "tlstune: --read-buffer: '8K' is not a size from 16K to 1M" },
+		{ { "--read-buffer=2M" }, "tlstune: --read-buffer: '2M' is not a size from 16K to 1M" },
+		{ { "--log=loud" }, "tlstune: --log: 'loud' is not one of off, error, warn, info, debug" },
+		{ { "--log", "" }, "tlstune: --log: '' is not one of" },
+	};
+	for (const Case &c : cases) {
+		std::vector<std::string> args = c.args;
+		args.insert(args.end(), { "sh", "-c", "echo ran" });
+		Captured r = wrapper(args);
+		EXPECT_EQ(r.status, 125) << c.args[0];
+		EXPECT_EQ(r.out, "") << "the command did not run";
+		EXPECT_EQ(r.err.rfind(c.message, 0), 0u) << r.err;
+		EXPECT_TRUE(contains(r.err, "Try 'tlstune --help'.")) << r.err;
+	}
+	for (const char *option : { "--read-buffer", "--log" }) {
+		Captured r = wrapper({ option });
+		EXPECT_EQ(r.status, 125);
+		EXPECT_EQ(r.err.rfind(std::string("tlstune: ") + option + " needs a value\n", 0), 0u) << r.err;
+	}
+}
+
+TEST(Wrapper, AShellBuiltinIsNotFoundAsEnvSays)
+{
+	Captured r = wrapper({ "cd", "/tmp" });
+	EXPECT_EQ(r.status, 127);
+	EXPECT_EQ(r.err, "tlstune: cd: command not found (cd is built into the shell, not a program: "
+			 "try sh -c 'cd ...')\n");
+	Captured path = wrapper({ "./tlstune-no-such-command" });
+	EXPECT_EQ(path.status, 127);
+	EXPECT_EQ(path.err, "tlstune: ./tlstune-no-such-command: command not found\n");
+}
+
+TEST(Wrapper, AWrongTlstuneLibraryIsNamed)
+{
+	Captured r = wrapper({ "true" }, { "TLSTUNE_LIBRARY=/nonexistent/libtlstune.so" });
+	EXPECT_EQ(r.status, 125);
+	EXPECT_EQ(r.err, "tlstune: TLSTUNE_LIBRARY is set to /nonexistent/libtlstune.so, which is not "
+			 "a readable file\n");
 }
 
 TEST(Wrapper, AddsTheLibraryToLdPreloadOnceAndLast)
@@ -89,8 +189,9 @@ TEST(Check, ShowsTheHeaderReadsGoAway)
 {
 	ExampleServer server({ "--send", std::to_string(4ull << 20), "--tls", "1.2", "--connections", "2" });
 	Command command;
-	command.argv = { kCheck, "--library", preloadValue(), "--", examplePath("bulk_download"),
-			 "127.0.0.1", server.portText() };
+	TempDir logs;
+	command.argv = { kCheck, "--library=" + preloadValue(), "--keep-logs", logs.path(), "--",
+			 examplePath("bulk_download"), "127.0.0.1", server.portText() };
 	if (sanitizerBuild())
 		command.env.push_back("ASAN_OPTIONS=detect_leaks=0");
 	std::string out;
@@ -107,6 +208,102 @@ TEST(Check, ShowsTheHeaderReadsGoAway)
 	EXPECT_LE(with, handshakeHeaderReads(1)) << line;
 	EXPECT_NE(line.find("<- record header, then body"), std::string::npos) << line;
 	EXPECT_NE(out.find("65652 x"), std::string::npos) << "four whole records per read\n" << out;
+	for (const char *log : { "without.strace", "with.strace" })
+		EXPECT_TRUE(contains(readFile(logs.file(log)), "TCP:[")) << log;
+}
+
+TEST(Check, ItsOwnErrorsAreOneLineAndNothingRuns)
+{
+	Captured missing = check({ "tlstune-no-such-command", "-x" });
+	EXPECT_EQ(missing.status, 127);
+	EXPECT_EQ(missing.err, "tlstune-check: tlstune-no-such-command: command not found\n");
+	EXPECT_EQ(missing.out, "") << "no table";
+
+	Captured builtin = check({ "cd", "/tmp" });
+	EXPECT_EQ(builtin.status, 127);
+	EXPECT_EQ(builtin.err, "tlstune-check: cd: command not found\n");
+
+	Captured notExecutable = check({ TLSTUNE_SHIM_MAP });
+	EXPECT_EQ(notExecutable.status, 126);
+	EXPECT_TRUE(contains(notExecutable.err, "not an executable file")) << notExecutable.err;
+
+	Captured noValue = check({ "--library" });
+	EXPECT_EQ(noValue.status, 125);
+	EXPECT_EQ(noValue.err.rfind("tlstune-check: --library needs a value\n", 0), 0u) << noValue.err;
+
+	Captured noDir = check({ "--keep-logs", "/nonexistent/logs", "true" });
+	EXPECT_EQ(noDir.status, 125);
+	EXPECT_EQ(noDir.err.rfind("tlstune-check: --keep-logs: /nonexistent/logs is not a directory\n", 0), 0u)
+		<< noDir.err;
+	EXPECT_EQ(noDir.out, "");
+
+	Captured noLibrary = check({ "--library=/nonexistent/libtlstune.so", "true" });
+	EXPECT_EQ(noLibrary.status, 125);
+	EXPECT_TRUE(contains(noLibrary.err, "cannot read the library /nonexistent/libtlstune.so")) << noLibrary.err;
+
+	Captured unknown = check({ "--frobnicate", "true" });
+	EXPECT_EQ(unknown.status, 125);
+	EXPECT_TRUE(contains(unknown.err, "unknown option '--frobnicate'")) << unknown.err;
+
+	Captured help = check({ "--help" });
+	EXPECT_EQ(help.status, 0);
+	EXPECT_EQ(help.err, "");
+	for (const char *part : { "Usage: tlstune-check [--library PATH] [--keep-logs DIR]", "--library PATH",
+				  "--keep-logs DIR", "127 when it is not found" })
+		EXPECT_TRUE(contains(help.out, part)) << part << " not in\n" << help.out;
+}
+
+/* The stats line and the log levels, as a user of an OpenSSL program sees them. */
+TEST(Messages, TheStatsLineSaysWhoseItIsAndWhenTheShimIsDisabled)
+{
+	SKIP_IN_SANITIZER_BUILD();
+	ExampleServer server({ "--send", std::to_string(1 << 20), "--connections", "2" });
+	const std::vector<std::string> download = { examplePath("bulk_download"), "127.0.0.1", server.portText() };
+
+	const Captured on = runProgram(download, true, { "TLSTUNE_STATS=1" });
+	EXPECT_EQ(on.status, 0) << on.err;
+	EXPECT_EQ(linesWith(on.err, "tlstune: stats: "), 1u) << on.err;
+	EXPECT_TRUE(contains(on.err, "tlstune: stats: contexts_tuned=1 connections=1 ")) << on.err;
+	EXPECT_TRUE(contains(on.err, " records_held=")) << on.err;
+	EXPECT_TRUE(contains(on.err, " held_sends=")) << on.err;
+	EXPECT_TRUE(contains(on.err, " program=bulk_download pid=")) << on.err;
+
+	const Captured off = runProgram(download, true, { "TLSTUNE_STATS=1", "TLSTUNE_DISABLE=1" });
+	EXPECT_EQ(off.status, 0) << off.err;
+	EXPECT_EQ(off.err.rfind("tlstune: stats: disabled by TLSTUNE_DISABLE, every call passed through: "
+				"program=bulk_download pid=", 0), 0u) << off.err;
+	EXPECT_EQ(linesWith(off.err, "tlstune:"), 1u) << off.err;
+}
+
+TEST(Messages, InfoShowsContextsTunedAndConnectionsFollowedWarnDoesNot)
+{
+	SKIP_IN_SANITIZER_BUILD();
+	ExampleServer server({ "--send", std::to_string(1 << 20), "--connections", "2" });
+	const std::vector<std::string> download = { examplePath("bulk_download"), "127.0.0.1", server.portText() };
+
+	const Captured info = runProgram(download, true, { "TLSTUNE_LOG=info" });
+	EXPECT_EQ(info.status, 0) << info.err;
+	EXPECT_EQ(linesWith(info.err, "tlstune: new SSL_CTX tuned: read-ahead on, read buffer 65655 bytes"), 1u)
+		<< info.err;
+	EXPECT_EQ(linesWith(info.err, "tlstune: connection followed: OpenSSL reads fd "), 1u) << info.err;
+
+	const Captured warn = runProgram(download, true, {});
+	EXPECT_EQ(warn.status, 0) << warn.err;
+	EXPECT_EQ(warn.err, "");
+}
+
+TEST(Messages, ARateLimitLetsOneLineASecondThroughAndCountsTheRest)
+{
+	tlstune::RateLimit limit;
+	const int64_t start = 5 * tlstune::RateLimit::kIntervalNs;
+	uint64_t skipped = 99;
+	EXPECT_TRUE(limit.allow(start, &skipped));
+	EXPECT_EQ(skipped, 0u);
+	EXPECT_FALSE(limit.allow(start + 1, &skipped));
+	EXPECT_FALSE(limit.allow(start + tlstune::RateLimit::kIntervalNs - 1, &skipped));
+	EXPECT_TRUE(limit.allow(start + tlstune::RateLimit::kIntervalNs, &skipped));
+	EXPECT_EQ(skipped, 2u);
+	EXPECT_FALSE(limit.allow(start + tlstune::RateLimit::kIntervalNs, &skipped));
 }
 
 TEST(Install, PutsTheLibraryToolsAndManPageInPlace)
@@ -133,48 +330,173 @@ TEST(Install, PutsTheLibraryToolsAndManPageInPlace)
 	run(man, 60000, &page);
 	for (const tlstune::OptionInfo &option : tlstune::optionTable())
 		EXPECT_NE(page.find(std::string(".B ") + option.name + "\n"), std::string::npos) << option.name;
+	for (const char *part : { ".B TLSTUNE_LIBRARY\n", ".SH TLSTUNE-CHECK OPTIONS", "keep\\-logs" })
+		EXPECT_TRUE(contains(page, part)) << part;
+
+	/* Staged: the wrapper looks where the prefix says, and says what to set. */
+	std::string wrapperPath, libraryPath;
+	std::istringstream files(found);
+	for (std::string file; std::getline(files, file);) {
+		if (file.size() >= 11 && file.compare(file.size() - 11, 11, "bin/tlstune") == 0)
+			wrapperPath = dest.file(file);
+		if (contains(file, "/libtlstune.so"))
+			libraryPath = dest.file(file);
+	}
+	Command staged;
+	staged.argv = { wrapperPath, "sh", "-c", "echo $LD_PRELOAD" };
+	Captured unset = runCaptured(staged, 60000);
+	EXPECT_EQ(unset.status, 125);
+	EXPECT_TRUE(contains(unset.err, "tlstune: cannot find the library at ")) << unset.err;
+	EXPECT_TRUE(contains(unset.err, "set TLSTUNE_LIBRARY to its path")) << unset.err;
+	staged.env = { "TLSTUNE_LIBRARY=" + dest.file("nowhere.so") };
+	Captured wrong = runCaptured(staged, 60000);
+	EXPECT_EQ(wrong.status, 125);
+	EXPECT_EQ(wrong.err, "tlstune: TLSTUNE_LIBRARY is set to " + dest.file("nowhere.so") +
+				     ", which is not a readable file\n");
+	/* A sanitizer build's library cannot go into sh without the sanitizer's runtime. */
+	if (sanitizerBuild())
+		return;
+	staged.env = { "TLSTUNE_LIBRARY=" + libraryPath };
+	Captured right = runCaptured(staged, 60000);
+	EXPECT_EQ(right.status, 0) << right.err;
+	EXPECT_EQ(right.out, libraryPath + "\n");
 }
 
-TEST(Bench, HelpIsUsageOnStdoutAndSuccess)
-{
-	Command bench;
-	bench.argv = { std::string(TLSTUNE_SOURCE_ROOT) + "/tools/tlstune-bench", "--help" };
-	const Captured help = runCaptured(bench, 30000);
-	EXPECT_EQ(help.status, 0);
-	EXPECT_EQ(help.out.rfind("usage: tools/tlstune-bench", 0), 0u) << help.out;
-	EXPECT_EQ(help.err, "");
-
-	bench.argv[1] = "--no-such-option";
-	const Captured wrong = runCaptured(bench, 30000);
-	EXPECT_EQ(wrong.status, 2);
-	EXPECT_EQ(wrong.out, "");
-	EXPECT_EQ(wrong.err.rfind("usage: tools/tlstune-bench", 0), 0u) << wrong.err;
-}
-
-TEST(Bench, QuickRunsEndToEnd)
+TEST(Install, IntoARealPrefixTheToolsFindTheLibraryThemselves)
 {
 	SKIP_IN_SANITIZER_BUILD();
-	TempDir out;
-	Command bench;
-	bench.argv = { std::string(TLSTUNE_SOURCE_ROOT) + "/tools/tlstune-bench", "--quick", "--out",
-		       out.path(), "--build", TLSTUNE_BUILD_ROOT };
-	bench.stderrPath = out.file("progress");
-	std::string report;
-	ASSERT_EQ(run(bench, 300000, &report), 0) << readFile(bench.stderrPath);
+	TempDir dir;
+	const std::string prefix = dir.file("prefix"), tree = dir.file("tree");
+	Command step;
+	step.stderrPath = dir.file("log");
+	step.argv = { "meson", "setup", tree, TLSTUNE_SOURCE_ROOT, "--prefix=" + prefix, "--buildtype=plain",
+		      "-Dtests=false" };
+	ASSERT_EQ(run(step, 300000), 0) << readFile(step.stderrPath);
+	/* Only what is installed: the examples would double the build. */
+	step.argv = { "ninja", "-C", tree, "shim/libtlstune.so", "tools/tlstune-check", "tools/tlstune.1" };
+	ASSERT_EQ(run(step, 900000), 0) << readFile(step.stderrPath);
+	step.argv = { "meson", "install", "-C", tree, "--no-rebuild", "--quiet" };
+	ASSERT_EQ(run(step, 300000), 0) << readFile(step.stderrPath);
 
-	EXPECT_EQ(readFile(out.file("report.md")), report);
-	for (const char *part : { "## Download time", "### TLS 1.2", "### TLS 1.3", "x without-1.3",
-				  "+ with-1.3", "Per pair, with/without: median ratio",
-				  "## Read buffer sweep", "| off (no read-ahead) |", "| 4 x 16,413 + 3 |",
+	std::string library;
+	Command find;
+	find.argv = { "find", prefix, "-name", "libtlstune.so" };
+	run(find, 60000, &library);
+	library = library.substr(0, library.find('\n'));
+	ASSERT_EQ(library.rfind(prefix + "/lib", 0), 0u) << library;
+
+	Command installed;
+	installed.argv = { prefix + "/bin/tlstune", "--version" };
+	Captured version = runCaptured(installed, 60000);
+	EXPECT_EQ(version.out, "tlstune " TLSTUNE_VERSION "\nlibrary: " + library + "\n");
+	installed.argv = { prefix + "/bin/tlstune", "--verbose" };
+	installed.argv.insert(installed.argv.end(), kOpenSslUser.begin(), kOpenSslUser.end());
+	Captured verbose = runCaptured(installed, 60000);
+	EXPECT_EQ(verbose.status, 0) << verbose.err;
+	EXPECT_TRUE(contains(verbose.err, "tlstune: version " TLSTUNE_VERSION ", python3 pid ")) << verbose.err;
+	installed.argv = { prefix + "/bin/tlstune-check", "--help" };
+	Captured help = runCaptured(installed, 60000);
+	EXPECT_TRUE(contains(help.out, "(default: " + library + ";")) << help.out;
+	EXPECT_TRUE(std::filesystem::exists(prefix + "/share/man/man1/tlstune.1"));
+}
+
+TEST(Bench, HelpIsUsageOnStdoutAndSuccessAndBadOptionsStopBeforeAnyWork)
+{
+	for (const char *tool : { "tools/tlstune-bench", "tools/demo" }) {
+		Command command;
+		command.argv = { std::string(TLSTUNE_SOURCE_ROOT) + "/" + tool, "--help" };
+		const Captured help = runCaptured(command, 30000);
+		EXPECT_EQ(help.status, 0);
+		EXPECT_EQ(help.out.rfind(std::string("usage: ") + tool, 0), 0u) << help.out;
+		EXPECT_EQ(help.err, "");
+	}
+	struct Case {
+		const char *tool;
+		std::vector<std::string> args;
+		const char *message;
+	};
+	const Case cases[] = {
+		{ "tools/tlstune-bench", { "--no-such-option" }, "tlstune-bench: unknown option '--no-such-option'\n" },
+		{ "tools/tlstune-bench", { "--pairs" }, "tlstune-bench: --pairs needs a value\n" },
+		{ "tools/tlstune-bench", { "--pairs=" }, "tlstune-bench: --pairs needs a value\n" },
+		{ "tools/tlstune-bench", { "--pairs", "2" }, "tlstune-bench: --pairs: '2' is not a whole number of 3 or more\n" },
+		{ "tools/tlstune-bench", { "--quick", "--pairs=x" }, "tlstune-bench: --pairs: 'x' is not a whole number of 3 or more\n" },
+		{ "tools/tlstune-bench", { "--out" }, "tlstune-bench: --out needs a value\n" },
+		{ "tools/demo", { "--runs" }, "tools/demo: --runs needs a value\n" },
+		{ "tools/demo", { "--runs=0" }, "tools/demo: --runs: '0' is not a whole number of 1 or more\n" },
+		{ "tools/demo", { "--frobnicate" }, "tools/demo: unknown option '--frobnicate'\n" },
+	};
+	for (const Case &c : cases) {
+		TempDir cwd;
+		Command command;
+		command.argv = { std::string(TLSTUNE_SOURCE_ROOT) + "/" + c.tool };
+		command.argv.insert(command.argv.end(), c.args.begin(), c.args.end());
+		command.cwd = cwd.path();
+		const Captured wrong = runCaptured(command, 30000);
+		EXPECT_EQ(wrong.status, 2) << c.tool << " " << c.args[0];
+		EXPECT_EQ(wrong.out, "");
+		EXPECT_EQ(wrong.err.rfind(std::string(c.message) + "usage: " + c.tool, 0), 0u) << wrong.err;
+		EXPECT_TRUE(std::filesystem::is_empty(cwd.path())) << "no work before the error: " << c.tool;
+	}
+}
+
+TEST(Bench, QuickRunsEndToEndIntoADirectoryOfTheCallersWithChartsThatSayWhatTheyShow)
+{
+	SKIP_IN_SANITIZER_BUILD();
+	TempDir cwd;
+	Command bench;
+	/* --pairs before --quick: --quick does not undo it. --out is relative to where the user is. */
+	bench.argv = { std::string(TLSTUNE_SOURCE_ROOT) + "/tools/tlstune-bench", "--pairs", "3", "--quick",
+		       "--out", "results", "--build=" TLSTUNE_BUILD_ROOT };
+	bench.cwd = cwd.path();
+	bench.stderrPath = cwd.file("progress");
+	std::string report;
+	ASSERT_EQ(run(bench, 900000, &report), 0) << readFile(bench.stderrPath);
+	const std::string out = cwd.file("results");
+
+	EXPECT_EQ(readFile(out + "/report.md"), report);
+	for (const char *part : { "> **--quick: too few runs to compare.** 3 pairs of 16 MiB",
+				  "## Download time, 3 pairs alternating", "### TLS 1.2", "### TLS 1.3",
+				  "x without-1.3", "+ with-1.3", "Per pair, with/without: median ratio",
+				  "## Read buffer sweep, TLS 1.3: 4 transfers of 16 MiB, one run",
+				  "| off (no read-ahead) |", "| 4 x 16,413 + 3 (default) |",
 				  "| 8 x 16,413 + 3 |", "## CA cache",
 				  "| python ssl.create_default_context() | 10 |",
 				  "| C: GET, new context and connection | 10 |",
-				  "## Write coalescing", "encrypted and dropped (null BIO, no shim)",
+				  "## Write coalescing: examples/write_burst to examples/tls_server, one run",
+				  "encrypted and dropped (null BIO, no shim)",
 				  "## Event-driven server", "| 500 idle TLS connections, 100 clients upload",
-				  "| reverse proxy, upstream stalled for 3 s mid-upload" })
+				  "| reverse proxy, upstream stalled for 3 s mid-upload",
+				  "](ab.svg)", "](sweep.svg)" })
 		EXPECT_NE(report.find(part), std::string::npos) << part << " not in\n" << report;
-	for (const char *chart : { "ab.svg", "sweep.svg" })
-		EXPECT_NE(readFile(out.file(chart)).find("<svg"), std::string::npos) << chart;
+	EXPECT_FALSE(contains(report, "median of 1 runs")) << report;
+	EXPECT_FALSE(contains(report, out)) << "the report links its charts relatively";
+	EXPECT_FALSE(contains(readFile(bench.stderrPath), "off records"));
+
+	/* What each chart shows, by its titles and labels. */
+	const std::string ab = readFile(out + "/ab.svg"), sweep = readFile(out + "/sweep.svg");
+	for (const char *part : { "time with tlstune / time without, 3 pairs per TLS version", "TLS 1.2",
+				  "TLS 1.3", "one pair", "median of the pairs", "1.0: no difference",
+				  "below 1.0: faster with tlstune" })
+		EXPECT_TRUE(contains(ab, part)) << part << " not in ab.svg";
+	for (const char *part : { "read buffer, in TLS records", "default", "throughput", "MB/s",
+				  "read syscalls per MiB", "CPU ms per GiB", "serial", "parallel (4 at a time)",
+				  "bars: lowest to highest" })
+		EXPECT_TRUE(contains(sweep, part)) << part << " not in sweep.svg";
+	for (const std::string *svg : { &ab, &sweep })
+		EXPECT_FALSE(contains(*svg, "Gnuplot"));
+
+	/* And they render: the script beside them draws PNGs (pngcairo). */
+	Command png;
+	png.argv = { "gnuplot", "-e", "format='png'", "charts.gp" };
+	png.cwd = out;
+	const Captured drawn = runCaptured(png, 120000);
+	ASSERT_EQ(drawn.status, 0) << drawn.err;
+	for (const char *chart : { "ab.png", "sweep.png" }) {
+		const std::string bytes = readFile(out + "/" + chart);
+		EXPECT_EQ(bytes.substr(0, 8), "\x89PNG\r\n\x1a\n") << chart;
+		EXPECT_GT(bytes.size(), 10000u) << chart;
+	}
 }
 
 TEST(Evidence, SumsUpCasesFaultsBytesAndFuzzRunsFromTheLogs)

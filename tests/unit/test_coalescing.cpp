@@ -5,7 +5,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <csignal>
 #include <fcntl.h>
+#include <future>
+#include <netinet/in.h>
+#include <thread>
 #include <string>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -31,7 +35,7 @@ int libcPoll(struct pollfd *fds, unsigned long nfds, int timeout)
 	return ::poll(fds, nfds, timeout);
 }
 
-const SocketCalls kCalls = { countingSend, libcPoll };
+const SocketCalls kCalls = { countingSend, libcPoll, ::close, ::shutdown };
 
 class Pair : public ::testing::Test {
 protected:
@@ -92,7 +96,7 @@ TEST_F(Pair, RecordsWaitUntilFlushedThenGoOutInOrderInOneSend)
 	EXPECT_EQ(received(), "");
 	EXPECT_EQ(writes.pending(), 8u);
 
-	EXPECT_EQ(writes.flush(0), PendingWrites::Result::Done);
+	EXPECT_EQ(writes.sendAsOwner(), PendingWrites::Result::Done);
 	EXPECT_EQ(received(), "one two ");
 	EXPECT_EQ(g_sends, 1);
 	EXPECT_FALSE(writes.dirty());
@@ -123,12 +127,12 @@ TEST_F(Pair, AFullNonBlockingSocketSaysAgainAndKeepsEveryByte)
 			accepted += record.size();
 	}
 	ASSERT_EQ(result, PendingWrites::Result::Again) << "the record is refused, for OpenSSL to retry";
-	EXPECT_EQ(writes.flush(MSG_DONTWAIT), PendingWrites::Result::Again);
+	EXPECT_EQ(writes.send(), PendingWrites::Result::Again);
 
 	std::string got;
 	for (int i = 0; i < 100000 && got.size() < accepted; i++) {
 		got += received();
-		writes.flush(MSG_DONTWAIT);
+		writes.send();
 	}
 	EXPECT_EQ(got, std::string(accepted, 'x'));
 	EXPECT_FALSE(writes.dirty());
@@ -140,7 +144,7 @@ TEST_F(Pair, ABrokenConnectionReportsItsErrorToEveryLaterWrite)
 	ASSERT_EQ(append(writes, "lost"), PendingWrites::Result::Done);
 	close(fds_[1]);
 	fds_[1] = open("/dev/null", O_RDONLY | O_CLOEXEC); /* for TearDown */
-	EXPECT_EQ(writes.tryFlush(MSG_DONTWAIT | MSG_NOSIGNAL), PendingWrites::Result::Failed);
+	EXPECT_EQ(writes.trySend(), PendingWrites::Result::Failed);
 	EXPECT_EQ(writes.error(), EPIPE);
 	EXPECT_FALSE(writes.dirty());
 	errno = 0;
@@ -158,18 +162,6 @@ TEST_F(Pair, ADetachedSocketNumberIsNeverWrittenAgain)
 	EXPECT_EQ(g_sends, 0);
 }
 
-TEST_F(Pair, DrainGivesUpOnAPeerThatNeverReads)
-{
-	ASSERT_EQ(fcntl(fds_[0], F_SETFL, O_NONBLOCK), 0);
-	PendingWrites writes(fds_[0], 1024 * 1024, kCalls, &counters_);
-	const std::string record(64 * 1024, 'y');
-	for (int i = 0; i < 16; i++)
-		ASSERT_EQ(append(writes, record), PendingWrites::Result::Done);
-	EXPECT_EQ(writes.drain(50), PendingWrites::Result::Failed);
-	EXPECT_EQ(errno, ETIMEDOUT);
-	EXPECT_FALSE(writes.dirty()) << "bounded: what could not go is dropped";
-}
-
 TEST_F(Pair, TheCoalescerSendsBeforeAWaitAndBeforeAClose)
 {
 	Coalescer coalescer(1024, std::chrono::milliseconds(100), kCalls);
@@ -180,7 +172,7 @@ TEST_F(Pair, TheCoalescerSendsBeforeAWaitAndBeforeAClose)
 	EXPECT_EQ(received(), "before a wait");
 
 	ASSERT_EQ(write(coalescer, *writes, "before a close"), PendingWrites::Result::Done);
-	coalescer.closing(fds_[0], fds_[0], true);
+	coalescer.closing(fds_[0], fds_[0]);
 	EXPECT_EQ(received(), "before a close");
 	EXPECT_EQ(writes->fd(), -1);
 	coalescer.release(writes);
@@ -198,19 +190,19 @@ TEST_F(Pair, ACloseReachesOnlyTheConnectionsOnItsFds)
 
 	/* (The flusher may send the bytes any time: only who is detached is asserted.) */
 	const int unrelated = std::max(fds_[1], other[1]) + 100;
-	coalescer.closing(unrelated, unrelated, true);
+	coalescer.closing(unrelated, unrelated);
 	EXPECT_EQ(mine->fd(), fds_[0]);
 	EXPECT_EQ(theirs->fd(), other[0]);
 
-	coalescer.closing(other[0], other[0], true);
+	coalescer.closing(other[0], other[0]);
 	EXPECT_EQ(theirs->fd(), -1);
 	EXPECT_FALSE(theirs->dirty());
 	char buffer[16] = {};
 	EXPECT_EQ(read(other[1], buffer, sizeof(buffer)), 6) << "sent before the close";
 	EXPECT_EQ(mine->fd(), fds_[0]) << "its own fd was not closed";
 
-	/* A wide range (close_range, exit) reaches it too, without detaching at exit. */
-	coalescer.closing(0, INT_MAX, false);
+	/* Exit reaches every connection, without detaching: an exec may fail. */
+	coalescer.drainAll();
 	EXPECT_EQ(received(), "mine");
 	EXPECT_EQ(mine->fd(), fds_[0]);
 	coalescer.release(mine);
@@ -266,5 +258,203 @@ TEST_F(Pair, AForkedChildDropsItsCopyOfThePendingBytes)
 	EXPECT_EQ(received(), "") << "the child sent nothing";
 	coalescer.drainAll();
 	EXPECT_EQ(received(), "once");
+	coalescer.release(writes);
+}
+
+namespace {
+
+PendingWrites::Result appendRecord(PendingWrites &writes, const std::string &record)
+{
+	bool dirty = false;
+	return writes.append(record.data(), record.size(), &dirty);
+}
+
+/* A TCP connection over 127.0.0.1: [0] writes, [1] reads. Small buffers fill fast. */
+class TcpPair : public ::testing::Test {
+protected:
+	void SetUp() override
+	{
+		const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		ASSERT_GE(listener, 0);
+		struct sockaddr_in address = {};
+		address.sin_family = AF_INET;
+		address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		socklen_t length = sizeof(address);
+		ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr *>(&address), length), 0);
+		ASSERT_EQ(listen(listener, 1), 0);
+		ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr *>(&address), &length), 0);
+		fds_[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		const int small = 16 * 1024;
+		setsockopt(fds_[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+		ASSERT_EQ(connect(fds_[0], reinterpret_cast<sockaddr *>(&address), length), 0);
+		fds_[1] = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+		ASSERT_GE(fds_[1], 0);
+		setsockopt(fds_[1], SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+		close(listener);
+	}
+	void TearDown() override
+	{
+		if (fds_[0] >= 0)
+			close(fds_[0]);
+		close(fds_[1]);
+	}
+
+	/* Records of 1,000 numbered bytes until the socket is full; returns what was accepted. */
+	std::string fill(PendingWrites &writes)
+	{
+		EXPECT_EQ(fcntl(fds_[0], F_SETFL, O_NONBLOCK), 0);
+		std::string accepted;
+		for (int i = 0; i < 100000; i++) {
+			const std::string record = std::to_string(i) + ":" + std::string(994, 'r') + "\n";
+			const PendingWrites::Result result = appendRecord(writes, record.substr(0, 1000));
+			if (result != PendingWrites::Result::Done)
+				break;
+			accepted += record.substr(0, 1000);
+		}
+		EXPECT_TRUE(writes.dirty()) << "the socket is full and bytes are held";
+		return accepted;
+	}
+
+	/* Everything the peer gets until end of file; a stall of 30 s fails the test instead. */
+	std::string readToEnd()
+	{
+		std::string out;
+		char buffer[65536];
+		for (;;) {
+			struct pollfd readable = { fds_[1], POLLIN, 0 };
+			if (::poll(&readable, 1, 30000) != 1) {
+				ADD_FAILURE() << "the peer stopped getting bytes after " << out.size();
+				return out;
+			}
+			const ssize_t n = read(fds_[1], buffer, sizeof(buffer));
+			if (n <= 0)
+				return out;
+			out.append(buffer, static_cast<size_t>(n));
+		}
+	}
+
+	/* Exactly length bytes (the connection stays open). */
+	std::string readExactly(size_t length)
+	{
+		std::string out;
+		char buffer[65536];
+		while (out.size() < length) {
+			struct pollfd readable = { fds_[1], POLLIN, 0 };
+			if (::poll(&readable, 1, 30000) != 1) {
+				ADD_FAILURE() << "the peer stopped getting bytes after " << out.size();
+				return out;
+			}
+			const ssize_t n = read(fds_[1], buffer, std::min(sizeof(buffer), length - out.size()));
+			if (n <= 0)
+				return out;
+			out.append(buffer, static_cast<size_t>(n));
+		}
+		return out;
+	}
+
+	int fds_[2] = { -1, -1 };
+	PendingWrites::Counters counters_;
+};
+
+} /* namespace */
+
+TEST_F(TcpPair, AWriterBlockedOnAStalledPeerHoldsNoLockAndShutdownFreesIt)
+{
+	signal(SIGPIPE, SIG_IGN);
+	PendingWrites writes(fds_[0], 64 * 1024 * 1024, kCalls, &counters_);
+	const std::string block(1024 * 1024, 'b');
+	for (int i = 0; i < 4; i++)
+		ASSERT_EQ(appendRecord(writes, block), PendingWrites::Result::Done);
+	std::thread owner([&] {
+		EXPECT_EQ(writes.sendAsOwner(), PendingWrites::Result::Failed);
+		EXPECT_EQ(errno, EPIPE);
+	});
+	/* The owner's send has begun: the first bytes reached the peer. */
+	struct pollfd readable = { fds_[1], POLLIN, 0 };
+	ASSERT_EQ(::poll(&readable, 1, 30000), 1);
+
+	/* Each of these waited for the owner's lock before (issue 11): they return now. */
+	auto others = std::async(std::launch::async, [&] {
+		writes.send();
+		writes.pending();
+		writes.error();
+		return shutdown(fds_[0], SHUT_RDWR);
+	});
+	ASSERT_EQ(others.wait_for(std::chrono::seconds(30)), std::future_status::ready)
+		<< "a send, pending() or shutdown waited for the blocked writer";
+	EXPECT_EQ(others.get(), 0);
+	owner.join();
+	signal(SIGPIPE, SIG_DFL);
+}
+
+TEST_F(TcpPair, ACloseOfAFullSocketReturnsAtOnceAndEveryAcceptedByteStillArrives)
+{
+	Coalescer coalescer(1024 * 1024, std::chrono::milliseconds(100), kCalls);
+	PendingWrites *writes = coalescer.open(fds_[0]);
+	const std::string accepted = fill(*writes);
+	coalescer.closing(fds_[0], fds_[0]);
+	EXPECT_EQ(writes->fd(), -1);
+	EXPECT_FALSE(writes->dirty()) << "handed on";
+	close(fds_[0]);
+	fds_[0] = -1;
+	const std::string received = readToEnd();
+	EXPECT_EQ(received.size(), accepted.size());
+	EXPECT_TRUE(received == accepted) << "in order, nothing lost or repeated";
+	coalescer.release(writes);
+}
+
+TEST_F(TcpPair, AShutdownOfAFullSocketSendsTheBytesThenTheEndOfStream)
+{
+	Coalescer coalescer(1024 * 1024, std::chrono::milliseconds(100), kCalls);
+	PendingWrites *writes = coalescer.open(fds_[0]);
+	const std::string accepted = fill(*writes);
+	EXPECT_TRUE(coalescer.shuttingDown(fds_[0], SHUT_WR)) << "deferred until the bytes are out";
+	errno = 0;
+	EXPECT_EQ(appendRecord(*writes, "after"), PendingWrites::Result::Failed);
+	EXPECT_EQ(errno, EPIPE) << "as a write after shutdown(SHUT_WR)";
+	const std::string received = readToEnd(); /* the end of stream, though fds_[0] is open */
+	EXPECT_TRUE(received == accepted) << received.size() << " of " << accepted.size();
+	coalescer.release(writes);
+}
+
+TEST_F(TcpPair, AConnectionFreedOnAFullSocketStillDeliversItsBytes)
+{
+	Coalescer coalescer(1024 * 1024, std::chrono::milliseconds(100), kCalls);
+	PendingWrites *writes = coalescer.open(fds_[0]);
+	const std::string accepted = fill(*writes);
+	coalescer.release(writes); /* SSL_free: returns at once */
+	EXPECT_TRUE(readExactly(accepted.size()) == accepted);
+	close(fds_[0]);
+	fds_[0] = -1;
+	EXPECT_EQ(readToEnd(), "");
+}
+
+TEST_F(TcpPair, AForkedChildClosesItsCopiesOfTheHandedOnDescriptors)
+{
+	Coalescer coalescer(1024 * 1024, std::chrono::milliseconds(100), kCalls);
+	PendingWrites *writes = coalescer.open(fds_[0]);
+	const std::string accepted = fill(*writes);
+	coalescer.closing(fds_[0], fds_[0]);
+	close(fds_[0]);
+	fds_[0] = -1;
+	int hold[2];
+	ASSERT_EQ(pipe(hold), 0);
+	coalescer.lockForFork();
+	const pid_t child = fork();
+	if (child == 0) {
+		coalescer.unlockInChild();
+		close(hold[1]);
+		char byte;
+		/* Alive until the parent has its end of stream: the child's copy must not delay it. */
+		_exit(read(hold[0], &byte, 1) == 0 ? 0 : 1);
+	}
+	coalescer.unlockInParent();
+	close(hold[0]);
+	const std::string received = readToEnd();
+	close(hold[1]);
+	int status = -1;
+	ASSERT_EQ(waitpid(child, &status, 0), child);
+	EXPECT_EQ(status, 0);
+	EXPECT_TRUE(received == accepted) << received.size() << " of " << accepted.size();
 	coalescer.release(writes);
 }

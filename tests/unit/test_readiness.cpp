@@ -99,6 +99,24 @@ TEST(BufferedFds, AClosedFdNumberIsForgotten)
 	EXPECT_FALSE(buffered.holds(number)) << "reused by another socket";
 }
 
+TEST(BufferedFds, ADuplicateIsReadableWhileTheConnectionHoldsDataUntilItIsClosed)
+{
+	SocketPair pair;
+	BufferedFds buffered;
+	const int socket = pair.fds[0];
+	const int duplicate = dup(socket);
+	buffered.duplicated(duplicate, inodeOf(socket));
+	EXPECT_FALSE(buffered.holds(duplicate)) << "nothing held yet";
+	EXPECT_FALSE(buffered.idle()) << "closes must still be told";
+	buffered.set(&kOwner, socket, inodeOf(socket), true);
+	EXPECT_TRUE(buffered.holds(duplicate));
+	close(duplicate);
+	buffered.closed(duplicate, duplicate);
+	EXPECT_FALSE(buffered.holds(duplicate)) << "its number may name another file now";
+	buffered.forget(&kOwner);
+	EXPECT_TRUE(buffered.idle());
+}
+
 TEST(BufferedFds, ClosingARangeLeavesTheOthers)
 {
 	BufferedFds buffered;

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
@@ -164,10 +165,55 @@ std::string defaultLibrary()
 
 int usage(FILE *out, int status)
 {
-	std::fprintf(out, "Usage: tlstune-check [--library PATH] [--keep-logs DIR] [--] COMMAND [ARG]...\n"
-			  "Runs COMMAND under strace without and with libtlstune.so and compares, per TCP\n"
-			  "peer, the read and write syscalls. COMMAND runs twice.\n");
+	std::fprintf(out,
+		     "Usage: tlstune-check [--library PATH] [--keep-logs DIR] [--] COMMAND [ARG]...\n"
+		     "Runs COMMAND under strace without and with libtlstune.so and compares, per TCP\n"
+		     "peer, the read and write syscalls. COMMAND runs twice: mind its side effects.\n"
+		     "\n"
+		     "  --library PATH   the library to preload (default: %s;\n"
+		     "                   TLSTUNE_LIBRARY sets it too); a list as LD_PRELOAD takes it\n"
+		     "  --keep-logs DIR  keep the two strace logs in DIR (an existing directory)\n"
+		     "  -h, --help       this text\n"
+		     "An option's value may also be given as --library=PATH.\n"
+		     "Exit status: 0 when both runs exit 0, 1 otherwise; 125 for tlstune-check's own\n"
+		     "errors, 126 when COMMAND cannot be run, 127 when it is not found.\n",
+		     defaultLibrary().c_str());
 	return status;
+}
+
+int fail(const std::string &message)
+{
+	std::fprintf(stderr, "tlstune-check: %s\nTry 'tlstune-check --help'.\n", message.c_str());
+	return 125;
+}
+
+bool runnable(const std::string &file)
+{
+	struct stat st;
+	return stat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(file.c_str(), X_OK) == 0;
+}
+
+/*
+ * Where exec would find program, as the wrapper looks: "" when nowhere. Checked before
+ * strace runs, so that a typo gets one line and 127, not strace's error twice.
+ */
+std::string findProgram(const std::string &program)
+{
+	if (program.find('/') != std::string::npos)
+		return access(program.c_str(), F_OK) == 0 ? program : "";
+	const char *path = std::getenv("PATH");
+	const std::string dirs = path ? path : "/usr/bin:/bin";
+	std::string::size_type start = 0;
+	for (;;) {
+		const std::string::size_type end = dirs.find(':', start);
+		const std::string dir = dirs.substr(start, end - start);
+		const std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
+		if (runnable(candidate))
+			return candidate;
+		if (end == std::string::npos)
+			return "";
+		start = end + 1;
+	}
 }
 
 } /* namespace */
@@ -185,23 +231,43 @@ int main(int argc, char **argv)
 		}
 		if (arg == "-h" || arg == "--help")
 			return usage(stdout, 0);
-		if ((arg == "--library" || arg == "--keep-logs") && i + 1 < argc)
-			(arg == "--library" ? library : keep) = argv[++i];
-		else
-			return std::fprintf(stderr, "tlstune-check: unknown option '%s'\n", arg.c_str()),
-			       usage(stderr, 125);
+		/* --library PATH and --library=PATH, as GNU tools take them. */
+		const std::string name = arg.substr(0, arg.find('='));
+		if (name != "--library" && name != "--keep-logs")
+			return fail("unknown option '" + arg + "'");
+		std::string value;
+		if (name.size() < arg.size())
+			value = arg.substr(name.size() + 1);
+		else if (i + 1 < argc)
+			value = argv[++i];
+		if (value.empty())
+			return fail(name + " needs a value");
+		(name == "--library" ? library : keep) = value;
 	}
 	if (i >= argc)
-		return std::fprintf(stderr, "tlstune-check: no command given\n"), usage(stderr, 125);
+		return fail("no command given");
+	const char *environment = std::getenv("TLSTUNE_LIBRARY");
+	const std::string fromEnvironment = environment ? environment : "";
 	/* --library is what LD_PRELOAD gets: a list, when a sanitizer runtime must go first. */
 	std::string::size_type start = 0;
 	while (start < library.size()) {
 		std::string::size_type end = library.find_first_of(": ", start);
 		const std::string entry = library.substr(start, end - start);
 		if (!entry.empty() && access(entry.c_str(), R_OK) != 0)
-			return std::fprintf(stderr, "tlstune-check: cannot read the library %s\n", entry.c_str()), 125;
+			return fail("cannot read the library " + entry +
+				    (library == fromEnvironment ? " (TLSTUNE_LIBRARY is set to it)" : ""));
 		start = end == std::string::npos ? end : end + 1;
 	}
+	struct stat st;
+	if (!keep.empty() && (stat(keep.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)))
+		return fail("--keep-logs: " + keep + " is not a directory");
+	if (findProgram("strace").empty())
+		return fail("strace is not installed (Debian: apt-get install strace)");
+	const std::string program = findProgram(argv[i]);
+	if (program.empty())
+		return std::fprintf(stderr, "tlstune-check: %s: command not found\n", argv[i]), 127;
+	if (!runnable(program))
+		return std::fprintf(stderr, "tlstune-check: %s: cannot run: not an executable file\n", argv[i]), 126;
 	const std::vector<std::string> command(argv + i, argv + argc);
 
 	char dir[] = "/tmp/tlstune-check.XXXXXX";

@@ -35,9 +35,11 @@ CONF
 	timeout 30 grep -q -m1 "start worker process" <(tail -f "$work/nginx.log")
 }
 
-# nginx_worker: the pid of the worker (worker_processes 1), whose CPU a row reads.
+# nginx_worker: the pid of the worker (worker_processes 1), whose CPU a row reads. From the
+# log line start_nginx waited for: the master writes it as it forks, so the worker may not
+# be among its children yet (the children file was then empty and cpu_ms read /proc/stat).
 nginx_worker() {
-	cut -d' ' -f1 "/proc/$nginx_pid/task/$nginx_pid/children"
+	sed -n 's/.*start worker process \([0-9][0-9]*\).*/\1/p' "$work/nginx.log" | tail -1
 }
 
 # cpu_ms PID: the CPU time (user + system) PID has used, in ms.

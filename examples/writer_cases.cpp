@@ -1,0 +1,276 @@
+/*
+ * Writers the coalescer must leave exactly as they are (issue 11). Each case prints what
+ * the program sees; tests compare it with and without tlstune.
+ * Usage: writer_cases PORT CASE, against tls_server --sink (--hold where a stalled peer
+ * is needed; --connections 2 for reuse). TLS 1.2: a 1.3 server's unread session tickets
+ * would make close() reset the connection. CASE:
+ *   blocked-shutdown  a thread blocks in SSL_write on a blocking socket the peer stopped
+ *                     reading; main calls shutdown(fd, SHUT_RDWR): the writer gets EPIPE
+ *   blocked-exit      ... main calls exit(0)
+ *   blocked-fork      ... main forks a child that exits; then shutdown as above
+ *   blocked-alarm     ... a SIGALRM handler on main calls exit(0)
+ *   full-close        non-blocking socket, peer stalled: write until WANT_WRITE, print
+ *                     what SSL_write accepted ("accepted N sha256 H"), close(fd),
+ *                     SSL_free, print "returned", then wait for a line on stdin
+ *   full-free         ... SSL_free, print "returned", wait for stdin, close(fd)
+ *   full-exit         ... print, then exit(0)
+ *   sigwait           SIGUSR1 blocked in every thread of the program; ten short writes,
+ *                     then the process sends itself SIGUSR1 and takes it with sigwait
+ *   pselect           the same, then pselect unblocks SIGUSR1 for its wait: EINTR at once
+ *   sigpipe           SIGPIPE at its default; writes lines to a peer that resets the
+ *                     connection, and goes on writing after errors (up to 1000 writes)
+ *   reuse             SSL_shutdown, close(fd), a new connection on the same fd number,
+ *                     SSL_clear, SSL_connect and ten more lines on the same SSL
+ */
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <poll.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+#include "common/example.h"
+
+using namespace example;
+
+namespace {
+
+SSL_CTX *client()
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	SSL_CTX_set_max_proto_version(ctx, TLS1_2_VERSION);
+	return ctx;
+}
+
+SSL *connectSsl(SSL_CTX *ctx, const char *port, int *fd)
+{
+	*fd = connectTo("127.0.0.1", port);
+	SSL *ssl = SSL_new(ctx);
+	SSL_set_fd(ssl, *fd);
+	if (SSL_connect(ssl) != 1)
+		fail("SSL_connect");
+	return ssl;
+}
+
+void writeLines(SSL *ssl, int first, int count)
+{
+	for (int i = first; i < first + count; i++) {
+		const std::string line = "line " + std::to_string(i) + "\n";
+		if (SSL_write(ssl, line.data(), static_cast<int>(line.size())) <= 0)
+			fail("SSL_write");
+	}
+}
+
+/* The kernel's send buffer is full: the peer stopped reading (bounded: 60 s). */
+void waitUntilFull(int fd)
+{
+	for (int i = 0; i < 6000; i++) {
+		struct pollfd writable = { fd, POLLOUT, 0 };
+		if (poll(&writable, 1, 0) == 0)
+			return;
+		poll(nullptr, 0, 10);
+	}
+	fail("the socket never filled up");
+}
+
+/* Writes 16 KiB records until the connection fails; returns how it failed. */
+std::string writeUntilError(SSL *ssl)
+{
+	const std::string record(16 * 1024, 'w');
+	for (;;) {
+		const int n = SSL_write(ssl, record.data(), static_cast<int>(record.size()));
+		if (n <= 0) {
+			const int error = SSL_get_error(ssl, n);
+			return "writer: SSL_get_error " + std::to_string(error) + " errno " +
+			       std::to_string(errno);
+		}
+	}
+}
+
+void onAlarm(int)
+{
+	std::exit(0);
+}
+
+int blockedWriter(const char *port, const std::string &how)
+{
+	std::signal(SIGPIPE, SIG_IGN);
+	SSL_CTX *ctx = client();
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	std::string outcome;
+	std::thread writer([&] { outcome = writeUntilError(ssl); });
+	waitUntilFull(fd);
+	if (how == "blocked-exit") {
+		std::puts("exiting");
+		std::fflush(stdout);
+		std::exit(0);
+	}
+	if (how == "blocked-alarm") {
+		std::signal(SIGALRM, onAlarm);
+		std::puts("exiting");
+		std::fflush(stdout);
+		raise(SIGALRM);
+		fail("the handler returned");
+	}
+	if (how == "blocked-fork") {
+		const pid_t child = fork();
+		if (child == 0)
+			_exit(0);
+		int status = -1;
+		waitpid(child, &status, 0);
+		std::printf("child status %d\n", status);
+	}
+	std::printf("shutdown %d\n", shutdown(fd, SHUT_RDWR));
+	writer.join();
+	std::puts(outcome.c_str());
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
+int fullSocket(const char *port, const std::string &how)
+{
+	SSL_CTX *ctx = client();
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	setNonBlocking(fd);
+	Sha256 digest;
+	uint64_t accepted = 0;
+	const std::string record(1000, 'f');
+	/* Bounded: a socket takes a few MiB at most. */
+	for (int i = 0; i < 100000; i++) {
+		const int n = SSL_write(ssl, record.data(), static_cast<int>(record.size()));
+		if (n <= 0) {
+			if (SSL_get_error(ssl, n) != SSL_ERROR_WANT_WRITE)
+				fail("SSL_write");
+			break;
+		}
+		digest.update(record.data(), record.size());
+		accepted += record.size();
+	}
+	std::printf("accepted %llu sha256 %s\n", static_cast<unsigned long long>(accepted),
+		    digest.hex().c_str());
+	std::fflush(stdout);
+	if (how == "full-exit")
+		std::exit(0);
+	if (how == "full-close") {
+		close(fd);
+		SSL_free(ssl);
+	} else {
+		SSL_free(ssl);
+	}
+	std::puts("returned");
+	std::fflush(stdout);
+	char line[16];
+	if (!std::fgets(line, sizeof(line), stdin))
+		std::puts("stdin closed");
+	if (how == "full-free")
+		close(fd);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
+void onUsr1(int)
+{
+}
+
+int sigwaitCase(const char *port, bool pselectWait)
+{
+	sigset_t usr1;
+	sigemptyset(&usr1);
+	sigaddset(&usr1, SIGUSR1);
+	pthread_sigmask(SIG_BLOCK, &usr1, nullptr);
+	SSL_CTX *ctx = client();
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	writeLines(ssl, 0, 10);
+	if (pselectWait)
+		std::signal(SIGUSR1, onUsr1);
+	kill(getpid(), SIGUSR1);
+	if (pselectWait) {
+		sigset_t unblocked;
+		sigemptyset(&unblocked);
+		/* Pending since the kill: the wait ends at once unless another thread took it. */
+		struct timespec limit = { 10, 0 };
+		const int result = pselect(0, nullptr, nullptr, nullptr, &limit, &unblocked);
+		std::printf("pselect %d errno %s\n", result, errno == EINTR ? "EINTR" : "other");
+	} else {
+		int taken = 0;
+		sigwait(&usr1, &taken);
+		std::printf("sigwait took signal %d\n", taken);
+	}
+	SSL_shutdown(ssl);
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
+int sigpipeCase(const char *port)
+{
+	SSL_CTX *ctx = client();
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	int failures = 0;
+	for (int i = 0; i < 1000; i++) {
+		const std::string line = "line " + std::to_string(i) + "\n";
+		const int n = SSL_write(ssl, line.data(), static_cast<int>(line.size()));
+		if (n <= 0 && getenv("DEBUGW"))
+			fprintf(stderr, "write %d: %d err %d errno %d\n", i, n, SSL_get_error(ssl, n), errno);
+		if (n <= 0)
+			failures++;
+		/* A round trip now and then, so the peer's reset arrives while lines are written. */
+		if (i % 100 == 99)
+			poll(nullptr, 0, 1);
+	}
+	std::printf("survived %d failed writes\n", failures);
+	return 0;
+}
+
+int reuseCase(const char *port)
+{
+	SSL_CTX *ctx = client();
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	writeLines(ssl, 0, 10);
+	SSL_shutdown(ssl);
+	close(fd);
+	const int again = connectTo("127.0.0.1", port);
+	std::printf("same fd number: %s\n", again == fd ? "yes" : "no");
+	SSL_clear(ssl);
+	if (SSL_connect(ssl) != 1)
+		fail("SSL_connect after SSL_clear");
+	writeLines(ssl, 10, 10);
+	SSL_shutdown(ssl);
+	SSL_free(ssl);
+	close(again);
+	SSL_CTX_free(ctx);
+	std::puts("reused");
+	return 0;
+}
+
+} /* namespace */
+
+int main(int argc, char **argv)
+{
+	if (argc < 3)
+		fail("usage: writer_cases PORT CASE");
+	const std::string how = argv[2];
+	if (how.rfind("blocked-", 0) == 0)
+		return blockedWriter(argv[1], how);
+	if (how.rfind("full-", 0) == 0)
+		return fullSocket(argv[1], how);
+	if (how == "sigwait" || how == "pselect")
+		return sigwaitCase(argv[1], how == "pselect");
+	if (how == "sigpipe")
+		return sigpipeCase(argv[1]);
+	if (how == "reuse")
+		return reuseCase(argv[1]);
+	fail("unknown case");
+}

@@ -1,0 +1,235 @@
+#include "ca_lazy.h"
+
+#include <atomic>
+#include <vector>
+
+namespace tlstune {
+
+namespace {
+
+OPENSSL_STACK *stack(void *typed) { return static_cast<OPENSSL_STACK *>(typed); }
+
+/*
+ * The store's lock for a fill. X509_STORE_lock fails when this thread holds it already
+ * (glibc's rwlock answers EDEADLK rather than hang): python takes it around
+ * X509_STORE_get0_objects to copy the list. The store is then this thread's to fill, and
+ * the lock its caller's to release.
+ */
+class StoreLock {
+public:
+	StoreLock(const CaApi &api, X509_STORE *store) noexcept
+		: api_(api), store_(store), taken_(api.X509_STORE_lock(store) == 1) {}
+	~StoreLock()
+	{
+		if (taken_)
+			api_.X509_STORE_unlock(store_);
+	}
+	StoreLock(const StoreLock &) = delete;
+	StoreLock &operator=(const StoreLock &) = delete;
+
+private:
+	const CaApi &api_;
+	X509_STORE *store_;
+	const bool taken_;
+};
+
+} /* namespace */
+
+/* What a store holds of its lazy files; changed only under the store's lock. */
+struct LazyStores::State {
+	struct File {
+		std::shared_ptr<const CaIndex> index;
+		std::vector<bool> inStore; /* per certificate: materialised (or found a repeat) */
+	};
+	std::vector<File> files;
+	std::atomic<bool> complete{ false };
+	/*
+	 * The object an eager load would have left last and unsorted in the stack: each
+	 * X509_STORE_add_cert sorts the stack, then appends. Any later lookup sorts it.
+	 */
+	X509_OBJECT *unsortedLast = nullptr;
+	/*
+	 * Or, right after a lazy load, that load's last certificate if it was new. Which it
+	 * was is known when its subject first goes in: nothing with that subject enters the
+	 * store before (adds and lookups put it in first), so the answer is the one loading
+	 * would have given. A file in files, or -1.
+	 */
+	int lastLoaded = -1;
+};
+
+bool LazyStores::init(const CaApi &api) noexcept
+{
+	if (!api.hasLazy() || !api.storeSortsOnLookup() || !api.lazyKnown())
+		return false;
+	api_ = &api;
+	slot_ = api.CRYPTO_get_ex_new_index(
+		CRYPTO_EX_INDEX_X509_STORE, 0, nullptr, nullptr, nullptr,
+		[](void *, void *state, CRYPTO_EX_DATA *, int, long, void *) {
+			delete static_cast<State *>(state);
+		});
+	return slot_ >= 0;
+}
+
+LazyStores::State *LazyStores::state(X509_STORE *store) const noexcept
+{
+	return slot_ < 0 || !store ? nullptr
+				   : static_cast<State *>(api_->X509_STORE_get_ex_data(store, slot_));
+}
+
+bool LazyStores::pending(X509_STORE *store) const noexcept
+{
+	/* Under the lock: the first lazy load into a store sets its ex_data, which may move. */
+	if (slot_ < 0 || !store)
+		return false;
+	StoreLock lock(*api_, store);
+	const State *s = state(store);
+	return s && !s->complete.load(std::memory_order_acquire);
+}
+
+namespace {
+
+/*
+ * Puts the file's certificate at position into objects unless an equal one is there,
+ * as X509_STORE_add_cert does. Returns the object pushed, or null.
+ */
+X509_OBJECT *materialise(const CaApi &api, STACK_OF(X509_OBJECT) *objects, const CaIndex &index,
+			 int position, bool *failed)
+{
+	bool own = false;
+	X509 *x = index.certificate(position, &own);
+	X509_OBJECT *object = x ? api.X509_OBJECT_new() : nullptr;
+	bool ok = object && api.X509_OBJECT_set1_X509(object, x);
+	if (own && x)
+		api.X509_free(x);
+	if (ok && api.X509_OBJECT_retrieve_match(objects, object)) {
+		api.X509_OBJECT_free(object);
+		return nullptr;
+	}
+	ok = ok && api.OPENSSL_sk_push(stack(objects), object) > 0;
+	if (!ok) {
+		if (object)
+			api.X509_OBJECT_free(object);
+		*failed = true;
+		return nullptr;
+	}
+	return object;
+}
+
+} /* namespace */
+
+int LazyStores::attach(X509_STORE *store, const std::shared_ptr<const CaIndex> &index) const noexcept
+{
+	if (slot_ < 0)
+		return -1;
+	StoreLock lock(*api_, store);
+	State *s = state(store);
+	bool ok = true;
+	if (!s) {
+		s = new (std::nothrow) State;
+		ok = s && api_->X509_STORE_set_ex_data(store, slot_, s);
+		if (!ok)
+			delete s;
+	}
+	if (ok) {
+		s->files.push_back({ index, std::vector<bool>(static_cast<std::size_t>(index->count())) });
+		/* Loading looks the store up for every certificate it adds: then appends the last. */
+		s->unsortedLast = nullptr;
+		s->lastLoaded = static_cast<int>(s->files.size()) - 1;
+		s->complete.store(false, std::memory_order_release);
+	}
+	return ok ? index->count() : -1;
+}
+
+void LazyStores::beforeRead(X509_STORE *store, const X509_NAME *subject) const noexcept
+{
+	if (!subject)
+		return;
+	StoreLock lock(*api_, store);
+	State *s = state(store);
+	if (!s || s->complete.load(std::memory_order_acquire))
+		return;
+	STACK_OF(X509_OBJECT) *objects = api_->X509_STORE_get0_objects(store);
+	bool failed = false;
+	for (State::File &file : s->files) {
+		for (int position : file.index->withSubject(subject)) {
+			if (!file.inStore[position]) {
+				materialise(*api_, objects, *file.index, position, &failed);
+				file.inStore[position] = !failed;
+			}
+		}
+	}
+}
+
+void LazyStores::afterLookup(X509_STORE *store) const noexcept
+{
+	StoreLock lock(*api_, store);
+	State *s = state(store);
+	if (!s || s->complete.load(std::memory_order_acquire))
+		return;
+	s->unsortedLast = nullptr;
+	s->lastLoaded = -1;
+}
+
+int LazyStores::objectCount(X509_STORE *store) const noexcept
+{
+	if (!pending(store))
+		return -1;
+	StoreLock lock(*api_, store);
+	return api_->OPENSSL_sk_num(stack(api_->X509_STORE_get0_objects(store)));
+}
+
+void LazyStores::afterAdd(X509_STORE *store, int before) const noexcept
+{
+	if (before < 0)
+		return;
+	StoreLock lock(*api_, store);
+	State *s = state(store);
+	if (!s)
+		return;
+	STACK_OF(X509_OBJECT) *objects = api_->X509_STORE_get0_objects(store);
+	const int count = api_->OPENSSL_sk_num(stack(objects));
+	/* The add looked the store up (sorted it), then appended its object, or found it. */
+	s->unsortedLast = count > before
+		? static_cast<X509_OBJECT *>(api_->OPENSSL_sk_value(stack(objects), count - 1)) : nullptr;
+	s->lastLoaded = -1;
+}
+
+void LazyStores::beforeEnumeration(X509_STORE *store) const noexcept
+{
+	StoreLock lock(*api_, store);
+	State *s = state(store);
+	if (!s || s->complete.load(std::memory_order_acquire))
+		return;
+	STACK_OF(X509_OBJECT) *objects = api_->X509_STORE_get0_objects(store);
+	bool failed = false;
+	X509_OBJECT *last = s->unsortedLast;
+	for (std::size_t f = 0; f < s->files.size(); f++) {
+		State::File &file = s->files[f];
+		const int count = file.index->count();
+		for (int position = 0; position < count && !failed; position++) {
+			if (file.inStore[position])
+				continue;
+			X509_OBJECT *pushed = materialise(*api_, objects, *file.index, position, &failed);
+			file.inStore[position] = !failed;
+			if (static_cast<int>(f) == s->lastLoaded && position == count - 1)
+				last = pushed;
+		}
+	}
+	/*
+	 * Eagerly the stack would be sorted but for the object appended after the last
+	 * lookup. The sort is stable (glibc's qsort merges): certificates sharing a subject
+	 * keep the order they went in, which is the order loading adds them.
+	 */
+	if (last && api_->OPENSSL_sk_delete_ptr(stack(objects), last) == last) {
+		api_->OPENSSL_sk_sort(stack(objects));
+		api_->OPENSSL_sk_push(stack(objects), last);
+	} else {
+		api_->OPENSSL_sk_sort(stack(objects));
+	}
+	s->unsortedLast = nullptr;
+	s->lastLoaded = -1;
+	if (!failed)
+		s->complete.store(true, std::memory_order_release);
+}
+
+} /* namespace tlstune */

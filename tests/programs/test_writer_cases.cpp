@@ -1,0 +1,155 @@
+/*
+ * Writers the coalescer must leave exactly as they are (issue 11): examples/writer_cases
+ * run with and without the shim, against tls_server over TLS 1.2. A hang is bounded only
+ * to turn it into a failure.
+ */
+
+#include <gtest/gtest.h>
+
+#include "process.h"
+#include "tls_fixture.h"
+
+using namespace testsupport;
+
+namespace {
+
+constexpr int kTimeoutMs = 120000;
+
+std::vector<std::string> writerCase(const ExampleServer &server, const std::string &name)
+{
+	return { examplePath("writer_cases"), server.portText(), name };
+}
+
+std::vector<std::string> serverArguments(std::vector<std::string> extra)
+{
+	std::vector<std::string> arguments = { "--tls", "1.2", "--sink" };
+	arguments.insert(arguments.end(), extra.begin(), extra.end());
+	return arguments;
+}
+
+/* "accepted N sha256 H" from the writer, "received N sha256 H" from the server. */
+std::string asReceived(const std::string &accepted)
+{
+	return accepted.rfind("accepted ", 0) == 0 ? "received " + accepted.substr(9) : "(none)";
+}
+
+/* The case's output and status both ways, against a server that takes everything. */
+void expectTheSameBothWays(const std::string &name, const std::vector<std::string> &server,
+			   const std::string &expectedOut, int expectedStatus, int serverLines)
+{
+	std::vector<std::string> received[2];
+	for (bool withShim : { false, true }) {
+		SCOPED_TRACE(withShim ? "with the shim" : "without the shim");
+		ExampleServer peer(serverArguments(server));
+		const Captured run = runProgram(writerCase(peer, name), withShim, {}, kTimeoutMs);
+		EXPECT_EQ(run.status, expectedStatus) << run.err;
+		EXPECT_EQ(run.out, expectedOut);
+		for (int i = 0; i < serverLines; i++)
+			received[withShim].push_back(peer.process().readLine(kTimeoutMs));
+	}
+	EXPECT_EQ(received[0], received[1]) << "the server got the same bytes both ways";
+}
+
+} /* namespace */
+
+class BlockedWriters : public ::testing::TestWithParam<const char *> {};
+
+/*
+ * A thread blocks in SSL_write on a peer that stopped reading; main shuts the socket
+ * down, exits, forks or exits from a signal handler. Each returned at once without the
+ * shim and hung with it, when its lock was held across the blocked send.
+ */
+TEST_P(BlockedWriters, ReturnAtOnceAndTheWriterGetsEpipe)
+{
+	const std::string name = GetParam();
+	RecordProperty("fault", "a writer blocked on a stalled peer, then " + name.substr(8));
+	std::string expected = "exiting\n";
+	if (name == "blocked-shutdown")
+		expected = "shutdown 0\nwriter: SSL_get_error 5 errno 32\n";
+	if (name == "blocked-fork")
+		expected = "child status 0\nshutdown 0\nwriter: SSL_get_error 5 errno 32\n";
+	for (bool withShim : { false, true }) {
+		SCOPED_TRACE(withShim ? "with the shim" : "without the shim");
+		TempDir dir;
+		Fifo go(dir.file("go"));
+		ExampleServer peer(serverArguments({ "--hold" }), {}, certificate(), go.path());
+		/* exit() from a signal handler is the case itself: ThreadSanitizer reports it either way. */
+		const Captured run = runProgram(writerCase(peer, name), withShim,
+						{ "TSAN_OPTIONS=report_signal_unsafe=0" }, kTimeoutMs);
+		EXPECT_EQ(run.status, 0) << run.err;
+		EXPECT_EQ(run.out, expected);
+		go.write("go\n");
+		peer.process().wait(kTimeoutMs);
+	}
+}
+
+INSTANTIATE_TEST_SUITE_P(Writers, BlockedWriters,
+			 ::testing::Values("blocked-shutdown", "blocked-exit", "blocked-fork",
+					   "blocked-alarm"));
+
+class FullSockets : public ::testing::TestWithParam<const char *> {};
+
+/*
+ * A non-blocking writer fills its socket while the peer is stalled, then closes, frees or
+ * exits. Without the shim every byte SSL_write accepted is in the kernel and arrives once
+ * the peer reads; with it the bytes the shim held must arrive too, and the call return
+ * at once (it waited 5 s and dropped them before).
+ */
+TEST_P(FullSockets, EveryAcceptedByteArrivesAfterThePeerWakes)
+{
+	const std::string name = GetParam();
+	RecordProperty("fault", "a full socket and a stalled peer, then " + name.substr(5));
+	for (bool withShim : { false, true }) {
+		SCOPED_TRACE(withShim ? "with the shim" : "without the shim");
+		TempDir dir;
+		Fifo go(dir.file("go"));
+		Fifo input(dir.file("input"));
+		ExampleServer peer(serverArguments({ "--hold" }), {}, certificate(), go.path());
+		Command command;
+		command.argv = writerCase(peer, name);
+		command.stdinPath = input.path();
+		if (withShim)
+			command.env = shimEnv();
+		Process writer(command);
+		const std::string accepted = writer.readLine(kTimeoutMs);
+		if (name != "full-exit") {
+			EXPECT_EQ(writer.readLine(kTimeoutMs), "returned") << "with the peer still stalled";
+		}
+		go.write("go\n");
+		if (name == "full-free") {
+			/* The connection ends when the program closes its fd, after the bytes. */
+			input.write("\n");
+		}
+		const std::string received = peer.process().readLine(kTimeoutMs);
+		EXPECT_EQ(received, asReceived(accepted));
+		input.closeWriter();
+		EXPECT_EQ(writer.wait(kTimeoutMs), 0);
+		EXPECT_EQ(peer.process().wait(kTimeoutMs), 0);
+	}
+}
+
+INSTANTIATE_TEST_SUITE_P(Writers, FullSockets, ::testing::Values("full-close", "full-free", "full-exit"));
+
+TEST(Writers, ASignalBlockedInEveryThreadOfTheProgramWaitsForSigwait)
+{
+	RecordProperty("fault", "SIGUSR1 blocked by the program and taken with sigwait");
+	expectTheSameBothWays("sigwait", {}, "sigwait took signal 10\n", 0, 1);
+}
+
+TEST(Writers, PselectReturnsEintrForASignalOnlyItUnblocks)
+{
+	RecordProperty("fault", "SIGUSR1 blocked by the program, pending, unblocked by pselect");
+	expectTheSameBothWays("pselect", {}, "pselect -1 errno EINTR\n", 0, 1);
+}
+
+TEST(Writers, WritingOnAfterAResetDiesOfSigpipeBothWays)
+{
+	RecordProperty("fault", "the peer resets; the program writes on with SIGPIPE at its default");
+	expectTheSameBothWays("sigpipe", { "--reset-after", "100" }, "", 128 + SIGPIPE, 1);
+}
+
+TEST(Writers, AnSslReusedWithSslClearOnANewSocketWorks)
+{
+	RecordProperty("fault", "SSL_clear and a new socket on the closed fd's number");
+	expectTheSameBothWays("reuse", { "--connections", "2" }, "same fd number: yes\nreused\n", 0, 2);
+}

@@ -1,0 +1,94 @@
+# The trickle rows of tools/tlstune-bench (sourced): relays and a server whose writes come
+# further apart than the coalescing delay, so coalescing merges nothing and must cost
+# nothing. 20 TLS clients each get 1000 B every 8 ms for $trickle_seconds s, through socat
+# (fork mode), stunnel, or from python's threading server. Needs $work (cert.pem, key.pem),
+# $shim, $runs and the bench's say, progress, median and runs_text.
+
+trickle_clients=20 trickle_seconds=2
+
+# free_port: a TCP port on 127.0.0.1 that nothing listens on now.
+free_port() {
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# wait_listening PORT: until something listens there (bounded: 10 s).
+wait_listening() {
+	for _ in $(seq 100); do
+		[ -n "$(ss -Hltn "sport = :$1")" ] && return 0
+		sleep 0.1
+	done
+	echo "tlstune-bench: nothing listens on port $1" >&2
+	return 1
+}
+
+# cpu_with_children_ms PID: CPU time (user + system) of PID and its reaped children, in ms.
+cpu_with_children_ms() {
+	awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); print ($12 + $13 + $14 + $15) * 1000 / hz }' "/proc/$1/stat"
+}
+
+# trickle_once socat|stunnel|python [PRELOAD]: prints "cpu-ms bytes" for one run, the CPU of
+# the relay or server (with its children) while the clients read everything.
+trickle_once() {
+	local what=$1 preload=${2:-} port backend pid backend_pid="" bytes cpu
+	port=$(free_port)
+	if [ "$what" != python ]; then
+		backend=$(free_port)
+		python3 tools/lib/trickle.py backend "$backend" "$trickle_seconds" >/dev/null &
+		backend_pid=$!
+		wait_listening "$backend"
+	fi
+	case "$what" in
+	socat)
+		env ${preload:+LD_PRELOAD="$preload"} socat \
+			"OPENSSL-LISTEN:$port,bind=127.0.0.1,fork,reuseaddr,cert=$work/cert.pem,key=$work/key.pem,verify=0" \
+			"TCP:127.0.0.1:$backend" &
+		;;
+	stunnel)
+		printf 'foreground = yes\npid =\n[trickle]\naccept = 127.0.0.1:%s\nconnect = 127.0.0.1:%s\ncert = %s\nkey = %s\n' \
+			"$port" "$backend" "$work/cert.pem" "$work/key.pem" >"$work/stunnel.conf"
+		env ${preload:+LD_PRELOAD="$preload"} stunnel4 "$work/stunnel.conf" 2>/dev/null &
+		;;
+	python)
+		env ${preload:+LD_PRELOAD="$preload"} python3 tools/lib/trickle.py tls-server "$port" \
+			"$trickle_seconds" "$work/cert.pem" "$work/key.pem" >/dev/null &
+		;;
+	esac
+	pid=$!
+	wait_listening "$port"
+	bytes=$(python3 tools/lib/trickle.py clients "$port" "$trickle_clients" | cut -d' ' -f2)
+	# socat reaps each child as it ends: its CPU is in the parent's by now.
+	cpu=$(cpu_with_children_ms "$pid")
+	kill "$pid" $backend_pid 2>/dev/null || true
+	wait "$pid" $backend_pid 2>/dev/null || true
+	echo "$cpu $bytes"
+}
+
+trickle_row() { # trickle_row NAME WHAT
+	local name=$1 what=$2 a=() b=() ba="" bb=""
+	for ((i = 1; i <= runs; i++)); do
+		progress "trickle: $name, run $i of $runs"
+		read -r ms ba < <(trickle_once "$what")
+		a+=("$ms")
+		read -r ms bb < <(trickle_once "$what" "$shim")
+		b+=("$ms")
+	done
+	local ma mb
+	ma=$(printf '%s\n' "${a[@]}" | median)
+	mb=$(printf '%s\n' "${b[@]}" | median)
+	say "$(awk -v n="$name" -v a="$ma" -v b="$mb" -v ba="$ba" -v bb="$bb" \
+		'BEGIN { printf "| %s | %.0f | %.0f | %s | %s | %s |", n, a, b, (a > 0 ? sprintf("%.2fx", b / a) : "-"), ba, bb }')"
+}
+
+trickle_rows() {
+	say "## Trickle: $trickle_clients TLS clients each get 1000 B every 8 ms for $trickle_seconds s; CPU of the relay or server in ms, $(runs_text "$runs")"
+	say ""
+	say "| what | without: ms | with: ms | with/without | bytes received without | with |"
+	say "|------|-------------|----------|--------------|------------------------|------|"
+	trickle_row "socat, fork mode, relaying a plain backend" socat
+	trickle_row "stunnel relaying a plain backend" stunnel
+	trickle_row "python's threading server" python
+	printf '\r\033[K' >&2
+	say ""
+	say "Each write comes 8 ms after the last, far beyond the coalescing delay, so there is nothing to merge: each goes out in the program's own call, and the shim's threads sleep. The shim runs in the relay or server only. socat's CPU includes its children's."
+	say ""
+}
