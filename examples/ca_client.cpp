@@ -40,11 +40,19 @@ int load(SSL_CTX *ctx, const std::string &loader, const std::string &ca)
 	if (loader == "ctx-locations")
 		return SSL_CTX_load_verify_locations(ctx, path, nullptr);
 	if (loader == "ctx-file")
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
 		return SSL_CTX_load_verify_file(ctx, path);
+#else
+		return SSL_CTX_load_verify_locations(ctx, path, nullptr); /* what 3.0's calls */
+#endif
 	if (loader == "ctx-default")
 		return SSL_CTX_set_default_verify_paths(ctx);
 	if (loader == "store-file")
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
 		return X509_STORE_load_file(store, path);
+#else
+		return X509_STORE_load_locations(store, path, nullptr);
+#endif
 	if (loader == "store-locations")
 		return X509_STORE_load_locations(store, path, nullptr);
 	if (loader == "store-default")
@@ -58,7 +66,12 @@ void printErrors()
 {
 	const char *file = nullptr, *func = nullptr, *data = nullptr;
 	int line = 0, flags = 0;
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
 	while (unsigned long code = ERR_get_error_all(&file, &line, &func, &data, &flags)) {
+#else
+	while (unsigned long code = ERR_get_error_line_data(&file, &line, &data, &flags)) {
+		func = ERR_func_error_string(code);
+#endif
 		std::printf("error %s:%s:%s:%s:%d:%s\n", orEmpty(ERR_lib_error_string(code)),
 			    orEmpty(ERR_reason_error_string(code)), orEmpty(func), orEmpty(file), line,
 			    (flags & ERR_TXT_STRING) && data ? data : "");

@@ -116,10 +116,18 @@ int main(int argc, char **argv)
 	X509_STORE *store = X509_STORE_new();
 	const std::string capath = option(argc, argv, "--capath", "");
 	if (!capath.empty())
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
 		std::printf("load path %d\n", X509_STORE_load_path(store, capath.c_str()));
+#else
+		std::printf("load path %d\n", X509_STORE_load_locations(store, nullptr, capath.c_str()));
+#endif
 	if (flag(argc, argv, "--add-before"))
 		addCertificates(store, added);
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
 	std::printf("load %d\n", X509_STORE_load_file(store, ca.c_str()));
+#else
+	std::printf("load %d\n", X509_STORE_load_locations(store, ca.c_str(), nullptr));
+#endif
 	printErrors();
 	if (!flag(argc, argv, "--add-before"))
 		addCertificates(store, added);

@@ -6,6 +6,8 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
+#include "openssl_compat.h"
+
 namespace tlstune {
 
 /*

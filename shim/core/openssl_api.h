@@ -2,6 +2,8 @@
 
 #include <openssl/ssl.h>
 
+#include "openssl_compat.h"
+
 namespace tlstune {
 
 /*

@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -178,7 +181,11 @@ TEST(CaCache, VerificationIsTheSame)
 		EXPECT_EQ(expectSameOutput(caClient({ "--ca", c.ca, "--contexts", "2", "--port",
 						      server.portText() }), {}, &out),
 			  "ca_hits=1 ca_misses=1 ca_reloads=0");
-		EXPECT_NE(out.find(std::string(c.expected) + "\n"), std::string::npos) << out;
+		/* OpenSSL 1.1.1 says "Hostname mismatch", 3.x "hostname mismatch". */
+		std::string lowered = out;
+		std::transform(lowered.begin(), lowered.end(), lowered.begin(),
+			       [](unsigned char ch) { return std::tolower(ch); });
+		EXPECT_NE(lowered.find(std::string(c.expected) + "\n"), std::string::npos) << out;
 		EXPECT_EQ(server.process().wait(60000), 0);
 	}
 }
@@ -346,11 +353,13 @@ TEST(CaCache, SocatAndStunnelVerifyTheSame)
 			EXPECT_EQ(readFile(out).size(), trusted ? 1000u : 0u) << socat[withShim].err;
 			unlink(out.c_str());
 		}
-		EXPECT_EQ(socat[0].status, trusted ? 0 : 1) << socat[0].err;
+		/* A failed verify is exit 1 from socat 1.7 (Debian 12), 255 from 1.8 (Debian 13). */
+		EXPECT_EQ(socat[0].status != 0, !trusted) << socat[0].err;
 		EXPECT_EQ(socat[1].status, socat[0].status) << socat[1].err;
 		EXPECT_EQ(caCounts(socat[1].err), "ca_hits=0 ca_misses=1 ca_reloads=0");
 
 		/* stunnel as a client relay: a plain reader gets the bytes only through a trusted chain. */
+		int readerStatus[2] = { -1, -1 };
 		for (bool withShim : { false, true }) {
 			ExampleServer server({ "--send", "1000" }, {}, pki().server);
 			const int relayPort = freePort();
@@ -365,7 +374,11 @@ TEST(CaCache, SocatAndStunnelVerifyTheSame)
 			Daemon stunnel(command, "Configuration successful");
 			Command reader;
 			reader.argv = { "socat", "-u", "TCP:127.0.0.1:" + std::to_string(relayPort), "CREATE:" + out };
-			EXPECT_EQ(runCaptured(reader, 60000).status, 0);
+			/* socat 1.8 fails where stunnel hangs up on it; 1.7 ended quietly. */
+			readerStatus[withShim] = runCaptured(reader, 60000).status;
+			if (trusted) {
+				EXPECT_EQ(readerStatus[withShim], 0);
+			}
 			EXPECT_EQ(readFile(out).size(), trusted ? 1000u : 0u) << withShim;
 			unlink(out.c_str());
 			const std::string log = stunnel.stop();
@@ -373,5 +386,6 @@ TEST(CaCache, SocatAndStunnelVerifyTheSame)
 				EXPECT_EQ(caCounts(log), "ca_hits=0 ca_misses=1 ca_reloads=0");
 			}
 		}
+		EXPECT_EQ(readerStatus[1], readerStatus[0]);
 	}
 }

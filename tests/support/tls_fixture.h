@@ -1,6 +1,7 @@
 #pragma once
 /* What the syscall and program tests share: certificates, the example server, strace runs. */
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,15 @@ TracedRun runTraced(const std::vector<std::string> &argv, bool withShim,
  * take two reads per record, 128/MiB.
  */
 double maxReadsPerMiB(const std::string &tls);
+
+/*
+ * The 5-byte header reads left with read-ahead on, for a program's connections. OpenSSL
+ * 3.2 and later ignore read-ahead until the application keys are in use (a read must not
+ * take records meant for the next key), so each connection reads its handshake records a
+ * header at a time: 6 or 7 on 3.5, TLS 1.2 or 1.3, client or server; the bound is 8.
+ * Before 3.2: none.
+ */
+uint64_t handshakeHeaderReads(uint64_t connections);
 
 /* The environment that preloads the shim, for programs run without strace. */
 std::vector<std::string> shimEnv(std::vector<std::string> more = {});

@@ -61,7 +61,7 @@ TEST_P(BulkDownload, ReadsWholeRecordsInLargeChunksWithTheShim)
 	ASSERT_EQ(tuned.status, 0) << tuned.out;
 	EXPECT_EQ(tuned.out, expected);
 	tlstune::SocketTraffic after = tlstune::trafficOnPort(tuned.calls, server.port());
-	EXPECT_EQ(after.headerReads, 0u) << describe(after);
+	EXPECT_LE(after.headerReads, handshakeHeaderReads(1)) << describe(after);
 	EXPECT_GE(after.readBytes, kDownload);
 	/*
 	 * Read sizes also depend on how fast the server writes: a reader that catches up reads
@@ -88,7 +88,7 @@ TEST(ReadBuffer, TheVariableSetsTheReadSize)
 				  { "TLSTUNE_READ_BUFFER=32K" });
 	ASSERT_EQ(run.status, 0);
 	tlstune::SocketTraffic traffic = tlstune::trafficOnPort(run.calls, server.port());
-	EXPECT_EQ(traffic.headerReads, 0u);
+	EXPECT_LE(traffic.headerReads, handshakeHeaderReads(1));
 	for (const auto &size : traffic.readSizes)
 		EXPECT_LE(size.first, 32768 - 3) << describe(traffic);
 }

@@ -21,6 +21,8 @@ need_packages() {
 
 BUILD_PACKAGES="meson ninja-build g++ pkg-config libssl-dev libgtest-dev openssl binutils"
 TEST_PACKAGES="strace curl nginx-light socat stunnel4 python3 ca-certificates ministat gnuplot-nox wget nghttp2-client"
+# The OpenSSL legs: a Debian 13 root, and Debian 11's OpenSSL 1.1.1 unpacked.
+LEG_PACKAGES="debootstrap"
 # libFuzzer: clang and its runtime libraries (Debian 12 ships LLVM 14).
 FUZZ_PACKAGES="clang libclang-rt-14-dev"
 
@@ -31,5 +33,16 @@ build_tree() {
 		meson setup "$1" --buildtype=debugoptimized -Db_sanitize="${2:-none}" \
 			-Db_lundef="$([ "${2:-none}" = none ] && echo true || echo false)" >/dev/null
 	fi
-	meson compile -C "$1" >/dev/null
+	# Quiet unless it fails; then the compiler's messages again, without the progress lines.
+	meson compile -C "$1" >/dev/null ||
+		{ meson compile -C "$1" 2>&1 | grep -v '^\[' >&2; return 1; }
+}
+
+# The Debian mirror this system's apt uses for its own release (apt's configuration, not a
+# fixed address), or nothing: then debootstrap takes its default.
+debian_mirror() {
+	codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+	# shellcheck disable=SC2016 # apt's own placeholders
+	apt-get indextargets --format '$(RELEASE) $(REPO_URI)' 'Identifier: Packages' 2>/dev/null |
+		awk -v release="$codename" '$1 == release { print $2; exit }'
 }

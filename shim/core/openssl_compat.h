@@ -1,0 +1,25 @@
+#pragma once
+
+#include <openssl/opensslv.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509_vfy.h>
+
+/*
+ * OpenSSL 1.1.1's headers lack the 3.0 functions the shim interposes or calls when present.
+ * Their 3.0 declarations, so the shim builds against 1.1.1 too: it never links them, and
+ * finds at run time that a 1.1.1 libssl has none (the entries stay null).
+ */
+#if OPENSSL_VERSION_NUMBER < 0x30000000L
+extern "C" {
+typedef struct ossl_lib_ctx_st OSSL_LIB_CTX;
+SSL_CTX *SSL_CTX_new_ex(OSSL_LIB_CTX *libctx, const char *propq, const SSL_METHOD *meth);
+int X509_load_cert_crl_file_ex(X509_LOOKUP *ctx, const char *file, int type,
+			       OSSL_LIB_CTX *libctx, const char *propq);
+STACK_OF(X509_INFO) *PEM_X509_INFO_read_bio_ex(BIO *bp, STACK_OF(X509_INFO) *sk,
+					      pem_password_cb *cb, void *u,
+					      OSSL_LIB_CTX *libctx, const char *propq);
+STACK_OF(X509) *X509_STORE_get1_all_certs(X509_STORE *st);
+}
+#endif
