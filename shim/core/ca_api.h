@@ -76,12 +76,17 @@ struct CaApi {
 	decltype(&::X509_NAME_cmp) X509_NAME_cmp = nullptr;
 	decltype(&::ASN1_item_d2i) ASN1_item_d2i = nullptr;
 	decltype(&::ASN1_item_free) ASN1_item_free = nullptr;
-	decltype(&::ASN1_INTEGER_it) ASN1_INTEGER_it = nullptr;
-	decltype(&::ASN1_BIT_STRING_it) ASN1_BIT_STRING_it = nullptr;
-	decltype(&::ASN1_TIME_it) ASN1_TIME_it = nullptr;
-	decltype(&::X509_ALGOR_it) X509_ALGOR_it = nullptr;
-	decltype(&::X509_NAME_it) X509_NAME_it = nullptr;
-	decltype(&::X509_EXTENSIONS_it) X509_EXTENSIONS_it = nullptr;
+	/*
+	 * 3.0's form, a function returning the item; 1.1.1's headers declare the items as data,
+	 * and its libcrypto exports them so: only called where lazy loading runs, on 3.0.
+	 */
+	using AsnItem = const ASN1_ITEM *(*)(void);
+	AsnItem ASN1_INTEGER_it = nullptr;
+	AsnItem ASN1_BIT_STRING_it = nullptr;
+	AsnItem ASN1_TIME_it = nullptr;
+	AsnItem X509_ALGOR_it = nullptr;
+	AsnItem X509_NAME_it = nullptr;
+	AsnItem X509_EXTENSIONS_it = nullptr;
 	decltype(&::X509_get_subject_name) X509_get_subject_name = nullptr;
 	decltype(&::X509_get_issuer_name) X509_get_issuer_name = nullptr;
 	decltype(&::OPENSSL_sk_delete_ptr) OPENSSL_sk_delete_ptr = nullptr;

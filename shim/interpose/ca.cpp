@@ -21,6 +21,13 @@
 
 using namespace tlstune;
 
+/* 3.0 made these parameters const; 1.1.1's headers (the 1.1.1 leg builds against them) do not. */
+#if OPENSSL_VERSION_NUMBER < 0x30000000L
+#define CONST_30
+#else
+#define CONST_30 const
+#endif
+
 namespace {
 
 /* libcrypto 3 implements X509_load_cert_crl_file through the _ex form: one load per call. */
@@ -83,7 +90,8 @@ const LazyStores *lazyFor(X509_STORE *store)
 X509_STORE *storeOf(const X509_STORE_CTX *ctx)
 {
 	const CaApi &api = crypto().api;
-	return ctx && api.X509_STORE_CTX_get0_store ? api.X509_STORE_CTX_get0_store(ctx) : nullptr;
+	return ctx && api.X509_STORE_CTX_get0_store
+		       ? api.X509_STORE_CTX_get0_store(const_cast<X509_STORE_CTX *>(ctx)) : nullptr;
 }
 
 /*
@@ -169,7 +177,7 @@ TLSTUNE_EXPORT int X509_STORE_CTX_get1_issuer(X509 **issuer, X509_STORE_CTX *ctx
 	});
 }
 
-TLSTUNE_EXPORT STACK_OF(X509) *X509_STORE_CTX_get1_certs(X509_STORE_CTX *ctx, const X509_NAME *name)
+TLSTUNE_EXPORT STACK_OF(X509) *X509_STORE_CTX_get1_certs(X509_STORE_CTX *ctx, CONST_30 X509_NAME *name)
 {
 	return lookedUp(storeOf(ctx), name, [&](const CaApi &real) -> STACK_OF(X509) * {
 		return real.X509_STORE_CTX_get1_certs ? real.X509_STORE_CTX_get1_certs(ctx, name) : nullptr;
@@ -177,16 +185,16 @@ TLSTUNE_EXPORT STACK_OF(X509) *X509_STORE_CTX_get1_certs(X509_STORE_CTX *ctx, co
 }
 
 /* CRLs are never lazy; the lookup still sorts the store. */
-TLSTUNE_EXPORT STACK_OF(X509_CRL) *X509_STORE_CTX_get1_crls(const X509_STORE_CTX *ctx,
-							      const X509_NAME *name)
+TLSTUNE_EXPORT STACK_OF(X509_CRL) *X509_STORE_CTX_get1_crls(CONST_30 X509_STORE_CTX *ctx,
+							      CONST_30 X509_NAME *name)
 {
 	return lookedUp(storeOf(ctx), nullptr, [&](const CaApi &real) -> STACK_OF(X509_CRL) * {
 		return real.X509_STORE_CTX_get1_crls ? real.X509_STORE_CTX_get1_crls(ctx, name) : nullptr;
 	});
 }
 
-TLSTUNE_EXPORT int X509_STORE_CTX_get_by_subject(const X509_STORE_CTX *ctx, X509_LOOKUP_TYPE type,
-						 const X509_NAME *name, X509_OBJECT *ret)
+TLSTUNE_EXPORT int X509_STORE_CTX_get_by_subject(CONST_30 X509_STORE_CTX *ctx, X509_LOOKUP_TYPE type,
+						 CONST_30 X509_NAME *name, X509_OBJECT *ret)
 {
 	const X509_NAME *certificates = type == X509_LU_X509 ? name : nullptr;
 	return lookedUp(storeOf(ctx), certificates, [&](const CaApi &real) {
@@ -197,7 +205,7 @@ TLSTUNE_EXPORT int X509_STORE_CTX_get_by_subject(const X509_STORE_CTX *ctx, X509
 
 TLSTUNE_EXPORT X509_OBJECT *X509_STORE_CTX_get_obj_by_subject(X509_STORE_CTX *ctx,
 							      X509_LOOKUP_TYPE type,
-							      const X509_NAME *name)
+							      CONST_30 X509_NAME *name)
 {
 	const X509_NAME *certificates = type == X509_LU_X509 ? name : nullptr;
 	return lookedUp(storeOf(ctx), certificates, [&](const CaApi &real) -> X509_OBJECT * {
@@ -206,7 +214,7 @@ TLSTUNE_EXPORT X509_OBJECT *X509_STORE_CTX_get_obj_by_subject(X509_STORE_CTX *ct
 	});
 }
 
-TLSTUNE_EXPORT STACK_OF(X509_OBJECT) *X509_STORE_get0_objects(const X509_STORE *store)
+TLSTUNE_EXPORT STACK_OF(X509_OBJECT) *X509_STORE_get0_objects(CONST_30 X509_STORE *store)
 {
 	X509_STORE *mutableStore = const_cast<X509_STORE *>(store);
 	return enumerated(mutableStore, [&](const CaApi &real) -> STACK_OF(X509_OBJECT) * {

@@ -270,14 +270,24 @@ CaApi linkedApi()
 	api.X509_NAME_cmp = ::X509_NAME_cmp;
 	api.ASN1_item_d2i = ::ASN1_item_d2i;
 	api.ASN1_item_free = ::ASN1_item_free;
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+	/* 1.1.1 has these as data, not functions: its CaIndex tests skip (lazy loading is 3.0's). */
 	api.ASN1_INTEGER_it = ::ASN1_INTEGER_it;
 	api.ASN1_BIT_STRING_it = ::ASN1_BIT_STRING_it;
 	api.ASN1_TIME_it = ::ASN1_TIME_it;
 	api.X509_ALGOR_it = ::X509_ALGOR_it;
 	api.X509_NAME_it = ::X509_NAME_it;
 	api.X509_EXTENSIONS_it = ::X509_EXTENSIONS_it;
+#endif
 	return api;
 }
+
+/* Lazy loading, and so the index, is for OpenSSL 3.0 only. */
+#define SKIP_BEFORE_OPENSSL_3()                                                    \
+	do {                                                                       \
+		if (OPENSSL_VERSION_NUMBER < 0x30000000L)                          \
+			GTEST_SKIP() << "the CA index is for OpenSSL 3.0 (lazy loading)"; \
+	} while (0)
 
 X509 *readCertificate(const std::string &path)
 {
@@ -506,12 +516,17 @@ TEST(CaBundle, WhatCannotBeLoadedLeavesTheErrorQueueAsItWas)
 
 TEST(CaIndex, IndexesTheSystemBundleAndParsesOnDemand)
 {
+	SKIP_BEFORE_OPENSSL_3();
 	const CaApi api = linkedApi();
 	Stats stats;
 	const std::string bundle = testsupport::readFile("/etc/ssl/certs/ca-certificates.crt");
 	const std::shared_ptr<CaIndex> index = indexFile(api, stats, bundle);
 	ASSERT_NE(index, nullptr);
-	EXPECT_EQ(index->count(), 144);
+	/* As many as the file's PEM blocks: 144 in Debian 12's bundle, 148 in Debian 13's. */
+	int blocks = 0;
+	for (std::string::size_type at = 0; (at = bundle.find("-----BEGIN CERTIFICATE-----", at)) != std::string::npos; at++)
+		blocks++;
+	EXPECT_EQ(index->count(), blocks);
 	EXPECT_LE(index->parsedCount(), 4) << "only certificates sharing a subject are parsed";
 	/* Every certificate is found by its subject, and parses to the file's certificate. */
 	BIO *in = BIO_new_mem_buf(bundle.data(), static_cast<int>(bundle.size()));
@@ -528,12 +543,13 @@ TEST(CaIndex, IndexesTheSystemBundleAndParsesOnDemand)
 		X509_free(expected);
 	}
 	BIO_free(in);
-	EXPECT_EQ(index->parsedCount(), 144);
-	EXPECT_EQ(stats.caCertsIndexed.load(), 144u);
+	EXPECT_EQ(index->parsedCount(), blocks);
+	EXPECT_EQ(stats.caCertsIndexed.load(), static_cast<uint64_t>(blocks));
 }
 
 TEST(CaIndex, WhatItIsUnsureOfLoadsEagerly)
 {
+	SKIP_BEFORE_OPENSSL_3();
 	const testsupport::Pki &pki = testsupport::pki();
 	const std::string ca = testsupport::readFile(pki.ca1);
 	auto replaced = [](std::string text, const std::string &from, const std::string &to) {
