@@ -75,33 +75,12 @@ bool pollThenRead(SSL *ssl, int fd, std::string *line, bool select = false)
 	return true;
 }
 
-int moved(const char *port)
-{
-	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-	int fd = connectTo("127.0.0.1", port);
-	SSL *ssl = connectTls(ctx, fd);
-	std::string line;
-	int lines = 0;
-	if (!pollThenRead(ssl, fd, &line))
-		fail("the first line never came");
-	lines++;
-	const int moved = dup(fd);
-	SSL_set_fd(ssl, moved);
-	close(fd);
-	for (; lines < 20; lines++) {
-		if (!pollThenRead(ssl, moved, &line)) {
-			std::printf("poll timed out after %d lines\n", lines);
-			return 3;
-		}
-	}
-	std::printf("lines %d\n", lines);
-	SSL_free(ssl);
-	close(moved);
-	SSL_CTX_free(ctx);
-	return 0;
-}
-
-int duplicate(const char *port, const std::string &how)
+/*
+ * Reads one line, then waits on another fd for the other 19: how is "moved" (a dup the
+ * connection moves to, the old number closed), or a duplicate the program waits on while
+ * the connection keeps its fd: dup, fcntl or dup2-select.
+ */
+int anotherFd(const char *port, const std::string &how)
 {
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	int fd = connectTo("127.0.0.1", port);
@@ -112,7 +91,7 @@ int duplicate(const char *port, const std::string &how)
 		fail("the first line never came");
 	lines++;
 	int watched = -1;
-	if (how == "dup")
+	if (how == "moved" || how == "dup")
 		watched = dup(fd);
 	else if (how == "fcntl")
 		watched = fcntl(fd, F_DUPFD_CLOEXEC, 0);
@@ -120,6 +99,11 @@ int duplicate(const char *port, const std::string &how)
 		watched = dup2(fd, 100);
 	else
 		fail("HOW: dup, fcntl or dup2-select");
+	if (how == "moved") {
+		SSL_set_fd(ssl, watched);
+		close(fd);
+		fd = -1;
+	}
 	for (; lines < 20; lines++) {
 		if (!pollThenRead(ssl, watched, &line, how == "dup2-select")) {
 			std::printf("poll timed out after %d lines\n", lines);
@@ -129,7 +113,8 @@ int duplicate(const char *port, const std::string &how)
 	std::printf("lines %d\n", lines);
 	SSL_free(ssl);
 	close(watched);
-	close(fd);
+	if (fd >= 0)
+		close(fd);
 	SSL_CTX_free(ctx);
 	return 0;
 }
@@ -298,9 +283,9 @@ int main(int argc, char **argv)
 {
 	const std::string which = argc > 1 ? argv[1] : "";
 	if ((which == "moved" || which == "peek") && argc > 2)
-		return which == "moved" ? moved(argv[2]) : peek(argv[2]);
+		return which == "moved" ? anotherFd(argv[2], which) : peek(argv[2]);
 	if (which == "duplicate" && argc > 3)
-		return duplicate(argv[3], argv[2]);
+		return anotherFd(argv[3], argv[2]);
 	if (which == "pipes" || which == "stoptls") {
 		SSL_CTX *server = serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", ""));
 		int status = which == "pipes" ? pipes(server) : stoptls(server);
