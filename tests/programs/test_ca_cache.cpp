@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <openssl/opensslv.h>
+
 #include <algorithm>
 #include <cctype>
 
@@ -135,7 +137,10 @@ TEST(CaCache, AProcessThatCanNoLongerReadTheFileGetsNothingFromTheCache)
 						      "--drop-after", "1" }), {}, &out),
 			  "ca_hits=0 ca_misses=1 ca_reloads=0") << loader;
 		EXPECT_EQ(out.substr(0, out.find("load", 1)).find("load 1\nobjects 1 "), 0u) << out;
-		EXPECT_NE(out.find("load 0\nerror system library::BIO_new_file:"), std::string::npos) << out;
+		/* 3.0 says "system library::BIO_new_file", 1.1.1 "BIO routines:system lib:BIO_new_file". */
+		const std::string::size_type failed = out.find("load 0\nerror ");
+		EXPECT_NE(failed, std::string::npos) << out;
+		EXPECT_NE(out.find(":BIO_new_file:", failed), std::string::npos) << out;
 		EXPECT_NE(out.find("objects 0 "), std::string::npos) << out;
 	}
 }
@@ -156,7 +161,10 @@ TEST(CaCache, ACertificateWithAnInvalidExtensionLeavesItsErrorsAsWithoutTheShim)
 		std::string out;
 		expectSameOutput(caClient({ "--loader", loader, "--ca", dir.file("twice.pem"), "--contexts", "2" }),
 				 {}, &out);
-		EXPECT_NE(out.find("load 1\nerror X509 V3 routines:invalid certificate:"), std::string::npos)
+		/* 3.0 reports the certificate invalid; 1.1.1 the extension's ASN.1 that would not decode. */
+		EXPECT_TRUE(out.find("load 1\nerror X509 V3 routines:invalid certificate:") != std::string::npos ||
+			    (OPENSSL_VERSION_NUMBER < 0x30000000L &&
+			     out.find("load 1\nerror asn1 encoding routines:") != std::string::npos))
 			<< out;
 	}
 }

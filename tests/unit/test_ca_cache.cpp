@@ -509,6 +509,8 @@ TEST(CaBundle, WhatCannotBeLoadedLeavesTheErrorQueueAsItWas)
 					  path != dir.file("garbage.pem");
 		if (OPENSSL_VERSION_NUMBER >= 0x30000000L || !readToTheEnd) {
 			EXPECT_EQ(ERR_GET_REASON(ERR_get_error()), 42) << path;
+		} else if (ERR_GET_REASON(ERR_peek_error()) == 42) {
+			ERR_get_error(); /* an empty file: 1.1.1's reader met no block, and cleared nothing */
 		}
 		EXPECT_EQ(ERR_get_error(), 0u) << path;
 	}
