@@ -135,7 +135,7 @@ OpenSsl *buildOpenSsl() noexcept
 	}
 	if (p.config.disable)
 		return &instance;
-	instance.coalescing = p.config.coalesce && instance.filter.init(instance.api, &p.coalescer);
+	instance.coalescing = p.config.coalesce != CoalesceMode::Off && instance.filter.init(instance.api, &p.coalescer);
 	if (!instance.api.hasReadPath()) {
 		logLine(LogLevel::Warn, "this libssl lacks read-ahead or readiness functions: "
 			"read tuning off");
