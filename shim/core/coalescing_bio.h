@@ -43,6 +43,19 @@ public:
 		const bool on_;
 	};
 
+	/*
+	 * While one lives on this thread, the filter appends every record, past the limit if
+	 * need be, and never sends: held plaintext is being encrypted (TLSTUNE_COALESCE=records),
+	 * maybe by another thread than the connection's, and that must not block.
+	 */
+	class Deferred {
+	public:
+		Deferred() noexcept;
+		~Deferred();
+		Deferred(const Deferred &) = delete;
+		Deferred &operator=(const Deferred &) = delete;
+	};
+
 private:
 	BIO_METHOD *method_ = nullptr;
 	int type_ = 0;

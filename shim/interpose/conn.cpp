@@ -47,11 +47,18 @@ TLSTUNE_EXPORT int SSL_peek_ex(SSL *s, void *buf, size_t num, size_t *readbytes)
 /* A write runs the handshake when none was done yet, and may read records past it. */
 TLSTUNE_EXPORT int SSL_write(SSL *s, const void *buf, int num)
 {
+	if (num > 0 && holdWrite(s, buf, static_cast<size_t>(num)))
+		return num;
 	return onWrite(s, num > 0 ? static_cast<size_t>(num) : 0, &OpenSslApi::SSL_write, buf, num);
 }
 
 TLSTUNE_EXPORT int SSL_write_ex(SSL *s, const void *buf, size_t num, size_t *written)
 {
+	if (holdWrite(s, buf, num)) {
+		if (written)
+			*written = num;
+		return 1;
+	}
 	return onWrite(s, num, &OpenSslApi::SSL_write_ex, buf, num, written);
 }
 
@@ -124,4 +131,27 @@ TLSTUNE_EXPORT int SSL_shutdown(SSL *s)
 {
 	flushWrites(s);
 	return onConnection(s, &OpenSslApi::SSL_shutdown);
+}
+
+/* Held plaintext becomes a record before the connection goes (TLSTUNE_COALESCE=records). */
+TLSTUNE_EXPORT void SSL_free(SSL *s)
+{
+	const OpenSsl &o = openssl();
+	if (o.records && s)
+		process().held.free(s);
+	if (o.api.SSL_free)
+		o.api.SSL_free(s);
+}
+
+/* The class of a kept failure that the last call reported in its stead. */
+TLSTUNE_EXPORT int SSL_get_error(const SSL *s, int ret)
+{
+	const OpenSslApi &api = openssl().api;
+	if (ret <= 0) {
+		if (HeldPlaintext *held = heldOf(s)) {
+			if (const int reported = held->takeReportedError())
+				return reported;
+		}
+	}
+	return api.SSL_get_error ? api.SSL_get_error(s, ret) : SSL_ERROR_SSL;
 }
