@@ -116,6 +116,8 @@ void HeldPlaintext::encryptLocked() noexcept
 
 HeldPlaintext *HeldRegistry::attach(void *ssl, HeldPlaintext::Encrypt encrypt) noexcept
 {
+	if (HeldPlaintext *known = of(ssl))
+		return known;
 	std::lock_guard<std::mutex> lock(mutex_);
 	auto found = entries_.find(ssl);
 	if (found != entries_.end())
@@ -131,13 +133,30 @@ HeldPlaintext *HeldRegistry::attach(void *ssl, HeldPlaintext::Encrypt encrypt) n
 	}
 }
 
+/*
+ * The last lookup of this thread: a program writing many small records calls of() a few
+ * times per write, always for the same SSL, and the registry's lock and map showed in its
+ * profile. Only one registry is ever made.
+ */
+struct LastLookup {
+	void *ssl = nullptr;
+	HeldPlaintext *held = nullptr;
+	unsigned long generation = 0;
+};
+thread_local LastLookup lastLookup;
+
 HeldPlaintext *HeldRegistry::of(void *ssl) noexcept
 {
 	if (count_.load(std::memory_order_relaxed) == 0)
 		return nullptr;
+	const unsigned long generation = generation_.load(std::memory_order_acquire);
+	if (lastLookup.held && lastLookup.ssl == ssl && lastLookup.generation == generation)
+		return lastLookup.held;
 	std::lock_guard<std::mutex> lock(mutex_);
 	auto found = entries_.find(ssl);
-	return found == entries_.end() ? nullptr : found->second.get();
+	HeldPlaintext *held = found == entries_.end() ? nullptr : found->second.get();
+	lastLookup = { ssl, held, generation_.load(std::memory_order_relaxed) };
+	return held;
 }
 
 void HeldRegistry::free(void *ssl) noexcept
@@ -154,6 +173,7 @@ void HeldRegistry::free(void *ssl) noexcept
 		gone = std::move(found->second);
 		entries_.erase(found);
 		count_.fetch_sub(1, std::memory_order_relaxed);
+		generation_.fetch_add(1, std::memory_order_release);
 	}
 }
 

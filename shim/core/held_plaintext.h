@@ -121,6 +121,8 @@ private:
 	std::mutex mutex_;
 	std::unordered_map<void *, std::unique_ptr<HeldPlaintext>> entries_;
 	std::atomic<int> count_{0};
+	/* Moves on whenever an entry goes: a thread's cached lookup of() is stale then. */
+	std::atomic<unsigned long> generation_{0};
 	std::atomic<int> held_{0}; /* a hint: buffers that became non-empty since the last pass */
 	std::atomic<bool> stopped_{false};
 };
