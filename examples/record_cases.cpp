@@ -5,6 +5,8 @@
  *                 lines, each round read back; the server asks for a key update before
  *                 each echo, so the client's next writes follow its own KeyUpdate.
  *                 Prints "echoed N sha256 H"
+ *   renegotiate   the same against tls_server --tls 1.2 --echo --renegotiate: the server
+ *                 asks for a renegotiation while the client's next lines are written
  *   close-notify  against tls_server --sink --close-after 100: 50 lines, then SSL_read
  *                 (the server's close_notify), 50 more lines, SSL_shutdown; prints what
  *                 each step returned
@@ -161,7 +163,7 @@ int main(int argc, char **argv)
 	if (argc < 3)
 		fail("usage: record_cases PORT CASE");
 	const std::string how = argv[2];
-	if (how == "key-update")
+	if (how == "key-update" || how == "renegotiate")
 		return keyUpdateCase(argv[1]);
 	if (how == "close-notify")
 		return closeNotifyCase(argv[1]);

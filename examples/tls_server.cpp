@@ -8,6 +8,8 @@
  *   --echo                   send back everything read, until the client closes
  *     --key-update           TLS 1.3: before each echo, a KeyUpdate that asks the client
  *                            to update its keys too (update_requested)
+ *     --renegotiate          TLS 1.2: before the first echo, a HelloRequest: the client
+ *                            renegotiates when it next reads
  *   --lines                  print each line read as "line TEXT" as soon as it arrives
  *   --close-after BYTES      with --sink: after reading BYTES, send close_notify, then
  *                            read on until the client closes
@@ -96,6 +98,7 @@ int main(int argc, char **argv)
 	const uint64_t seed = number(argc, argv, "--seed", 1);
 	const uint64_t connections = number(argc, argv, "--connections", 1);
 	bool sink = false, hangup = false, echo = false, lines = false, hold = false, keyUpdate = false;
+	bool renegotiate = false;
 	const uint64_t closeAfter = number(argc, argv, "--close-after", 0);
 	const uint64_t resetAfter = number(argc, argv, "--reset-after", 0);
 	for (int i = 1; i < argc; i++) {
@@ -105,6 +108,7 @@ int main(int argc, char **argv)
 		hold = hold || std::string(argv[i]) == "--hold";
 		lines = lines || std::string(argv[i]) == "--lines";
 		keyUpdate = keyUpdate || std::string(argv[i]) == "--key-update";
+		renegotiate = renegotiate || std::string(argv[i]) == "--renegotiate";
 	}
 
 	SSL_CTX *ctx = serverContext(cert, key);
@@ -168,6 +172,11 @@ int main(int argc, char **argv)
 			while (SSL_read_ex(ssl, buffer, sizeof(buffer), &n)) {
 				if (keyUpdate && !SSL_key_update(ssl, SSL_KEY_UPDATE_REQUESTED))
 					fail("SSL_key_update");
+				if (renegotiate) {
+					if (!SSL_renegotiate(ssl) || SSL_do_handshake(ssl) != 1)
+						fail("SSL_renegotiate");
+					renegotiate = false;
+				}
 				writeAll(ssl, buffer, n);
 			}
 		} else if (lines) {

@@ -57,6 +57,12 @@ TEST(RecordCases, AKeyUpdateRequestedMidBurstGoesOutBeforeTheHeldRecords)
 	expectTheSameEveryWay("key-update", { "--echo", "--key-update" }, 0);
 }
 
+TEST(RecordCases, ARenegotiationRequestedMidBurstIsFollowed)
+{
+	RecordProperty("fault", "a TLS 1.2 server requests renegotiation while plaintext is held");
+	expectTheSameEveryWay("renegotiate", { "--tls", "1.2", "--echo", "--renegotiate" }, 0);
+}
+
 TEST(RecordCases, CloseNotifyReceivedWhilePlaintextIsHeld)
 {
 	RecordProperty("fault", "close_notify from the peer while plaintext is held");
