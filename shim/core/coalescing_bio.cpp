@@ -243,14 +243,15 @@ PendingWrites *CoalescingBio::attached(const OpenSslApi &api, SSL *ssl) const no
 	return writes;
 }
 
-CoalescingBio::Deferred::Deferred() noexcept
+CoalescingBio::Deferred::Deferred(bool on) noexcept : on_(on)
 {
-	deferredWrite = true;
+	deferredWrite = on_;
 }
 
 CoalescingBio::Deferred::~Deferred()
 {
-	deferredWrite = false;
+	if (on_)
+		deferredWrite = false;
 }
 
 CoalescingBio::Direct::Direct(bool on) noexcept : on_(on)

@@ -50,10 +50,14 @@ public:
 	 */
 	class Deferred {
 	public:
-		Deferred() noexcept;
+		/* on false: a write like any other (the SSL writes elsewhere now). */
+		explicit Deferred(bool on) noexcept;
 		~Deferred();
 		Deferred(const Deferred &) = delete;
 		Deferred &operator=(const Deferred &) = delete;
+
+	private:
+		const bool on_;
 	};
 
 private:

@@ -37,7 +37,7 @@ bool HeldPlaintext::hold(const void *data, std::size_t length, bool *becameHeld)
 		return false;
 	std::size_t size = size_.load(std::memory_order_relaxed);
 	if (size + length > kCapacity) {
-		encryptLocked();
+		encryptLocked(true);
 		if (failure_.sslError)
 			return false;
 		size = 0;
@@ -54,7 +54,7 @@ HeldPlaintext::Failure HeldPlaintext::enter() noexcept
 		return {};
 	std::lock_guard<std::mutex> lock(mutex_);
 	if (inside_ == 0 && size_.load(std::memory_order_relaxed) > 0)
-		encryptLocked();
+		encryptLocked(true);
 	Failure failure = failure_;
 	failure_ = {};
 	reported_ = failure.sslError;
@@ -78,7 +78,7 @@ bool HeldPlaintext::encryptIfIdle() noexcept
 	if (!lock.owns_lock())
 		return false;
 	if (inside_ == 0 && !retired_ && size_.load(std::memory_order_relaxed) > 0)
-		encryptLocked();
+		encryptLocked(false);
 	return size_.load(std::memory_order_relaxed) == 0;
 }
 
@@ -86,7 +86,7 @@ void HeldPlaintext::retire() noexcept
 {
 	std::lock_guard<std::mutex> lock(mutex_);
 	if (inside_ == 0 && size_.load(std::memory_order_relaxed) > 0)
-		encryptLocked();
+		encryptLocked(true);
 	retired_ = true;
 }
 
@@ -98,17 +98,20 @@ int HeldPlaintext::takeReportedError() noexcept
 	return reported;
 }
 
-void HeldPlaintext::encryptLocked() noexcept
+void HeldPlaintext::encryptLocked(bool byOwner) noexcept
 {
 	const std::size_t size = size_.load(std::memory_order_relaxed);
 	if (size == 0 || retired_)
 		return;
 	const int savedErrno = errno;
 	Encrypting scope;
-	const int sslError = encrypt_(ssl_, bytes_, size);
-	if (sslError) {
-		failure_ = { sslError, errno };
+	const int sslError = encrypt_(ssl_, bytes_, size, byOwner);
+	if (sslError == kNotNow) {
+		errno = savedErrno;
+		return;
 	}
+	if (sslError)
+		failure_ = { sslError, errno };
 	/* Encrypted or failed: either way the bytes are OpenSSL's now, as a write's would be. */
 	size_.store(0, std::memory_order_relaxed);
 	errno = savedErrno;

@@ -27,9 +27,13 @@ public:
 
 	/*
 	 * Encrypts data as one record through the real SSL_write. Returns 0, or the
-	 * SSL_get_error class of the failure (errno kept).
+	 * SSL_get_error class of the failure (errno kept), or kNotNow when another thread than
+	 * the connection's (byOwner false) must leave the SSL alone: the program changed it
+	 * under the held bytes (SSL_clear, a new BIO), and its own next call encrypts them.
 	 */
-	using Encrypt = int (*)(void *ssl, const unsigned char *data, std::size_t length) noexcept;
+	using Encrypt = int (*)(void *ssl, const unsigned char *data, std::size_t length,
+				bool byOwner) noexcept;
+	static constexpr int kNotNow = -1;
 
 	struct Failure {
 		int sslError = 0; /* 0: none */
@@ -76,7 +80,7 @@ public:
 
 private:
 	/* With mutex_ held and no call inside. */
-	void encryptLocked() noexcept;
+	void encryptLocked(bool byOwner) noexcept;
 
 	std::mutex mutex_;
 	void *const ssl_;

@@ -31,6 +31,7 @@ struct OpenSslApi {
 	decltype(&::SSL_set_bio) SSL_set_bio = nullptr;
 	decltype(&::SSL_set0_rbio) SSL_set0_rbio = nullptr;
 	decltype(&::SSL_free) SSL_free = nullptr;
+	decltype(&::SSL_clear) SSL_clear = nullptr;
 	decltype(&::SSL_get_error) SSL_get_error = nullptr;
 
 	/* What the features need. */

@@ -89,7 +89,12 @@ namespace {
 /* SSL_set_fd, SSL_set_rfd: the real call, then the readiness follows the fd it set. */
 int settingFd(decltype(&::SSL_set_fd) real, SSL *s, int fd)
 {
-	int ok = real ? real(s, fd) : 0;
+	flushWrites(s);
+	int ok = 0;
+	{
+		HeldCall call(s); /* nobody encrypts while the BIO changes */
+		ok = real ? real(s, fd) : 0;
+	}
 	if (ok)
 		rebindConnection(s);
 	return ok;
@@ -113,7 +118,11 @@ TLSTUNE_EXPORT void SSL_set_bio(SSL *s, BIO *rbio, BIO *wbio)
 	const OpenSslApi &api = openssl().api;
 	if (!api.SSL_set_bio)
 		return;
-	api.SSL_set_bio(s, rbio, wbio);
+	flushWrites(s);
+	{
+		HeldCall call(s);
+		api.SSL_set_bio(s, rbio, wbio);
+	}
 	rebindConnection(s);
 }
 
@@ -131,6 +140,15 @@ TLSTUNE_EXPORT int SSL_shutdown(SSL *s)
 {
 	flushWrites(s);
 	return onConnection(s, &OpenSslApi::SSL_shutdown);
+}
+
+/* Held plaintext becomes a record before the connection is reset for reuse. */
+TLSTUNE_EXPORT int SSL_clear(SSL *s)
+{
+	flushWrites(s);
+	const OpenSslApi &api = openssl().api;
+	HeldCall call(s);
+	return api.SSL_clear ? api.SSL_clear(s) : 0;
 }
 
 /* Held plaintext becomes a record before the connection goes (TLSTUNE_COALESCE=records). */

@@ -153,11 +153,19 @@ inline void flushWrites(SSL *ssl) noexcept
 constexpr size_t kHeldWriteBelow = 4096;
 
 /* The real SSL_write of held plaintext, into the filter, which takes it without sending. */
-inline int encryptHeld(void *ssl, const unsigned char *data, size_t length) noexcept
+inline int encryptHeld(void *ssl, const unsigned char *data, size_t length, bool byOwner) noexcept
 {
-	const OpenSslApi &api = openssl().api;
+	const OpenSsl &o = openssl();
+	const OpenSslApi &api = o.api;
 	SSL *s = static_cast<SSL *>(ssl);
-	CoalescingBio::Deferred deferred;
+	/*
+	 * Another thread writes only a record into the filter, never a handshake: not after
+	 * the program cleared the SSL or gave it another BIO under the held bytes.
+	 */
+	const bool intoFilter = o.filter.of(api, s) && api.SSL_is_init_finished(s) == 1;
+	if (!byOwner && !intoFilter)
+		return HeldPlaintext::kNotNow;
+	CoalescingBio::Deferred deferred(intoFilter);
 	size_t written = 0;
 	const int ok = api.SSL_write_ex(s, data, length, &written);
 	if (ok == 1 && written == length)

@@ -133,6 +133,7 @@ bool resolveOpenSsl(OpenSslApi *api) noexcept
 	RESOLVE(SSL_set_bio);
 	RESOLVE(SSL_set0_rbio);
 	RESOLVE(SSL_free);
+	RESOLVE(SSL_clear);
 	RESOLVE(SSL_get_error);
 	RESOLVE(SSL_version);
 	RESOLVE(SSL_is_init_finished);
