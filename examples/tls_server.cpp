@@ -6,7 +6,13 @@
  *                            --hangup, close_notify and FIN go in the same segment
  *   --sink                   read until the client closes; print "received N sha256 H"
  *   --echo                   send back everything read, until the client closes
+ *     --key-update           TLS 1.3: before each echo, a KeyUpdate that asks the client
+ *                            to update its keys too (update_requested)
+ *     --renegotiate          TLS 1.2: before the first echo, a HelloRequest: the client
+ *                            renegotiates when it next reads
  *   --lines                  print each line read as "line TEXT" as soon as it arrives
+ *   --close-after BYTES      with --sink: after reading BYTES, send close_notify, then
+ *                            read on until the client closes
  *   --hold                   with --sink: read a line from stdin before reading the client,
  *                            so that the client's socket buffer fills up first
  *   --reset-after BYTES      with --sink: after reading BYTES, reset the connection (RST);
@@ -91,7 +97,9 @@ int main(int argc, char **argv)
 	const uint64_t burstLines = number(argc, argv, "--burst", 0);
 	const uint64_t seed = number(argc, argv, "--seed", 1);
 	const uint64_t connections = number(argc, argv, "--connections", 1);
-	bool sink = false, hangup = false, echo = false, lines = false, hold = false;
+	bool sink = false, hangup = false, echo = false, lines = false, hold = false, keyUpdate = false;
+	bool renegotiate = false;
+	const uint64_t closeAfter = number(argc, argv, "--close-after", 0);
 	const uint64_t resetAfter = number(argc, argv, "--reset-after", 0);
 	for (int i = 1; i < argc; i++) {
 		sink = sink || std::string(argv[i]) == "--sink";
@@ -99,6 +107,8 @@ int main(int argc, char **argv)
 		echo = echo || std::string(argv[i]) == "--echo";
 		hold = hold || std::string(argv[i]) == "--hold";
 		lines = lines || std::string(argv[i]) == "--lines";
+		keyUpdate = keyUpdate || std::string(argv[i]) == "--key-update";
+		renegotiate = renegotiate || std::string(argv[i]) == "--renegotiate";
 	}
 
 	SSL_CTX *ctx = serverContext(cert, key);
@@ -159,8 +169,16 @@ int main(int argc, char **argv)
 		} else if (echo) {
 			unsigned char buffer[16384];
 			size_t n = 0;
-			while (SSL_read_ex(ssl, buffer, sizeof(buffer), &n))
+			while (SSL_read_ex(ssl, buffer, sizeof(buffer), &n)) {
+				if (keyUpdate && !SSL_key_update(ssl, SSL_KEY_UPDATE_REQUESTED))
+					fail("SSL_key_update");
+				if (renegotiate) {
+					if (!SSL_renegotiate(ssl) || SSL_do_handshake(ssl) != 1)
+						fail("SSL_renegotiate");
+					renegotiate = false;
+				}
 				writeAll(ssl, buffer, n);
+			}
 		} else if (lines) {
 			std::string line;
 			char c = 0;
@@ -181,6 +199,23 @@ int main(int argc, char **argv)
 				received += n;
 			reset(ssl, fd);
 			continue;
+		} else if (sink && closeAfter) {
+			unsigned char buffer[16384];
+			size_t n = 0;
+			Sha256 digest;
+			uint64_t received = 0;
+			while (received < closeAfter && SSL_read_ex(ssl, buffer, sizeof(buffer), &n)) {
+				digest.update(buffer, n);
+				received += n;
+			}
+			SSL_shutdown(ssl);
+			while (SSL_read_ex(ssl, buffer, sizeof(buffer), &n)) {
+				digest.update(buffer, n);
+				received += n;
+			}
+			std::printf("received %llu sha256 %s\n", static_cast<unsigned long long>(received),
+				    digest.hex().c_str());
+			std::fflush(stdout);
 		} else if (sink) {
 			if (hold) {
 				char line[64];

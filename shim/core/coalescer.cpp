@@ -153,6 +153,11 @@ bool Coalescer::dirtied(PendingWrites *writes)
 			writes->setListed(true);
 		}
 	}
+	return plaintextHeld();
+}
+
+bool Coalescer::plaintextHeld()
+{
 	/* An active flusher looks at the dirty count before it sleeps: only a waiting one needs a call. */
 	if (flusherIdle_.load(std::memory_order_acquire) ||
 	    !flusherRunning_.load(std::memory_order_acquire)) {
@@ -162,6 +167,20 @@ bool Coalescer::dirtied(PendingWrites *writes)
 		wake_.notify_one();
 	}
 	return true;
+}
+
+void Coalescer::setPlaintextWork(PlaintextWork work) noexcept
+{
+	plaintextPending_.store(work.pending, std::memory_order_release);
+	encryptPlaintext_.store(work.encrypt, std::memory_order_release);
+}
+
+bool Coalescer::work() const noexcept
+{
+	if (counters_.dirty.load(std::memory_order_relaxed) > 0)
+		return true;
+	bool (*pending)() noexcept = plaintextPending_.load(std::memory_order_acquire);
+	return pending && pending();
 }
 
 bool Coalescer::startFlusher()
@@ -178,10 +197,10 @@ void Coalescer::flusherLoop()
 		{
 			/* Nothing held: block (no timer ticks), and end after a quiet while. */
 			std::unique_lock<std::mutex> lock(wakeMutex_);
-			if (counters_.dirty.load(std::memory_order_relaxed) == 0) {
+			if (!work()) {
 				flusherIdle_.store(true, std::memory_order_release);
 				const bool woken = wake_.wait_for(lock, kFlusherIdleExit, [this] {
-					return stopping_ || counters_.dirty.load(std::memory_order_relaxed) > 0;
+					return stopping_ || work();
 				});
 				if (!woken) {
 					flusherRunning_.store(false, std::memory_order_release);
@@ -199,6 +218,8 @@ void Coalescer::flusherLoop()
 		}
 		/* The first byte held waits one delay at most. */
 		std::this_thread::sleep_for(delay_);
+		if (void (*encrypt)() noexcept = encryptPlaintext_.load(std::memory_order_acquire))
+			encrypt();
 		flushAll();
 	}
 }

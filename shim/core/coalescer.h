@@ -51,6 +51,20 @@ public:
 	Coalescer &operator=(const Coalescer &) = delete;
 
 	std::size_t limit() const noexcept { return limit_; }
+	std::chrono::microseconds delay() const noexcept { return delay_; }
+
+	/*
+	 * TLSTUNE_COALESCE=records: held plaintext is work for the flusher too. pending says
+	 * whether any is held (the flusher stays awake while it is); encrypt turns it into
+	 * records, before each of the flusher's passes. Set once, before any is held.
+	 */
+	struct PlaintextWork {
+		bool (*pending)() noexcept;
+		void (*encrypt)() noexcept;
+	};
+	void setPlaintextWork(PlaintextWork work) noexcept;
+	/* Plaintext was held: the flusher makes it a record within the delay. False: no flusher. */
+	bool plaintextHeld();
 	const PendingWrites::Counters &counters() const noexcept { return counters_; }
 
 	/* A connection writing to fd; nullptr when out of memory. */
@@ -130,6 +144,8 @@ public:
 private:
 	void flushDirty();
 	bool startFlusher();
+	/* With wakeMutex_ held: whether the flusher has anything to do. */
+	bool work() const noexcept;
 	void flusherLoop();
 	/* What writes still holds goes to a duplicate of its descriptor (see StalledWrites). */
 	struct HandedOn;
@@ -157,6 +173,8 @@ private:
 	std::atomic<bool> flusherRunning_{false};
 	std::atomic<bool> flusherIdle_{false};
 	bool stopping_ = false; /* guarded by wakeMutex_ */
+	std::atomic<bool (*)() noexcept> plaintextPending_{nullptr};
+	std::atomic<void (*)() noexcept> encryptPlaintext_{nullptr};
 };
 
 } /* namespace tlstune */

@@ -14,6 +14,7 @@ const OpenSslApi *g_api = nullptr;
 Coalescer *g_coalescer = nullptr;
 
 thread_local int directWrites = 0;
+thread_local bool deferredWrite = false;
 
 PendingWrites *writesOf(BIO *bio)
 {
@@ -85,6 +86,16 @@ int filterWrite(BIO *bio, const char *data, int length)
 	if (writes->fd() < 0)
 		return passOn(bio, nullptr, next, data, length);
 
+	if (deferredWrite) {
+		bool becameDirty = false;
+		if (writes->appendOverflow(data, static_cast<std::size_t>(length), &becameDirty) !=
+		    PendingWrites::Result::Done)
+			return -1;
+		if (becameDirty && !g_coalescer->dirtied(writes))
+			writes->send();
+		return length;
+	}
+
 	/* First: every write of the connection's own counts for "quiet", also a direct one. */
 	const bool quiet = g_coalescer->quietWrite(writes);
 	if (quiet || directWrites || writes->stalled() ||
@@ -132,6 +143,9 @@ long filterCtrl(BIO *bio, int command, long number, void *pointer)
 	case BIO_CTRL_FLUSH:
 		/* OpenSSL flushes after each handshake flight and alert: send them now. */
 		api.BIO_clear_flags(bio, BIO_FLAGS_RWS | BIO_FLAGS_SHOULD_RETRY);
+		/* A key update going out with held plaintext: the flusher sends it, unblocking. */
+		if (deferredWrite)
+			return 1;
 		if (writes && !flushed(bio, writes))
 			return 0;
 		break;
@@ -227,6 +241,17 @@ PendingWrites *CoalescingBio::attached(const OpenSslApi &api, SSL *ssl) const no
 	api.BIO_push(filter, socket);
 	api.SSL_set0_wbio(ssl, filter);
 	return writes;
+}
+
+CoalescingBio::Deferred::Deferred(bool on) noexcept : on_(on)
+{
+	deferredWrite = on_;
+}
+
+CoalescingBio::Deferred::~Deferred()
+{
+	if (on_)
+		deferredWrite = false;
 }
 
 CoalescingBio::Direct::Direct(bool on) noexcept : on_(on)

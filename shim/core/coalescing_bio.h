@@ -43,6 +43,23 @@ public:
 		const bool on_;
 	};
 
+	/*
+	 * While one lives on this thread, the filter appends every record, past the limit if
+	 * need be, and never sends: held plaintext is being encrypted (TLSTUNE_COALESCE=records),
+	 * maybe by another thread than the connection's, and that must not block.
+	 */
+	class Deferred {
+	public:
+		/* on false: a write like any other (the SSL writes elsewhere now). */
+		explicit Deferred(bool on) noexcept;
+		~Deferred();
+		Deferred(const Deferred &) = delete;
+		Deferred &operator=(const Deferred &) = delete;
+
+	private:
+		const bool on_;
+	};
+
 private:
 	BIO_METHOD *method_ = nullptr;
 	int type_ = 0;

@@ -18,7 +18,7 @@ constexpr std::size_t kMaxCoalesceLimit = 1024 * 1024;
 constexpr unsigned long kMinDelayUs = 10;
 constexpr unsigned long kMaxDelayUs = 100 * 1000;
 
-enum class Kind { Bool, Size, Limit, Level, Duration, Delay };
+enum class Kind { Bool, Size, Limit, Level, Duration, Delay, Coalesce };
 
 struct Option {
 	OptionInfo info;
@@ -54,10 +54,12 @@ const Option kOptions[] = {
 	    "Index a CA file on its first load instead of parsing it, and parse a certificate "
 	    "when a store first needs its subject (OpenSSL 3.0; other versions load eagerly)." },
 	  Kind::Bool, &Config::caLazy, nullptr, nullptr, nullptr },
-	{ { "TLSTUNE_COALESCE", "1/true/yes/on or 0/false/no/off", "on",
-	    "Gather the records of small SSL_write calls and send them in few syscalls, "
-	    "each byte within TLSTUNE_COALESCE_DELAY." },
-	  Kind::Bool, &Config::coalesce, nullptr, nullptr, nullptr },
+	{ { "TLSTUNE_COALESCE", "records, syscalls or off; 1/true/yes/on mean syscalls, 0/false/no/off off",
+	    "syscalls",
+	    "syscalls: send the records of small SSL_write calls in few syscalls; records: "
+	    "first gather their plaintext into few records. Each byte goes out within "
+	    "TLSTUNE_COALESCE_DELAY." },
+	  Kind::Coalesce, nullptr, nullptr, nullptr, nullptr },
 	{ { "TLSTUNE_COALESCE_LIMIT", "bytes from 1KiB to 1MiB, suffix K, KiB, M or MiB", "64K",
 	    "Bytes held per connection at most; a write this large goes out directly." },
 	  Kind::Limit, nullptr, &Config::coalesceLimit, nullptr, nullptr },
@@ -207,6 +209,21 @@ bool parseDelay(const std::string &text, unsigned long *microseconds)
 	return true;
 }
 
+bool parseCoalesceMode(const std::string &text, CoalesceMode *value)
+{
+	const std::string word = lower(text);
+	bool on = false;
+	if (word == "records")
+		*value = CoalesceMode::Records;
+	else if (word == "syscalls")
+		*value = CoalesceMode::Syscalls;
+	else if (parseBool(word, &on))
+		*value = on ? CoalesceMode::Syscalls : CoalesceMode::Off;
+	else
+		return false;
+	return true;
+}
+
 bool parseLogLevel(const std::string &text, LogLevel *value)
 {
 	static const LogLevel levels[] = { LogLevel::Off, LogLevel::Error, LogLevel::Warn,
@@ -253,6 +270,9 @@ ParsedConfig parseConfig(EnvLookup lookup, void *context)
 		case Kind::Delay:
 			ok = parseDelay(text, &(config.*option.seconds));
 			break;
+		case Kind::Coalesce:
+			ok = parseCoalesceMode(text, &config.coalesce);
+			break;
 		}
 		if (!ok)
 			parsed.errors.push_back(std::string(option.info.name) + "=" + printable(text) +
@@ -265,6 +285,9 @@ ParsedConfig parseConfig(EnvLookup lookup, void *context)
 std::string describeConfig(const Config &config)
 {
 	auto onOff = [](bool on) { return on ? "on" : "off"; };
+	auto mode = [](CoalesceMode m) {
+		return m == CoalesceMode::Records ? "records" : m == CoalesceMode::Syscalls ? "syscalls" : "off";
+	};
 	if (config.disable)
 		return "disabled";
 	return std::string("read_ahead=") + onOff(config.readAhead) +
@@ -272,7 +295,7 @@ std::string describeConfig(const Config &config)
 	       " readiness=" + onOff(config.readiness) +
 	       " ca_cache=" + onOff(config.caCache) +
 	       " ca_cache_ttl=" + std::to_string(config.caCacheTtl) +
-	       " coalesce=" + onOff(config.coalesce) +
+	       " coalesce=" + mode(config.coalesce) +
 	       " coalesce_limit=" + std::to_string(config.coalesceLimit) +
 	       " coalesce_delay_us=" + std::to_string(config.coalesceDelayUs) +
 	       " stats=" + onOff(config.stats) +

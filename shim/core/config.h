@@ -31,6 +31,13 @@ constexpr std::size_t kDefaultCoalesceLimit = 64 * 1024;
 /* How long a written byte may wait in the shim at most, in microseconds. */
 constexpr unsigned long kDefaultCoalesceDelayUs = 200;
 
+/*
+ * What TLSTUNE_COALESCE merges. Syscalls: the records of small writes go out in few
+ * sends. Records: small writes' plaintext is gathered into few records first
+ * (issue 14; connections it cannot serve fall back to Syscalls).
+ */
+enum class CoalesceMode { Off, Syscalls, Records };
+
 struct Config {
 	bool disable = false;
 	bool readAhead = true;
@@ -39,7 +46,7 @@ struct Config {
 	bool caCache = true;
 	unsigned long caCacheTtl = kDefaultCaCacheTtl; /* seconds */
 	bool caLazy = true;
-	bool coalesce = true;
+	CoalesceMode coalesce = CoalesceMode::Syscalls;
 	std::size_t coalesceLimit = kDefaultCoalesceLimit;
 	unsigned long coalesceDelayUs = kDefaultCoalesceDelayUs;
 	bool verbose = false;
@@ -76,6 +83,8 @@ bool parseBool(const std::string &text, bool *value);
 bool parseSize(const std::string &text, std::size_t *value); /* a read buffer length */
 bool parseSize(const std::string &text, std::size_t min, std::size_t max, std::size_t *value);
 bool parseLogLevel(const std::string &text, LogLevel *value);
+/* records, syscalls or off; a boolean's forms too, on meaning syscalls. */
+bool parseCoalesceMode(const std::string &text, CoalesceMode *value);
 bool parseDuration(const std::string &text, unsigned long *seconds);
 bool parseDelay(const std::string &text, unsigned long *microseconds);
 

@@ -30,6 +30,9 @@ struct OpenSslApi {
 	decltype(&::SSL_set_rfd) SSL_set_rfd = nullptr;
 	decltype(&::SSL_set_bio) SSL_set_bio = nullptr;
 	decltype(&::SSL_set0_rbio) SSL_set0_rbio = nullptr;
+	decltype(&::SSL_free) SSL_free = nullptr;
+	decltype(&::SSL_clear) SSL_clear = nullptr;
+	decltype(&::SSL_get_error) SSL_get_error = nullptr;
 
 	/* What the features need. */
 	decltype(&::SSL_CTX_ctrl) SSL_CTX_ctrl = nullptr;
@@ -66,6 +69,17 @@ struct OpenSslApi {
 	decltype(&::BIO_clear_flags) BIO_clear_flags = nullptr;
 	decltype(&::BIO_copy_next_retry) BIO_copy_next_retry = nullptr;
 	decltype(&::BIO_method_type) BIO_method_type = nullptr;
+
+	/* TLSTUNE_COALESCE=records: which connections may hold plaintext. */
+	decltype(&::SSL_version) SSL_version = nullptr;
+	decltype(&::SSL_is_init_finished) SSL_is_init_finished = nullptr;
+	decltype(&::SSL_renegotiate_pending) SSL_renegotiate_pending = nullptr;
+
+	bool hasRecordPath() const noexcept
+	{
+		return hasWritePath() && SSL_free && SSL_get_error && SSL_write_ex && SSL_version &&
+		       SSL_is_init_finished && SSL_renegotiate_pending && SSL_get_shutdown;
+	}
 
 	bool hasWritePath() const noexcept
 	{

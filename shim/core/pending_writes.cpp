@@ -21,6 +21,18 @@ PendingWrites::~PendingWrites()
 
 PendingWrites::Result PendingWrites::append(const void *record, std::size_t length, bool *becameDirty)
 {
+	return appendRecord(record, length, becameDirty, false);
+}
+
+PendingWrites::Result PendingWrites::appendOverflow(const void *record, std::size_t length,
+						    bool *becameDirty)
+{
+	return appendRecord(record, length, becameDirty, true);
+}
+
+PendingWrites::Result PendingWrites::appendRecord(const void *record, std::size_t length,
+						  bool *becameDirty, bool overflow)
+{
 	*becameDirty = false;
 	{
 		ShimLock lock(mutex_);
@@ -34,7 +46,7 @@ PendingWrites::Result PendingWrites::append(const void *record, std::size_t leng
 			return Result::Failed;
 		}
 	}
-	if (pending() + length > limit_) {
+	if (!overflow && pending() + length > limit_) {
 		const Result sent = sendAsOwner();
 		if (sent != Result::Done)
 			return sent;

@@ -90,6 +90,13 @@ public:
 	 * for OpenSSL to retry or report. becameDirty: the buffer was empty before.
 	 */
 	Result append(const void *record, std::size_t length, bool *becameDirty);
+	/*
+	 * The record of held plaintext (TLSTUNE_COALESCE=records), from any thread: appended
+	 * past the limit rather than sent, so that its encryption never blocks. Bounded: one
+	 * record beyond the limit per connection, as held plaintext is encrypted only after
+	 * the previous record was appended.
+	 */
+	Result appendOverflow(const void *record, std::size_t length, bool *becameDirty);
 
 	/*
 	 * From the connection's own call: sends what is pending as OpenSSL's write would
@@ -155,6 +162,7 @@ public:
 
 private:
 	Result sendLocked(int flags);
+	Result appendRecord(const void *record, std::size_t length, bool *becameDirty, bool overflow);
 	void markClean() noexcept;
 	void markDirty() noexcept;
 

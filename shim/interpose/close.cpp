@@ -51,6 +51,7 @@ TLSTUNE_EXPORT int close(int fd)
 	Process &p = process();
 	if (!tracking(p))
 		return p.libc.close(fd);
+	p.held.encryptAll();
 	p.coalescer.closing(fd, fd);
 	int result = p.libc.close(fd);
 	/* Linux frees the number even when close reports an error (EINTR, EIO), not for EBADF. */
@@ -67,8 +68,10 @@ TLSTUNE_EXPORT int dup2(int oldfd, int newfd)
 			noteDuplicate(p, oldfd, result);
 		return result;
 	}
-	if (oldfd != newfd)
+	if (oldfd != newfd) {
+		p.held.encryptAll();
 		p.coalescer.closing(newfd, newfd);
+	}
 	int result = p.libc.dup2(oldfd, newfd);
 	forgetClosed(p, result >= 0 && oldfd != newfd, newfd, newfd);
 	if (oldfd != newfd)
@@ -84,6 +87,7 @@ TLSTUNE_EXPORT int dup3(int oldfd, int newfd, int flags)
 		noteDuplicate(p, oldfd, result);
 		return result;
 	}
+	p.held.encryptAll();
 	p.coalescer.closing(newfd, newfd);
 	int result = p.libc.dup3(oldfd, newfd, flags);
 	forgetClosed(p, result >= 0, newfd, newfd);
@@ -103,8 +107,10 @@ TLSTUNE_EXPORT int close_range(unsigned first, unsigned last, int flags)
 	const int from = static_cast<int>(first), to = last > INT_MAX ? INT_MAX : static_cast<int>(last);
 	/* CLOSE_RANGE_CLOEXEC only marks them; they stay open. */
 	const bool closes = !(flags & CLOSE_RANGE_CLOEXEC) && first <= INT_MAX;
-	if (closes)
+	if (closes) {
+		p.held.encryptAll();
 		p.coalescer.closing(from, to);
+	}
 	int result = p.libc.close_range(first, last, flags);
 	forgetClosed(p, result == 0 && closes, from, to);
 	return result;
@@ -118,6 +124,8 @@ TLSTUNE_EXPORT int close_range(unsigned first, unsigned last, int flags)
 TLSTUNE_EXPORT int shutdown(int fd, int how)
 {
 	Process &p = process();
+	if (how != SHUT_RD && tracking(p))
+		p.held.encryptAll();
 	if (how == SHUT_RD || !tracking(p) || !p.coalescer.shuttingDown(fd, how))
 		return p.libc.shutdown(fd, how);
 	return how == SHUT_RDWR ? p.libc.shutdown(fd, SHUT_RD) : 0;

@@ -47,11 +47,18 @@ TLSTUNE_EXPORT int SSL_peek_ex(SSL *s, void *buf, size_t num, size_t *readbytes)
 /* A write runs the handshake when none was done yet, and may read records past it. */
 TLSTUNE_EXPORT int SSL_write(SSL *s, const void *buf, int num)
 {
+	if (num > 0 && holdWrite(s, buf, static_cast<size_t>(num)))
+		return num;
 	return onWrite(s, num > 0 ? static_cast<size_t>(num) : 0, &OpenSslApi::SSL_write, buf, num);
 }
 
 TLSTUNE_EXPORT int SSL_write_ex(SSL *s, const void *buf, size_t num, size_t *written)
 {
+	if (holdWrite(s, buf, num)) {
+		if (written)
+			*written = num;
+		return 1;
+	}
 	return onWrite(s, num, &OpenSslApi::SSL_write_ex, buf, num, written);
 }
 
@@ -82,7 +89,12 @@ namespace {
 /* SSL_set_fd, SSL_set_rfd: the real call, then the readiness follows the fd it set. */
 int settingFd(decltype(&::SSL_set_fd) real, SSL *s, int fd)
 {
-	int ok = real ? real(s, fd) : 0;
+	flushWrites(s);
+	int ok = 0;
+	{
+		HeldCall call(s); /* nobody encrypts while the BIO changes */
+		ok = real ? real(s, fd) : 0;
+	}
 	if (ok)
 		rebindConnection(s);
 	return ok;
@@ -106,7 +118,11 @@ TLSTUNE_EXPORT void SSL_set_bio(SSL *s, BIO *rbio, BIO *wbio)
 	const OpenSslApi &api = openssl().api;
 	if (!api.SSL_set_bio)
 		return;
-	api.SSL_set_bio(s, rbio, wbio);
+	flushWrites(s);
+	{
+		HeldCall call(s);
+		api.SSL_set_bio(s, rbio, wbio);
+	}
 	rebindConnection(s);
 }
 
@@ -124,4 +140,36 @@ TLSTUNE_EXPORT int SSL_shutdown(SSL *s)
 {
 	flushWrites(s);
 	return onConnection(s, &OpenSslApi::SSL_shutdown);
+}
+
+/* Held plaintext becomes a record before the connection is reset for reuse. */
+TLSTUNE_EXPORT int SSL_clear(SSL *s)
+{
+	flushWrites(s);
+	const OpenSslApi &api = openssl().api;
+	HeldCall call(s);
+	return api.SSL_clear ? api.SSL_clear(s) : 0;
+}
+
+/* Held plaintext becomes a record before the connection goes (TLSTUNE_COALESCE=records). */
+TLSTUNE_EXPORT void SSL_free(SSL *s)
+{
+	const OpenSsl &o = openssl();
+	if (o.records && s)
+		process().held.free(s);
+	if (o.api.SSL_free)
+		o.api.SSL_free(s);
+}
+
+/* The class of a kept failure that the last call reported in its stead. */
+TLSTUNE_EXPORT int SSL_get_error(const SSL *s, int ret)
+{
+	const OpenSslApi &api = openssl().api;
+	if (ret <= 0) {
+		if (HeldPlaintext *held = heldOf(s)) {
+			if (const int reported = held->takeReportedError())
+				return reported;
+		}
+	}
+	return api.SSL_get_error ? api.SSL_get_error(s, ret) : SSL_ERROR_SSL;
 }

@@ -61,8 +61,11 @@ TLSTUNE_EXPORT void _Exit(int status)
 TLSTUNE_EXPORT void abort(void)
 {
 	Process &p = process();
-	if (!p.inVforkChild())
+	if (!p.inVforkChild()) {
+		/* The program's own abort: OpenSSL is intact, and held plaintext is only try-locked. */
+		p.held.encryptAll();
 		p.coalescer.drainForAbort();
+	}
 	if (p.libc.abort)
 		p.libc.abort();
 	/* Unresolved only if it came first of all: abort's own way out, then. */
@@ -76,8 +79,11 @@ TLSTUNE_EXPORT void __assert_fail(const char *assertion, const char *file, unsig
 				  const char *function)
 {
 	Process &p = process();
-	if (!p.inVforkChild())
+	if (!p.inVforkChild()) {
+		/* The program's own abort: OpenSSL is intact, and held plaintext is only try-locked. */
+		p.held.encryptAll();
 		p.coalescer.drainForAbort();
+	}
 	if (p.libc.assert_fail)
 		p.libc.assert_fail(assertion, file, line, function);
 	abort();

@@ -20,6 +20,8 @@ const struct timespec kZeroSpec = { 0, 0 };
 Process &beforeWait()
 {
 	Process &p = process();
+	if (p.held.anyHeld() && !p.inVforkChild())
+		p.held.encryptAll();
 	p.coalescer.flushAll();
 	return p;
 }

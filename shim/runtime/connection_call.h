@@ -1,6 +1,11 @@
 #pragma once
 
 #include <cerrno>
+#include <csignal>
+#include <pthread.h>
+#include <chrono>
+#include <cstdlib>
+#include <type_traits>
 
 #include "runtime.h"
 
@@ -31,6 +36,63 @@ inline void rebindConnection(SSL *ssl) noexcept
 	errno = savedErrno;
 }
 
+/* TLSTUNE_COALESCE=records: ssl's held plaintext, once it wrote through the filter. */
+inline HeldPlaintext *heldOf(const SSL *ssl) noexcept
+{
+	return openssl().records ? process().held.of(const_cast<SSL *>(ssl)) : nullptr;
+}
+
+/*
+ * A program's call on an SSL that may hold plaintext: what is held becomes a record
+ * first, and nobody else encrypts while the call runs. A deferred encryption that failed
+ * makes this call fail instead, as the write would have.
+ */
+class HeldCall {
+public:
+	explicit HeldCall(const SSL *ssl) noexcept : held_(heldOf(ssl))
+	{
+		if (!held_)
+			return;
+		failure_ = held_->enter();
+	}
+	~HeldCall()
+	{
+		if (held_)
+			held_->leave();
+	}
+	HeldCall(const HeldCall &) = delete;
+	HeldCall &operator=(const HeldCall &) = delete;
+
+	/*
+	 * The kept failure, errno set as the write's was. A write that met a closed pipe
+	 * raises SIGPIPE in the writing thread; the encryption's thread could not (its
+	 * signals are not the program's), so this one does.
+	 */
+	bool failed() const noexcept
+	{
+		if (!failure_.sslError)
+			return false;
+		if (failure_.error == EPIPE)
+			pthread_kill(pthread_self(), SIGPIPE);
+		errno = failure_.error;
+		return true;
+	}
+
+private:
+	HeldPlaintext *const held_;
+	HeldPlaintext::Failure failure_;
+};
+
+/* What a failed call returns: 0 for the _ex functions, -1 for the others. */
+template <typename Function>
+constexpr int failedResult() noexcept
+{
+	return std::is_same<Function, decltype(&::SSL_read_ex)>::value ||
+			       std::is_same<Function, decltype(&::SSL_write_ex)>::value
+		       ? 0
+		       : -1;
+}
+
 /*
  * Runs the program's call on ssl with the connection marked as this thread's current one
  * (so its socket reads are attributed to it), then records whether OpenSSL now holds data
@@ -44,6 +106,13 @@ int onConnection(SSL *ssl, Function OpenSslApi::*function, Args... args)
 	/* Only when no libssl could be found: fail the call rather than crash the host. */
 	if (!real)
 		return 0;
+
+	/* Held plaintext being encrypted: OpenSSL calling its own interposed functions. */
+	if (HeldPlaintext::encryptingHere())
+		return real(ssl, args...);
+	HeldCall held(ssl);
+	if (held.failed())
+		return failedResult<Function>();
 
 	Connection *connection = o.tracking ? o.slot.of(o.api, ssl) : nullptr;
 	if (!connection)
@@ -66,6 +135,8 @@ int onConnection(SSL *ssl, Function OpenSslApi::*function, Args... args)
  */
 inline void flushWrites(SSL *ssl) noexcept
 {
+	if (HeldPlaintext *held = heldOf(ssl))
+		held->encryptIfIdle();
 	/* Nothing held anywhere (every read of a program that does not write much): one load. */
 	if (process().coalescer.counters().dirty.load(std::memory_order_relaxed) == 0)
 		return;
@@ -78,6 +149,89 @@ inline void flushWrites(SSL *ssl) noexcept
 	}
 }
 
+/* Writes of this many bytes or more are not held: they go out after what is. */
+constexpr size_t kHeldWriteBelow = 4096;
+
+/* The real SSL_write of held plaintext, into the filter, which takes it without sending. */
+inline int encryptHeld(void *ssl, const unsigned char *data, size_t length, bool byOwner) noexcept
+{
+	const OpenSsl &o = openssl();
+	const OpenSslApi &api = o.api;
+	SSL *s = static_cast<SSL *>(ssl);
+	/*
+	 * Another thread writes only a record into the filter, never a handshake: not after
+	 * the program cleared the SSL or gave it another BIO under the held bytes.
+	 */
+	const bool intoFilter = o.filter.of(api, s) && api.SSL_is_init_finished(s) == 1;
+	if (!byOwner && !intoFilter)
+		return HeldPlaintext::kNotNow;
+	CoalescingBio::Deferred deferred(intoFilter);
+	size_t written = 0;
+	const int ok = api.SSL_write_ex(s, data, length, &written);
+	if (ok == 1 && written == length)
+		return 0;
+	const int error = api.SSL_get_error(s, ok);
+	return error == SSL_ERROR_NONE ? SSL_ERROR_SYSCALL : error;
+}
+
+/* At exit, before OpenSSL's own atexit cleanup: held plaintext becomes records, no more is held. */
+inline void encryptBeforeExit() noexcept
+{
+	Process &p = process();
+	p.held.stopHolding();
+	if (!p.inVforkChild())
+		p.held.encryptAll();
+}
+
+/*
+ * TLSTUNE_COALESCE=records: a small write on a connection that may hold plaintext is
+ * copied and reported written. True when it was; false: it goes through as it is.
+ */
+inline bool holdWrite(SSL *ssl, const void *data, size_t length) noexcept
+{
+	const OpenSsl &o = openssl();
+	if (!o.records || length == 0 || length >= kHeldWriteBelow || HeldPlaintext::encryptingHere())
+		return false;
+	Process &p = process();
+	if (!p.held.holding())
+		return false;
+	PendingWrites *writes = o.filter.attached(o.api, ssl);
+	/* A broken connection's writes go through the filter, which reports it as the kernel would. */
+	if (!writes || writes->fd() < 0 || writes->stalled() || writes->error())
+		return false;
+	const int version = o.api.SSL_version(ssl);
+	if ((version != TLS1_2_VERSION && version != TLS1_3_VERSION) ||
+	    o.api.SSL_is_init_finished(ssl) != 1 || o.api.SSL_renegotiate_pending(ssl) ||
+	    (o.api.SSL_get_shutdown(ssl) & SSL_SENT_SHUTDOWN))
+		return false;
+	HeldPlaintext *held = p.held.attach(ssl, encryptHeld);
+	if (!held)
+		return false;
+	/* A write that finds the connection quiet goes out at once, as in syscall merging. */
+	const auto now = std::chrono::steady_clock::now();
+	if (!held->held() && !writes->dirty() && now - writes->lastWrite() >= p.coalescer.delay())
+		return false;
+	const int savedErrno = errno;
+	bool becameHeld = false;
+	if (!held->hold(data, length, &becameHeld)) {
+		errno = savedErrno;
+		return false;
+	}
+	writes->setLastWrite(now);
+	if (becameHeld) {
+		/* Before OpenSSL's atexit cleanup, which was registered before this. */
+		static const bool registered = atexit(encryptBeforeExit) == 0;
+		p.held.noteHeld();
+		/* No flusher thread could be started: nothing would bound the wait. */
+		if (!registered || !p.coalescer.plaintextHeld()) {
+			held->encryptIfIdle();
+			p.coalescer.sendAsOwner(writes);
+		}
+	}
+	errno = savedErrno;
+	return true;
+}
+
 /*
  * SSL_write and SSL_write_ex: a connection writing to a plain socket gets the coalescing
  * filter on its first write; a write of the limit or more passes straight through.
@@ -86,6 +240,8 @@ template <typename Function, typename... Args>
 int onWrite(SSL *ssl, size_t length, Function OpenSslApi::*function, Args... args)
 {
 	const OpenSsl &o = openssl();
+	if (HeldPlaintext::encryptingHere())
+		return (o.api.*function)(ssl, args...);
 	PendingWrites *writes = o.coalescing ? o.filter.attached(o.api, ssl) : nullptr;
 	CoalescingBio::Direct direct(writes && length >= process().coalescer.limit());
 	return onConnection(ssl, function, args...);

@@ -64,6 +64,9 @@ void noteUsesOpenSsl() noexcept
 
 void lockForFork()
 {
+	/* Held plaintext becomes records in the parent, which alone sends them. */
+	process().held.encryptAll();
+	process().held.lockForFork();
 	process().caCache.lockForFork();
 	process().coalescer.lockForFork();
 	process().epoll.lockForFork(); /* before buffered: EpollSets::claim's order */
@@ -77,6 +80,7 @@ void unlockInParent()
 	process().buffered.unlockAfterFork();
 	process().coalescer.unlockInParent();
 	process().caCache.unlockAfterFork();
+	process().held.unlockInParent();
 }
 void unlockInChild()
 {
@@ -86,6 +90,7 @@ void unlockInChild()
 	process().buffered.unlockAfterFork();
 	process().coalescer.unlockInChild();
 	process().caCache.unlockAfterFork();
+	process().held.unlockInChild();
 }
 
 
@@ -102,6 +107,16 @@ int libcClose(int fd)
 int libcShutdown(int fd, int how)
 {
 	return process().libc.shutdown(fd, how);
+}
+
+bool plaintextPending() noexcept
+{
+	return process().held.anyHeld();
+}
+
+void encryptPlaintext() noexcept
+{
+	process().held.encryptAll();
 }
 
 Process *buildProcess() noexcept
@@ -135,7 +150,14 @@ OpenSsl *buildOpenSsl() noexcept
 	}
 	if (p.config.disable)
 		return &instance;
-	instance.coalescing = p.config.coalesce && instance.filter.init(instance.api, &p.coalescer);
+	instance.coalescing = p.config.coalesce != CoalesceMode::Off && instance.filter.init(instance.api, &p.coalescer);
+	instance.records = instance.coalescing && p.config.coalesce == CoalesceMode::Records &&
+			   instance.api.hasRecordPath();
+	if (instance.records)
+		p.coalescer.setPlaintextWork({ plaintextPending, encryptPlaintext });
+	else if (instance.coalescing && p.config.coalesce == CoalesceMode::Records)
+		logLine(LogLevel::Warn, "TLSTUNE_COALESCE=records: this libssl lacks functions it needs: "
+			"merging syscalls only");
 	if (!instance.api.hasReadPath()) {
 		logLine(LogLevel::Warn, "this libssl lacks read-ahead or readiness functions: "
 			"read tuning off");
@@ -205,6 +227,9 @@ void Process::drainBeforeImageEnds() noexcept
 	if (coalescer.idle() || inVforkChild())
 		return;
 	const int savedErrno = errno;
+	/* Not after exit's atexit handlers: OpenSSL may be cleaned up (see encryptBeforeExit). */
+	if (held.holding())
+		held.encryptAll();
 	coalescer.drainAll();
 	errno = savedErrno;
 }

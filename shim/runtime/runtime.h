@@ -9,6 +9,7 @@
 #include "core/config.h"
 #include "core/connection.h"
 #include "core/epoll_sets.h"
+#include "core/held_plaintext.h"
 #include "core/openssl_api.h"
 #include "core/stats.h"
 #include "libc_api.h"
@@ -44,6 +45,7 @@ struct Process {
 	EpollSets epoll;
 	CaCache caCache;
 	Coalescer coalescer;
+	HeldRegistry held; /* TLSTUNE_COALESCE=records */
 };
 Process &process() noexcept;
 
@@ -61,6 +63,8 @@ struct OpenSsl {
 	/* Writes to plain sockets go through the coalescing filter. */
 	CoalescingBio filter;
 	bool coalescing = false;
+	/* Small writes' plaintext is held and merged into records (TLSTUNE_COALESCE=records). */
+	bool records = false;
 };
 const OpenSsl &openssl() noexcept;
 

@@ -132,6 +132,12 @@ bool resolveOpenSsl(OpenSslApi *api) noexcept
 	RESOLVE(SSL_set_rfd);
 	RESOLVE(SSL_set_bio);
 	RESOLVE(SSL_set0_rbio);
+	RESOLVE(SSL_free);
+	RESOLVE(SSL_clear);
+	RESOLVE(SSL_get_error);
+	RESOLVE(SSL_version);
+	RESOLVE(SSL_is_init_finished);
+	RESOLVE(SSL_renegotiate_pending);
 
 	RESOLVE(SSL_CTX_ctrl);
 	RESOLVE(SSL_CTX_set_default_read_buffer_len);

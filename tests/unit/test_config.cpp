@@ -89,7 +89,23 @@ TEST(Config, CoalescingTakesALimitAndADelay)
 	EXPECT_TRUE(parsed.errors.empty());
 	EXPECT_EQ(parsed.config.coalesceLimit, 1024u);
 	EXPECT_EQ(parsed.config.coalesceDelayUs, 50u);
-	EXPECT_TRUE(parseEnvironment({}).config.coalesce);
+	EXPECT_EQ(parseEnvironment({}).config.coalesce, CoalesceMode::Syscalls);
+}
+
+TEST(Config, CoalescingTakesAModeOrTheOldBooleans)
+{
+	const std::pair<const char *, CoalesceMode> cases[] = {
+		{ "records", CoalesceMode::Records }, { "RECORDS", CoalesceMode::Records },
+		{ "syscalls", CoalesceMode::Syscalls }, { "off", CoalesceMode::Off },
+		{ "on", CoalesceMode::Syscalls }, { "1", CoalesceMode::Syscalls },
+		{ "yes", CoalesceMode::Syscalls }, { "true", CoalesceMode::Syscalls },
+		{ "0", CoalesceMode::Off }, { "no", CoalesceMode::Off }, { "false", CoalesceMode::Off },
+	};
+	for (const auto &c : cases) {
+		ParsedConfig parsed = parseEnvironment({ { "TLSTUNE_COALESCE", c.first } });
+		EXPECT_TRUE(parsed.errors.empty()) << c.first;
+		EXPECT_EQ(parsed.config.coalesce, c.second) << c.first;
+	}
 }
 
 TEST(Config, EveryKindOfBadValueGetsOneLineAndTheDefault)
@@ -117,6 +133,7 @@ TEST(Config, EveryKindOfBadValueGetsOneLineAndTheDefault)
 		{ "TLSTUNE_CA_CACHE_TTL", "1.5h" },
 		{ "TLSTUNE_CA_CACHE_TTL", "9999999999" },
 		{ "TLSTUNE_COALESCE", "later" },
+		{ "TLSTUNE_COALESCE", "record" },
 		{ "TLSTUNE_COALESCE_LIMIT", "512" },      /* below the range */
 		{ "TLSTUNE_COALESCE_LIMIT", "2M" },       /* above the range */
 		{ "TLSTUNE_COALESCE_DELAY", "5us" },      /* below the range */
@@ -175,7 +192,7 @@ TEST(Config, DescribeShowsEffectiveSettings)
 						{ "TLSTUNE_READINESS", "off" } });
 	EXPECT_EQ(describeConfig(parsed.config),
 		  "read_ahead=on read_buffer=32768 readiness=off ca_cache=on ca_cache_ttl=86400 "
-		  "coalesce=on coalesce_limit=65536 coalesce_delay_us=200 stats=off log=warn");
+		  "coalesce=syscalls coalesce_limit=65536 coalesce_delay_us=200 stats=off log=warn");
 	EXPECT_EQ(describeConfig(parseEnvironment({ { "TLSTUNE_DISABLE", "1" } }).config), "disabled");
 }
 

@@ -1,0 +1,173 @@
+/*
+ * Writers whose small writes TLSTUNE_COALESCE=records holds as plaintext, in the cases
+ * where that could go wrong (issue 14). Usage: record_cases PORT CASE. CASE:
+ *   key-update    TLS 1.3, against tls_server --echo --key-update: 20 rounds of 50 short
+ *                 lines, each round read back; the server asks for a key update before
+ *                 each echo, so the client's next writes follow its own KeyUpdate.
+ *                 Prints "echoed N sha256 H"
+ *   renegotiate   the same against tls_server --tls 1.2 --echo --renegotiate: the server
+ *                 asks for a renegotiation while the client's next lines are written
+ *   close-notify  against tls_server --sink --close-after 100: 50 lines, then SSL_read
+ *                 (the server's close_notify), 50 more lines, SSL_shutdown; prints what
+ *                 each step returned
+ *   locked        a non-blocking connection shared by a reader and a writer thread under
+ *                 the program's own lock (the pattern OpenSSL permits), against
+ *                 tls_server --echo: 5000 short lines written, all read back. Prints
+ *                 "echoed N sha256 H"
+ */
+
+#include <cerrno>
+#include <cstdio>
+#include <mutex>
+#include <poll.h>
+#include <thread>
+#include <unistd.h>
+
+#include "common/example.h"
+
+using namespace example;
+
+namespace {
+
+SSL *connectSsl(const char *port, int *fd)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	*fd = connectTo("127.0.0.1", port);
+	SSL *ssl = SSL_new(ctx);
+	SSL_set_fd(ssl, *fd);
+	if (SSL_connect(ssl) != 1)
+		fail("SSL_connect");
+	return ssl;
+}
+
+std::string line(int i)
+{
+	return "line " + std::to_string(i) + "\n";
+}
+
+int keyUpdateCase(const char *port)
+{
+	int fd = -1;
+	SSL *ssl = connectSsl(port, &fd);
+	Sha256 digest;
+	size_t echoed = 0;
+	for (int round = 0, i = 0; round < 20; round++) {
+		size_t written = 0;
+		for (int end = i + 50; i < end; i++) {
+			const std::string text = line(i);
+			if (SSL_write(ssl, text.data(), static_cast<int>(text.size())) <= 0)
+				fail("SSL_write");
+			written += text.size();
+		}
+		for (size_t got = 0; got < written;) {
+			char buffer[4096];
+			const int n = SSL_read(ssl, buffer, sizeof(buffer));
+			if (n <= 0)
+				fail("SSL_read");
+			digest.update(buffer, static_cast<size_t>(n));
+			got += static_cast<size_t>(n);
+			echoed += static_cast<size_t>(n);
+		}
+	}
+	SSL_shutdown(ssl);
+	std::printf("echoed %zu sha256 %s\n", echoed, digest.hex().c_str());
+	return 0;
+}
+
+int closeNotifyCase(const char *port)
+{
+	int fd = -1;
+	SSL *ssl = connectSsl(port, &fd);
+	int failed = 0;
+	for (int i = 0; i < 50; i++) {
+		const std::string text = line(i);
+		failed += SSL_write(ssl, text.data(), static_cast<int>(text.size())) <= 0;
+	}
+	char buffer[256];
+	const int n = SSL_read(ssl, buffer, sizeof(buffer));
+	std::printf("read %d error %d\n", n, SSL_get_error(ssl, n));
+	for (int i = 50; i < 100; i++) {
+		const std::string text = line(i);
+		failed += SSL_write(ssl, text.data(), static_cast<int>(text.size())) <= 0;
+	}
+	std::printf("failed writes %d\n", failed);
+	const int shut = SSL_shutdown(ssl);
+	std::printf("shutdown %d\n", shut);
+	return 0;
+}
+
+/* Waits until fd is ready for events (the program's lock not held). */
+void waitFor(int fd, short events)
+{
+	struct pollfd ready = { fd, events, 0 };
+	poll(&ready, 1, 10000);
+}
+
+int lockedCase(const char *port)
+{
+	int fd = -1;
+	SSL *ssl = connectSsl(port, &fd);
+	setNonBlocking(fd);
+	std::mutex lock;
+	constexpr int kLines = 5000;
+	size_t total = 0;
+	for (int i = 0; i < kLines; i++)
+		total += line(i).size();
+
+	std::thread writer([&] {
+		for (int i = 0; i < kLines; i++) {
+			const std::string text = line(i);
+			for (;;) {
+				int n, error;
+				{
+					std::lock_guard<std::mutex> held(lock);
+					n = SSL_write(ssl, text.data(), static_cast<int>(text.size()));
+					error = SSL_get_error(ssl, n);
+				}
+				if (n > 0)
+					break;
+				if (error != SSL_ERROR_WANT_WRITE && error != SSL_ERROR_WANT_READ)
+					fail("SSL_write");
+				waitFor(fd, error == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN);
+			}
+		}
+	});
+	Sha256 digest;
+	size_t echoed = 0;
+	while (echoed < total) {
+		char buffer[4096];
+		int n, error;
+		{
+			std::lock_guard<std::mutex> held(lock);
+			n = SSL_read(ssl, buffer, sizeof(buffer));
+			error = SSL_get_error(ssl, n);
+		}
+		if (n > 0) {
+			digest.update(buffer, static_cast<size_t>(n));
+			echoed += static_cast<size_t>(n);
+			continue;
+		}
+		if (error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE)
+			fail("SSL_read");
+		waitFor(fd, error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT);
+	}
+	writer.join();
+	std::printf("echoed %zu sha256 %s\n", echoed, digest.hex().c_str());
+	return 0;
+}
+
+} /* namespace */
+
+int main(int argc, char **argv)
+{
+	if (argc < 3)
+		fail("usage: record_cases PORT CASE");
+	const std::string how = argv[2];
+	if (how == "key-update" || how == "renegotiate")
+		return keyUpdateCase(argv[1]);
+	if (how == "close-notify")
+		return closeNotifyCase(argv[1]);
+	if (how == "locked")
+		return lockedCase(argv[1]);
+	fail("unknown case");
+}

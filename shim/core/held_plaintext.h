@@ -1,0 +1,134 @@
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+namespace tlstune {
+
+/*
+ * TLSTUNE_COALESCE=records (issue 14): the plaintext of a connection's small SSL_write
+ * calls, held until it becomes one record. It is encrypted by the real SSL_write into the
+ * coalescing filter, which takes it without sending (so the encryption never blocks):
+ * - by the connection's own thread, before its next call on the SSL of any kind;
+ * - by anyone else (the flusher within the delay, a wait, close, fork, exit) only while
+ *   no thread is inside an OpenSSL call on that SSL: every interposed call on it counts
+ *   itself in (enter/leave) under the same lock the encryption holds.
+ * The lock is never held across a call that may block: the encryption only appends.
+ *
+ * A deferred encryption that fails is kept, and the connection's next call reports it.
+ */
+class HeldPlaintext {
+public:
+	/* One maximum TLS record of plaintext. */
+	static constexpr std::size_t kCapacity = 16384;
+
+	/*
+	 * Encrypts data as one record through the real SSL_write. Returns 0, or the
+	 * SSL_get_error class of the failure (errno kept), or kNotNow when another thread than
+	 * the connection's (byOwner false) must leave the SSL alone: the program changed it
+	 * under the held bytes (SSL_clear, a new BIO), and its own next call encrypts them.
+	 */
+	using Encrypt = int (*)(void *ssl, const unsigned char *data, std::size_t length,
+				bool byOwner) noexcept;
+	static constexpr int kNotNow = -1;
+
+	struct Failure {
+		int sslError = 0; /* 0: none */
+		int error = 0;    /* errno */
+	};
+
+	HeldPlaintext(void *ssl, Encrypt encrypt) noexcept : ssl_(ssl), encrypt_(encrypt) {}
+
+	/*
+	 * The program's small write: copies it and returns true, after encrypting what is
+	 * held when it would not fit. False: the write must go through as it is (another call
+	 * on this SSL is running, or a kept failure must be reported first: see enter()).
+	 * becameHeld: the buffer was empty before.
+	 */
+	bool hold(const void *data, std::size_t length, bool *becameHeld) noexcept;
+
+	/*
+	 * The program's call on this SSL begins: what is held is encrypted first. A kept
+	 * failure is returned (and forgotten): the call must fail with it instead.
+	 */
+	Failure enter() noexcept;
+	void leave() noexcept;
+
+	/*
+	 * Anyone else: encrypts what is held unless a call on this SSL is running or the lock
+	 * is busy. True when nothing is held afterwards.
+	 */
+	bool encryptIfIdle() noexcept;
+
+	/* SSL_free: what is held is encrypted, and nothing touches the SSL afterwards. */
+	void retire() noexcept;
+
+	/* The SSL_get_error class of the call that reported a kept failure, once asked. */
+	int takeReportedError() noexcept;
+
+	bool held() const noexcept { return size_.load(std::memory_order_relaxed) > 0; }
+
+	/* This thread is encrypting held plaintext: OpenSSL's calls back in go straight through. */
+	static bool encryptingHere() noexcept;
+
+	/* A forked child: the parent encrypts and sends what is held, once. */
+	void dropAfterFork() noexcept { size_.store(0, std::memory_order_relaxed); }
+	std::mutex &mutex() noexcept { return mutex_; }
+
+private:
+	/* With mutex_ held and no call inside. */
+	void encryptLocked(bool byOwner) noexcept;
+
+	std::mutex mutex_;
+	void *const ssl_;
+	const Encrypt encrypt_;
+	int inside_ = 0;
+	bool retired_ = false;
+	Failure failure_;
+	int reported_ = 0;
+	std::atomic<std::size_t> size_{0};
+	unsigned char bytes_[kCapacity];
+};
+
+/*
+ * Every connection's HeldPlaintext, by SSL. Lock order: registry, then a HeldPlaintext's
+ * lock, then the coalescer's locks (the encryption appends to the filter).
+ */
+class HeldRegistry {
+public:
+	/* ssl's, made on its first held write; nullptr when out of memory. */
+	HeldPlaintext *attach(void *ssl, HeldPlaintext::Encrypt encrypt) noexcept;
+	/* ssl's when it has one: one relaxed load when no connection ever held plaintext. */
+	HeldPlaintext *of(void *ssl) noexcept;
+	/* SSL_free: encrypts what is held, then forgets ssl. */
+	void free(void *ssl) noexcept;
+
+	/* A held buffer became non-empty: what encryptAll() must look at. */
+	void noteHeld() noexcept { held_.fetch_add(1, std::memory_order_relaxed); }
+	bool anyHeld() const noexcept { return held_.load(std::memory_order_relaxed) > 0; }
+
+	/* Before a wait, close, exit, fork, and from the flusher: encrypts what it can. */
+	void encryptAll() noexcept;
+
+	/* Exit has begun (OpenSSL may be torn down after): no more holding. */
+	void stopHolding() noexcept { stopped_.store(true, std::memory_order_relaxed); }
+	bool holding() const noexcept { return !stopped_.load(std::memory_order_relaxed); }
+
+	void lockForFork() noexcept;
+	void unlockInParent() noexcept;
+	void unlockInChild() noexcept;
+
+private:
+	std::mutex mutex_;
+	std::unordered_map<void *, std::unique_ptr<HeldPlaintext>> entries_;
+	std::atomic<int> count_{0};
+	/* Moves on whenever an entry goes: a thread's cached lookup of() is stale then. */
+	std::atomic<unsigned long> generation_{0};
+	std::atomic<int> held_{0}; /* a hint: buffers that became non-empty since the last pass */
+	std::atomic<bool> stopped_{false};
+};
+
+} /* namespace tlstune */

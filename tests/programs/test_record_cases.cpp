@@ -1,0 +1,75 @@
+/*
+ * examples/record_cases with and without the shim, the shim in each TLSTUNE_COALESCE mode:
+ * the same output, exit status and bytes at the server (issue 14, record merging).
+ */
+
+#include <gtest/gtest.h>
+
+#include "process.h"
+#include "tls_fixture.h"
+
+using namespace testsupport;
+
+namespace {
+
+constexpr int kTimeoutMs = 60000;
+
+/*
+ * Runs the case without the shim, then with it in each mode; the client's output and
+ * status, and the server's lines (serverLines of them), are the same every time.
+ */
+void expectTheSameEveryWay(const std::string &name, const std::vector<std::string> &server,
+			   int serverLines)
+{
+	std::string firstOut, firstServer;
+	int firstStatus = -1;
+	for (const char *mode : { "none", "off", "syscalls", "records" }) {
+		SCOPED_TRACE(mode);
+		const bool withShim = std::string(mode) != "none";
+		ExampleServer peer(server);
+		/* A long delay: the writes after a round trip are still held, not quiet. */
+		const Captured run = runProgram({ examplePath("record_cases"), peer.portText(), name }, withShim,
+						{ std::string("TLSTUNE_COALESCE=") + (withShim ? mode : "off"),
+						  "TLSTUNE_COALESCE_DELAY=20ms" },
+						kTimeoutMs);
+		std::string lines;
+		for (int i = 0; i < serverLines; i++)
+			lines += peer.process().readLine(kTimeoutMs) + "\n";
+		EXPECT_EQ(peer.process().wait(kTimeoutMs), 0);
+		if (!withShim) {
+			firstOut = run.out;
+			firstServer = lines;
+			firstStatus = run.status;
+			EXPECT_EQ(run.status, 0) << run.err;
+			continue;
+		}
+		EXPECT_EQ(run.status, firstStatus) << run.err;
+		EXPECT_EQ(run.out, firstOut);
+		EXPECT_EQ(lines, firstServer);
+	}
+}
+
+} /* namespace */
+
+TEST(RecordCases, AKeyUpdateRequestedMidBurstGoesOutBeforeTheHeldRecords)
+{
+	RecordProperty("fault", "TLS 1.3 KeyUpdate (update_requested) from the peer mid-burst");
+	expectTheSameEveryWay("key-update", { "--echo", "--key-update" }, 0);
+}
+
+TEST(RecordCases, ARenegotiationRequestedMidBurstIsFollowed)
+{
+	RecordProperty("fault", "a TLS 1.2 server requests renegotiation while plaintext is held");
+	expectTheSameEveryWay("renegotiate", { "--tls", "1.2", "--echo", "--renegotiate" }, 0);
+}
+
+TEST(RecordCases, CloseNotifyReceivedWhilePlaintextIsHeld)
+{
+	RecordProperty("fault", "close_notify from the peer while plaintext is held");
+	expectTheSameEveryWay("close-notify", { "--sink", "--close-after", "100" }, 1);
+}
+
+TEST(RecordCases, AReaderAndAWriterThreadUnderTheProgramsLock)
+{
+	expectTheSameEveryWay("locked", { "--echo" }, 0);
+}

@@ -1,0 +1,73 @@
+# The record-merging rows of tools/tlstune-bench (sourced; issue 14): $writes SSL_write
+# calls of 100 B from examples/write_burst to examples/tls_server --sink, with
+# TLSTUNE_COALESCE=records, =syscalls, and no shim at all. The server runs without the shim
+# in every column, so what it spends is what the sender's records cost it. Needs $work
+# (cert.pem, key.pem), $tree, $shim, $runs and the bench's say, progress, median and
+# runs_text.
+
+# records_once MODE TRACE: one burst; MODE is none, syscalls or records. Prints
+# "sender-cpu-ms receiver-cpu-ms" or, with TRACE=trace, "records wire-bytes": the server's
+# socket reads under strace. Without read-ahead OpenSSL reads each record's 5-byte header
+# with its own read(2), so those reads count the records, and all of them the bytes.
+records_once() {
+	local mode=$1 trace=$2 vars=() port pid
+	[ "$mode" != none ] && vars=(LD_PRELOAD="$shim" TLSTUNE_COALESCE="$mode")
+	local server=("$tree/examples/tls_server" --cert "$work/cert.pem" --key "$work/key.pem" --sink)
+	if [ "$trace" = trace ]; then
+		server=(strace -qq -yy -e trace=read -o "$work/records.strace" "${server[@]}")
+	fi
+	coproc server {
+		TIMEFORMAT='%U %S'
+		{ time "${server[@]}" >&3; } 3>&1 2>"$work/receiver.time"
+	}
+	pid=$server_PID
+	read -r _ port <&"${server[0]}"
+	local sender
+	sender=$( { TIMEFORMAT='%U %S'; time env "${vars[@]}" "$tree/examples/write_burst" "$port" \
+		--writes "$writes" --size 100 >/dev/null; } 2>&1 | tail -1)
+	read -r _ <&"${server[0]}" # "received N sha256 H"
+	wait "$pid" 2>/dev/null || true
+	if [ "$trace" = trace ]; then
+		awk '/TCP/ && / = [0-9]+$/ { n = $NF + 0; bytes += n; if (n == 5) records++ }
+		     END { printf "%d %d\n", records, bytes }' "$work/records.strace"
+		return
+	fi
+	awk -v s="$sender" -v r="$(tail -1 "$work/receiver.time")" 'BEGIN {
+		split(s, a, " "); split(r, b, " ")
+		printf "%.0f %.0f\n", (a[1] + a[2]) * 1000, (b[1] + b[2]) * 1000 }'
+}
+
+record_rows() {
+	say "## Record merging: $writes writes of 100 B, examples/write_burst to examples/tls_server, $(runs_text "$runs")"
+	say ""
+	say "| what | no shim | syscalls | records | no shim/records | syscalls/records |"
+	say "|------|---------|----------|---------|-----------------|------------------|"
+	local mode i sender=() receiver=() wire=() bytes=()
+	for mode in none syscalls records; do
+		local s=() r=()
+		for ((i = 1; i <= runs; i++)); do
+			progress "record merging: $mode, run $i of $runs"
+			read -r a b < <(records_once "$mode" time)
+			s+=("$a")
+			r+=("$b")
+		done
+		sender+=("$(printf '%s\n' "${s[@]}" | median)")
+		receiver+=("$(printf '%s\n' "${r[@]}" | median)")
+		progress "record merging: $mode, records on the wire under strace"
+		read -r a b < <(records_once "$mode" trace)
+		wire+=("$a")
+		bytes+=("$b")
+	done
+	printf '\r\033[K' >&2
+	row() { # row NAME NONE SYSCALLS RECORDS
+		say "$(awk -v n="$1" -v a="$2" -v b="$3" -v c="$4" 'BEGIN {
+			printf "| %s | %s | %s | %s | %.1fx | %.1fx |", n, a, b, c, (c > 0 ? a / c : 0), (c > 0 ? b / c : 0) }')"
+	}
+	row "TLS records on the wire (the receiver's header reads)" "${wire[@]}"
+	row "bytes on the wire (the receiver's socket reads)" "${bytes[@]}"
+	row "sender CPU, ms (user + system, whole run)" "${sender[@]}"
+	row "receiver CPU, ms (user + system, whole run, no shim)" "${receiver[@]}"
+	say ""
+	say "Goals (issue 14): at most 1/100 of the records, sender CPU 8x and receiver CPU 5x lower, about 20 % fewer bytes on the wire, against no shim. Whole runs include start-up and the handshake, the same in every column. Records and bytes come from one run under strace."
+	say ""
+}
