@@ -145,7 +145,7 @@ int main(int argc, char **argv)
 				pattern.fill(chunk, n);
 				writeAll(ssl, chunk, n);
 			}
-			BIO_flush(SSL_get_wbio(ssl));
+			(void)BIO_flush(SSL_get_wbio(ssl));
 			if (resetAfter) {
 				reset(ssl, fd);
 				continue;
