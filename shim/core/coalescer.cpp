@@ -4,9 +4,9 @@
 #include <cerrno>
 #include <climits>
 #include <new>
-#include <sys/socket.h>
 #include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <thread>
 
 #include "log.h"
@@ -50,10 +50,6 @@ struct Coalescer::HandedOn {
 				   "as it reads", why, from, bytes, to);
 	}
 };
-
-namespace {
-
-} /* namespace */
 
 Coalescer::~Coalescer()
 {

@@ -47,6 +47,8 @@ bool StalledWrites::watch(std::shared_ptr<PendingWrites> writes)
 			return false;
 		}
 	}
+	/* A thread waiting for work (up to its idle exit) takes this one now. */
+	changed_.notify_all();
 	return true;
 }
 
