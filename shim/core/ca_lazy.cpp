@@ -82,8 +82,13 @@ bool LazyStores::pending(X509_STORE *store) const noexcept
 	if (slot_ < 0 || !store)
 		return false;
 	StoreLock lock(*api_, store);
-	const State *s = state(store);
-	return s && !s->complete.load(std::memory_order_acquire);
+	return unfilled(store) != nullptr;
+}
+
+LazyStores::State *LazyStores::unfilled(X509_STORE *store) const noexcept
+{
+	State *s = state(store);
+	return s && !s->complete.load(std::memory_order_acquire) ? s : nullptr;
 }
 
 namespace {
@@ -145,8 +150,8 @@ void LazyStores::beforeRead(X509_STORE *store, const X509_NAME *subject) const n
 	if (!subject)
 		return;
 	StoreLock lock(*api_, store);
-	State *s = state(store);
-	if (!s || s->complete.load(std::memory_order_acquire))
+	State *s = unfilled(store);
+	if (!s)
 		return;
 	STACK_OF(X509_OBJECT) *objects = api_->X509_STORE_get0_objects(store);
 	bool failed = false;
@@ -163,8 +168,8 @@ void LazyStores::beforeRead(X509_STORE *store, const X509_NAME *subject) const n
 void LazyStores::afterLookup(X509_STORE *store) const noexcept
 {
 	StoreLock lock(*api_, store);
-	State *s = state(store);
-	if (!s || s->complete.load(std::memory_order_acquire))
+	State *s = unfilled(store);
+	if (!s)
 		return;
 	s->unsortedLast = nullptr;
 	s->lastLoaded = -1;
@@ -197,8 +202,8 @@ void LazyStores::afterAdd(X509_STORE *store, int before) const noexcept
 void LazyStores::beforeEnumeration(X509_STORE *store) const noexcept
 {
 	StoreLock lock(*api_, store);
-	State *s = state(store);
-	if (!s || s->complete.load(std::memory_order_acquire))
+	State *s = unfilled(store);
+	if (!s)
 		return;
 	STACK_OF(X509_OBJECT) *objects = api_->X509_STORE_get0_objects(store);
 	bool failed = false;

@@ -45,6 +45,8 @@ public:
 private:
 	struct State;
 	State *state(X509_STORE *store) const noexcept;
+	/* The store's state while some of its lazy certificates are not in it; the store's lock held. */
+	State *unfilled(X509_STORE *store) const noexcept;
 
 	const CaApi *api_ = nullptr;
 	int slot_ = -1;

@@ -83,27 +83,31 @@ void StalledWrites::loop()
 	}
 }
 
-bool StalledWrites::prune(const std::vector<std::shared_ptr<PendingWrites>> &round)
+void StalledWrites::prune(const std::vector<std::shared_ptr<PendingWrites>> &round)
 {
 	const auto now = std::chrono::steady_clock::now();
-	ShimLock lock(mutex_);
-	for (const auto &writes : round) {
-		const bool gaveUp = writes->dirty() && writes->orphan() &&
-				    now - writes->lastProgress() > kOrphanPatience;
-		if (gaveUp)
-			logLine(LogLevel::Warn, "dropped %zu bytes written before a close: the peer took "
-				"nothing for %lld s", writes->pending(),
-				static_cast<long long>(kOrphanPatience.count()));
-		if (writes->dirty() && writes->fd() >= 0 && !gaveUp)
-			continue;
-		if (gaveUp)
-			writes->disown();
-		watched_.erase(std::remove(watched_.begin(), watched_.end(), writes), watched_.end());
+	std::size_t dropped = 0;
+	{
+		ShimLock lock(mutex_);
+		for (const auto &writes : round) {
+			const bool gaveUp = writes->dirty() && writes->orphan() &&
+					    now - writes->lastProgress() > kOrphanPatience;
+			if (writes->dirty() && writes->fd() >= 0 && !gaveUp)
+				continue;
+			if (gaveUp) {
+				dropped += writes->pending();
+				writes->disown();
+			}
+			watched_.erase(std::remove(watched_.begin(), watched_.end(), writes), watched_.end());
+		}
+		count_.store(watched_.size(), std::memory_order_relaxed);
+		if (watched_.empty())
+			changed_.notify_all();
 	}
-	count_.store(watched_.size(), std::memory_order_relaxed);
-	if (watched_.empty())
-		changed_.notify_all();
-	return watched_.empty();
+	/* After the lock: stderr may block. */
+	if (dropped)
+		logLine(LogLevel::Warn, "dropped %zu bytes written before a close: the peer took nothing "
+			"for %lld s", dropped, static_cast<long long>(kOrphanPatience.count()));
 }
 
 void StalledWrites::closing(int first, int last)

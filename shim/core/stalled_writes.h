@@ -52,8 +52,8 @@ public:
 
 private:
 	void loop();
-	/* Takes finished ones off the list; true when it is empty. */
-	bool prune(const std::vector<std::shared_ptr<PendingWrites>> &round);
+	/* Takes finished ones (sent, failed, or given up on) off the list. */
+	void prune(const std::vector<std::shared_ptr<PendingWrites>> &round);
 
 	const SocketCalls calls_;
 	std::mutex mutex_;
