@@ -12,6 +12,8 @@
  *     --discard           the records go to a null BIO after the handshake, never sent:
  *                         what the burst costs OpenSSL alone, without a syscall (the
  *                         floor for any coalescing under SSL_write); ends as "free"
+ *     --dry               makes and digests the data but writes none of it: what the
+ *                         program costs apart from its writes (the bench subtracts it)
  *     --end HOW           how the connection ends after the burst: "shutdown" (default,
  *                         close_notify both ways), "close" (close(fd), then SSL_free) or
  *                         "free" (SSL_free, then close(fd)); the last two send no close_notify
@@ -72,7 +74,8 @@ void writeAll(SSL *ssl, int fd, const unsigned char *data, size_t length)
 	}
 }
 
-void burst(SSL *ssl, int fd, uint64_t writes, size_t size, uint64_t seed, uint64_t forkAt, bool timing)
+void burst(SSL *ssl, int fd, uint64_t writes, size_t size, uint64_t seed, uint64_t forkAt, bool timing,
+	   bool dry)
 {
 	Pattern pattern(seed);
 	Sha256 digest;
@@ -81,7 +84,8 @@ void burst(SSL *ssl, int fd, uint64_t writes, size_t size, uint64_t seed, uint64
 	for (uint64_t i = 0; i < writes; i++) {
 		pattern.fill(chunk.data(), size);
 		digest.update(chunk.data(), size);
-		writeAll(ssl, fd, chunk.data(), size);
+		if (!dry)
+			writeAll(ssl, fd, chunk.data(), size);
 		if (i + 1 == forkAt) {
 			const pid_t child = fork();
 			if (child == 0)
@@ -215,12 +219,13 @@ int main(int argc, char **argv)
 	std::signal(SIGPIPE, SIG_IGN);
 	if (argc < 2)
 		fail("usage: write_burst PORT --writes N --size B | --lines | --ping N | --threads T");
-	bool nonBlocking = false, lineMode = false, discard = false, timing = false;
+	bool nonBlocking = false, lineMode = false, discard = false, timing = false, dry = false;
 	for (int i = 1; i < argc; i++) {
 		timing = timing || std::string(argv[i]) == "--timing";
 		nonBlocking = nonBlocking || std::string(argv[i]) == "--nonblocking";
 		lineMode = lineMode || std::string(argv[i]) == "--lines";
 		discard = discard || std::string(argv[i]) == "--discard";
+		dry = dry || std::string(argv[i]) == "--dry";
 	}
 	const size_t size = number(argc, argv, "--size", 100);
 	if (const uint64_t count = number(argc, argv, "--threads", 0))
@@ -243,7 +248,7 @@ int main(int argc, char **argv)
 		ping(ssl, fd, count, size);
 	else
 		burst(ssl, fd, number(argc, argv, "--writes", 1), size, number(argc, argv, "--seed", 1),
-		      number(argc, argv, "--fork-at", 0), timing);
+		      number(argc, argv, "--fork-at", 0), timing, dry);
 	std::fflush(stdout);
 
 	const std::string end = discard ? "free" : option(argc, argv, "--end", "shutdown");

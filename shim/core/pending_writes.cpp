@@ -27,6 +27,8 @@ PendingWrites::Result PendingWrites::append(const void *record, std::size_t leng
 PendingWrites::Result PendingWrites::appendOverflow(const void *record, std::size_t length,
 						    bool *becameDirty)
 {
+	/* A record of held plaintext is a write too: the connection is not quiet. */
+	setLastWrite(std::chrono::steady_clock::now());
 	return appendRecord(record, length, becameDirty, true);
 }
 
@@ -232,12 +234,6 @@ std::size_t PendingWrites::pending() noexcept
 {
 	ShimLock lock(mutex_);
 	return bytes_.size() - sent_;
-}
-
-int PendingWrites::error() noexcept
-{
-	ShimLock lock(mutex_);
-	return error_;
 }
 
 int PendingWrites::reportError() noexcept

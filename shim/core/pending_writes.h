@@ -129,7 +129,7 @@ public:
 	/* In a forked child, with the lock held: the parent sends what is pending, not both. */
 	void dropAfterFork() noexcept;
 	/* The error a send met: the connection is broken, every later write reports it. */
-	int error() noexcept;
+	int error() const noexcept { return error_.load(std::memory_order_acquire); }
 	/*
 	 * The same, for a write that reports it: as the kernel reports a socket's error once,
 	 * and EPIPE to every write after it (its sending side is gone).
@@ -150,9 +150,18 @@ public:
 
 	std::mutex &mutex() noexcept { return mutex_; }
 
-	/* When the connection's own last write went through the filter; only that thread reads it. */
-	std::chrono::steady_clock::time_point lastWrite() const noexcept { return lastWrite_; }
-	void setLastWrite(std::chrono::steady_clock::time_point at) noexcept { lastWrite_ = at; }
+	/*
+	 * When the connection's own last write went through the filter, or held plaintext was
+	 * last encrypted into it (by any thread: appendOverflow).
+	 */
+	std::chrono::steady_clock::time_point lastWrite() const noexcept
+	{
+		return lastWrite_.load(std::memory_order_relaxed);
+	}
+	void setLastWrite(std::chrono::steady_clock::time_point at) noexcept
+	{
+		lastWrite_.store(at, std::memory_order_relaxed);
+	}
 	/* When a send last moved bytes (an orphan gives up after a long stall). */
 	std::chrono::steady_clock::time_point lastProgress() noexcept;
 
@@ -176,11 +185,12 @@ private:
 	std::vector<unsigned char> spare_; /* the owner's other buffer, while bytes_ is out */
 	std::atomic<bool> dirty_{false};
 	std::atomic<bool> stalled_{false};
-	int error_ = 0;
+	/* Written under mutex_; read without it by error(), once per held write. */
+	std::atomic<int> error_{0};
 	bool orphan_ = false;
 	int shutdownHow_ = -1;
 	bool listed_ = false;
-	std::chrono::steady_clock::time_point lastWrite_{};
+	std::atomic<std::chrono::steady_clock::time_point> lastWrite_{};
 	std::chrono::steady_clock::time_point lastProgress_{};
 };
 

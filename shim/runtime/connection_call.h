@@ -207,17 +207,23 @@ inline bool holdWrite(SSL *ssl, const void *data, size_t length) noexcept
 	HeldPlaintext *held = p.held.attach(ssl, encryptHeld);
 	if (!held)
 		return false;
-	/* A write that finds the connection quiet goes out at once, as in syscall merging. */
-	const auto now = std::chrono::steady_clock::now();
-	if (!held->held() && !writes->dirty() && now - writes->lastWrite() >= p.coalescer.delay())
-		return false;
+	/*
+	 * A write that finds the connection quiet goes out at once, as in syscall merging. One
+	 * that follows held plaintext is not: the clock is read only for the first of a batch
+	 * (the encryption of the batch counts as a write: PendingWrites::appendOverflow).
+	 */
+	if (!held->held()) {
+		const auto now = std::chrono::steady_clock::now();
+		if (!writes->dirty() && now - writes->lastWrite() >= p.coalescer.delay())
+			return false;
+		writes->setLastWrite(now);
+	}
 	const int savedErrno = errno;
 	bool becameHeld = false;
 	if (!held->hold(data, length, &becameHeld)) {
 		errno = savedErrno;
 		return false;
 	}
-	writes->setLastWrite(now);
 	if (becameHeld) {
 		/* Before OpenSSL's atexit cleanup, which was registered before this. */
 		static const bool registered = atexit(encryptBeforeExit) == 0;
