@@ -22,6 +22,9 @@
  *                     (up to 1000 writes)
  *   reuse             SSL_shutdown, close(fd), a new connection on the same fd number,
  *                     SSL_clear, SSL_connect and ten more lines on the same SSL
+ *   msg-callback      a message callback on the context counts the application data
+ *                     records it sees written, and the calls from threads other than
+ *                     main; 20 times: 100 short lines, then a 2 ms sleep
  */
 
 #include <csignal>
@@ -222,8 +225,6 @@ int sigpipeCase(const char *port)
 	for (int i = 0; i < 1000; i++) {
 		const std::string line = "line " + std::to_string(i) + "\n";
 		const int n = SSL_write(ssl, line.data(), static_cast<int>(line.size()));
-		if (n <= 0 && getenv("DEBUGW"))
-			fprintf(stderr, "write %d: %d err %d errno %d\n", i, n, SSL_get_error(ssl, n), errno);
 		if (n <= 0)
 			failures++;
 		/*
@@ -262,6 +263,39 @@ int reuseCase(const char *port)
 	return 0;
 }
 
+std::thread::id mainThread;
+int recordsWritten = 0;
+int otherThreadCalls = 0;
+
+void countRecords(int writeP, int, int contentType, const void *header, size_t length, SSL *, void *)
+{
+	if (std::this_thread::get_id() != mainThread)
+		otherThreadCalls++;
+	const auto *bytes = static_cast<const unsigned char *>(header);
+	if (writeP && contentType == SSL3_RT_HEADER && length >= 1 && bytes[0] == SSL3_RT_APPLICATION_DATA)
+		recordsWritten++;
+}
+
+int msgCallbackCase(const char *port)
+{
+	mainThread = std::this_thread::get_id();
+	SSL_CTX *ctx = client();
+	SSL_CTX_set_msg_callback(ctx, countRecords);
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	for (int round = 0; round < 20; round++) {
+		writeLines(ssl, round * 100, 100);
+		/* A pause where the shim sees nothing: a thread of its own could encrypt now. */
+		usleep(2000);
+	}
+	SSL_shutdown(ssl);
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	std::printf("application records %d, calls from other threads %d\n", recordsWritten, otherThreadCalls);
+	return 0;
+}
+
 } /* namespace */
 
 int main(int argc, char **argv)
@@ -279,5 +313,7 @@ int main(int argc, char **argv)
 		return sigpipeCase(argv[1]);
 	if (how == "reuse")
 		return reuseCase(argv[1]);
+	if (how == "msg-callback")
+		return msgCallbackCase(argv[1]);
 	fail("unknown case");
 }

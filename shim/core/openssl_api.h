@@ -33,6 +33,10 @@ struct OpenSslApi {
 	decltype(&::SSL_free) SSL_free = nullptr;
 	decltype(&::SSL_clear) SSL_clear = nullptr;
 	decltype(&::SSL_get_error) SSL_get_error = nullptr;
+	decltype(&::SSL_CTX_callback_ctrl) SSL_CTX_callback_ctrl = nullptr;
+	decltype(&::SSL_callback_ctrl) SSL_callback_ctrl = nullptr;
+	decltype(&::SSL_CTX_set_record_padding_callback) SSL_CTX_set_record_padding_callback = nullptr;
+	decltype(&::SSL_set_record_padding_callback) SSL_set_record_padding_callback = nullptr;
 
 	/* What the features need. */
 	decltype(&::SSL_CTX_ctrl) SSL_CTX_ctrl = nullptr;
@@ -74,11 +78,13 @@ struct OpenSslApi {
 	decltype(&::SSL_version) SSL_version = nullptr;
 	decltype(&::SSL_is_init_finished) SSL_is_init_finished = nullptr;
 	decltype(&::SSL_renegotiate_pending) SSL_renegotiate_pending = nullptr;
+	decltype(&::SSL_get_key_update_type) SSL_get_key_update_type = nullptr;
 
 	bool hasRecordPath() const noexcept
 	{
 		return hasWritePath() && SSL_free && SSL_get_error && SSL_write_ex && SSL_version &&
-		       SSL_is_init_finished && SSL_renegotiate_pending && SSL_get_shutdown;
+		       SSL_is_init_finished && SSL_renegotiate_pending && SSL_get_key_update_type &&
+		       SSL_get_shutdown;
 	}
 
 	bool hasWritePath() const noexcept

@@ -193,7 +193,7 @@ inline bool holdWrite(SSL *ssl, const void *data, size_t length) noexcept
 	if (!o.records || length == 0 || length >= kHeldWriteBelow || HeldPlaintext::encryptingHere())
 		return false;
 	Process &p = process();
-	if (!p.held.holding())
+	if (!p.held.holding() || p.recordCallbacks.load(std::memory_order_relaxed))
 		return false;
 	PendingWrites *writes = o.filter.attached(o.api, ssl);
 	/* A broken connection's writes go through the filter, which reports it as the kernel would. */
@@ -202,6 +202,8 @@ inline bool holdWrite(SSL *ssl, const void *data, size_t length) noexcept
 	const int version = o.api.SSL_version(ssl);
 	if ((version != TLS1_2_VERSION && version != TLS1_3_VERSION) ||
 	    o.api.SSL_is_init_finished(ssl) != 1 || o.api.SSL_renegotiate_pending(ssl) ||
+	    /* A key update goes out with the write that finds it pending, in the program's call. */
+	    o.api.SSL_get_key_update_type(ssl) != SSL_KEY_UPDATE_NONE ||
 	    (o.api.SSL_get_shutdown(ssl) & SSL_SENT_SHUTDOWN))
 		return false;
 	HeldPlaintext *held = p.held.attach(ssl, encryptHeld);

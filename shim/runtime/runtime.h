@@ -46,6 +46,8 @@ struct Process {
 	CaCache caCache;
 	Coalescer coalescer;
 	HeldRegistry held; /* TLSTUNE_COALESCE=records */
+	/* The program set a message or record padding callback: it holds no plaintext (callbacks.cpp). */
+	std::atomic<bool> recordCallbacks{false};
 };
 Process &process() noexcept;
 

@@ -135,9 +135,14 @@ bool resolveOpenSsl(OpenSslApi *api) noexcept
 	RESOLVE(SSL_free);
 	RESOLVE(SSL_clear);
 	RESOLVE(SSL_get_error);
+	RESOLVE(SSL_CTX_callback_ctrl);
+	RESOLVE(SSL_callback_ctrl);
+	RESOLVE(SSL_CTX_set_record_padding_callback);
+	RESOLVE(SSL_set_record_padding_callback);
 	RESOLVE(SSL_version);
 	RESOLVE(SSL_is_init_finished);
 	RESOLVE(SSL_renegotiate_pending);
+	RESOLVE(SSL_get_key_update_type);
 
 	RESOLVE(SSL_CTX_ctrl);
 	RESOLVE(SSL_CTX_set_default_read_buffer_len);

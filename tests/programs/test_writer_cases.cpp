@@ -153,3 +153,15 @@ TEST(Writers, AnSslReusedWithSslClearOnANewSocketWorks)
 	RecordProperty("fault", "SSL_clear and a new socket on the closed fd's number");
 	expectTheSameBothWays("reuse", { "--connections", "2" }, "same fd number: yes\nreused\n", 0, 2);
 }
+
+/*
+ * OpenSSL calls a message callback for each record it writes. With record merging a
+ * thread of the shim's could encrypt held plaintext and run the program's callback
+ * beside it, and the callback saw 47 records of 2000 writes; a program that sets one
+ * holds no plaintext.
+ */
+TEST(Writers, AMessageCallbackSeesEveryRecordInTheProgramsOwnThread)
+{
+	RecordProperty("fault", "SSL_CTX_set_msg_callback, small writes with pauses");
+	expectTheSameBothWays("msg-callback", {}, "application records 2000, calls from other threads 0\n", 0, 1);
+}

@@ -1,0 +1,62 @@
+/*
+ * Callbacks OpenSSL runs for each record it writes: the message callback
+ * (SSL_CTX_set_msg_callback, which libssl sets through SSL_CTX_callback_ctrl) and the
+ * record padding callback. Held plaintext may be encrypted by a thread of the shim's
+ * (TLSTUNE_COALESCE=records); the program's callback would then run in a thread it never
+ * made, beside its own. OpenSSL has no getter for either, so setting one is seen here,
+ * and from then on the process holds no plaintext (it still merges syscalls).
+ */
+
+#include "interpose/export.h"
+#include "runtime/runtime.h"
+
+using namespace tlstune;
+
+namespace {
+
+void observed(bool set) noexcept
+{
+	if (set)
+		process().recordCallbacks.store(true, std::memory_order_relaxed);
+}
+
+} /* namespace */
+
+TLSTUNE_EXPORT long SSL_CTX_callback_ctrl(SSL_CTX *ctx, int cmd, void (*fp)(void))
+{
+	observed(cmd == SSL_CTRL_SET_MSG_CALLBACK && fp);
+	const OpenSslApi &api = openssl().api;
+	return api.SSL_CTX_callback_ctrl ? api.SSL_CTX_callback_ctrl(ctx, cmd, fp) : 0;
+}
+
+TLSTUNE_EXPORT long SSL_callback_ctrl(SSL *ssl, int cmd, void (*fp)(void))
+{
+	observed(cmd == SSL_CTRL_SET_MSG_CALLBACK && fp);
+	const OpenSslApi &api = openssl().api;
+	return api.SSL_callback_ctrl ? api.SSL_callback_ctrl(ssl, cmd, fp) : 0;
+}
+
+/* 1.1.1 returns void from both, 3.0 int from the SSL one: the headers built against say which. */
+using PaddingCallback = size_t (*)(SSL *, int, size_t, void *);
+
+TLSTUNE_EXPORT auto SSL_CTX_set_record_padding_callback(SSL_CTX *ctx, PaddingCallback cb)
+	-> decltype(::SSL_CTX_set_record_padding_callback(ctx, cb))
+{
+	observed(cb != nullptr);
+	const OpenSslApi &api = openssl().api;
+	using Result = decltype(::SSL_CTX_set_record_padding_callback(ctx, cb));
+	if (!api.SSL_CTX_set_record_padding_callback)
+		return Result();
+	return api.SSL_CTX_set_record_padding_callback(ctx, cb);
+}
+
+TLSTUNE_EXPORT auto SSL_set_record_padding_callback(SSL *ssl, PaddingCallback cb)
+	-> decltype(::SSL_set_record_padding_callback(ssl, cb))
+{
+	observed(cb != nullptr);
+	const OpenSslApi &api = openssl().api;
+	using Result = decltype(::SSL_set_record_padding_callback(ssl, cb));
+	if (!api.SSL_set_record_padding_callback)
+		return Result();
+	return api.SSL_set_record_padding_callback(ssl, cb);
+}
