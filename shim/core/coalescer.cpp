@@ -132,8 +132,11 @@ void Coalescer::stalled(PendingWrites *writes)
 
 bool Coalescer::quietWrite(PendingWrites *writes) noexcept
 {
+	const unsigned long waits = waitsOfThisThread();
+	const bool waited = writes->waitsAtLastWrite() != waits;
+	writes->setWaitsAtLastWrite(waits);
 	const auto now = std::chrono::steady_clock::now();
-	const bool quiet = !writes->dirty() && now - writes->lastWrite() >= delay_;
+	const bool quiet = waited || (!writes->dirty() && now - writes->lastWrite() >= delay_);
 	writes->setLastWrite(now);
 	return quiet;
 }

@@ -14,6 +14,20 @@
 namespace tlstune {
 
 /*
+ * This thread's waits so far: poll, select, epoll_wait and the rest, and every OpenSSL
+ * call that may wait for the peer (read, peek, handshake, shutdown). A connection's write
+ * after a wait of its thread goes out at once, in the program's call: the next wait
+ * would send it anyway, so a request-response loop gains nothing from holding it and
+ * would pay a thread's wake-up per round. Writes that follow it with no wait between are
+ * held (and merged).
+ */
+inline unsigned long &waitsOfThisThread() noexcept
+{
+	static thread_local unsigned long waits = 0;
+	return waits;
+}
+
+/*
  * Every connection's PendingWrites, and the rules for when their bytes go out besides a
  * full buffer: before the program waits (poll/select/epoll on any fd), before an fd is
  * closed or shut down, when the connection is freed, at exit, and in any case within the
@@ -85,9 +99,10 @@ public:
 
 	/*
 	 * The connection's own write is about to go through the filter: true when it finds the
-	 * connection quiet (nothing held, no write within the delay), and goes out at once, as
-	 * it would without the shim. Only writes that follow within the delay are held, so a
-	 * process that writes now and then costs no timer wake-ups.
+	 * connection quiet (nothing held and no write within the delay, or its thread waited
+	 * since the connection's last write), and goes out at once, as it would without the
+	 * shim. Only writes that follow within the delay with no wait between are held, so a
+	 * process that writes now and then, or a request-response loop, costs no wake-ups.
 	 */
 	bool quietWrite(PendingWrites *writes) noexcept;
 

@@ -162,6 +162,12 @@ public:
 	{
 		lastWrite_.store(at, std::memory_order_relaxed);
 	}
+	/* The writing thread's wait count at the last held-or-not small write (record merging). */
+	unsigned long waitsAtLastWrite() const noexcept { return waitsAtLastWrite_.load(std::memory_order_relaxed); }
+	void setWaitsAtLastWrite(unsigned long waits) noexcept
+	{
+		waitsAtLastWrite_.store(waits, std::memory_order_relaxed);
+	}
 	/* When a send last moved bytes (an orphan gives up after a long stall). */
 	std::chrono::steady_clock::time_point lastProgress() noexcept;
 
@@ -191,6 +197,7 @@ private:
 	int shutdownHow_ = -1;
 	bool listed_ = false;
 	std::atomic<std::chrono::steady_clock::time_point> lastWrite_{};
+	std::atomic<unsigned long> waitsAtLastWrite_{0};
 	std::chrono::steady_clock::time_point lastProgress_{};
 };
 

@@ -20,6 +20,7 @@ const struct timespec kZeroSpec = { 0, 0 };
 Process &beforeWait()
 {
 	Process &p = process();
+	waitsOfThisThread()++;
 	if (p.held.anyHeld() && !p.inVforkChild())
 		p.held.encryptAll();
 	p.coalescer.flushAll();

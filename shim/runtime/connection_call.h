@@ -135,6 +135,7 @@ int onConnection(SSL *ssl, Function OpenSslApi::*function, Args... args)
  */
 inline void flushWrites(SSL *ssl) noexcept
 {
+	waitsOfThisThread()++;
 	if (HeldPlaintext *held = heldOf(ssl))
 		held->encryptIfIdle();
 	/* Nothing held anywhere (every read of a program that does not write much): one load. */
@@ -214,7 +215,11 @@ inline bool holdWrite(SSL *ssl, const void *data, size_t length) noexcept
 	 * that follows held plaintext is not: the clock is read only for the first of a batch
 	 * (the encryption of the batch counts as a write: PendingWrites::appendOverflow).
 	 */
+	/* A write after a wait goes through the filter, which sends it at once (quietWrite). */
+	const unsigned long waits = waitsOfThisThread();
 	if (!held->held()) {
+		if (writes->waitsAtLastWrite() != waits)
+			return false;
 		const auto now = std::chrono::steady_clock::now();
 		if (!writes->dirty() && now - writes->lastWrite() >= p.coalescer.delay())
 			return false;
@@ -226,6 +231,7 @@ inline bool holdWrite(SSL *ssl, const void *data, size_t length) noexcept
 		errno = savedErrno;
 		return false;
 	}
+	writes->setWaitsAtLastWrite(waits);
 	if (becameHeld) {
 		/* Before OpenSSL's atexit cleanup, which was registered before this. */
 		static const bool registered = atexit(encryptBeforeExit) == 0;

@@ -120,3 +120,38 @@ record_size_rows() {
 	say "Each cell is the median whole-run sender CPU less the median of the same run writing nothing (--dry); the server runs without the shim."
 	say ""
 }
+
+# ping_once MODE: $pings request-response rounds of 100 B against tls_server --echo (no
+# shim in the server); prints the client's wall time in ms.
+ping_once() {
+	local mode=$1 vars=() port pid start end
+	[ "$mode" != none ] && vars=(LD_PRELOAD="$shim" TLSTUNE_COALESCE="$mode")
+	coproc pinger { "$tree/examples/tls_server" --cert "$work/cert.pem" --key "$work/key.pem" --echo; }
+	pid=$pinger_PID
+	read -r _ port <&"${pinger[0]}"
+	start=$(date +%s%N)
+	env "${vars[@]}" "$tree/examples/write_burst" "$port" --ping "$pings" --size 100 >/dev/null
+	end=$(date +%s%N)
+	wait "$pid" 2>/dev/null || true
+	echo $(((end - start) / 1000000))
+}
+
+# A request-response loop holds nothing: each write finds its connection quiet.
+record_ping_rows() {
+	say "## Record merging, a request-response loop: $pings pings of 100 B, client wall time (ms), $(runs_text "$runs")"
+	say ""
+	say "| no shim | syscalls | records | no shim/records |"
+	say "|---------|----------|---------|-----------------|"
+	local mode i cells=()
+	for mode in none syscalls records; do
+		local t=()
+		for ((i = 1; i <= runs; i++)); do
+			progress "record merging: pings, $mode, run $i of $runs"
+			t+=("$(ping_once "$mode")")
+		done
+		cells+=("$(printf '%s\n' "${t[@]}" | median)")
+	done
+	printf '\r\033[K' >&2
+	say "$(awk -v a="${cells[0]}" -v b="${cells[1]}" -v c="${cells[2]}" 'BEGIN { printf "| %s | %s | %s | %.2fx |", a, b, c, (c > 0 ? a / c : 0) }')"
+	say ""
+}
