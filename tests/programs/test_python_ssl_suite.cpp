@@ -1,0 +1,65 @@
+/*
+ * Python's own TLS test suite (test.test_ssl from Debian's libpython3.11-testsuite: 185
+ * tests of contexts, handshakes, post-handshake authentication, shutdown, sendfile and
+ * more, each against a server thread of its own) run without the shim and with it in
+ * every coalescing mode: the same number of tests run, and the same pass and skip.
+ * regrtest enables none of its resources by default, so the suite's network tests stay
+ * off: every connection is to 127.0.0.1.
+ */
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <sys/stat.h>
+
+#include "tls_fixture.h"
+
+using namespace testsupport;
+
+namespace {
+
+constexpr int kTimeoutMs = 600000;
+
+std::string testSuitePath()
+{
+	const Captured version = runProgram({ "/usr/bin/python3", "-c",
+					      "import sys; print('%d.%d' % sys.version_info[:2])" },
+					    false, {}, 60000);
+	std::string v = version.out.substr(0, version.out.find('\n'));
+	return "/usr/lib/python" + v + "/test/test_ssl.py";
+}
+
+/* "Ran 185 tests" and "OK (skipped=16)": unittest's summary, without its timing. */
+std::string summary(const std::string &output)
+{
+	std::istringstream lines(output);
+	std::string line, ran, result;
+	while (std::getline(lines, line)) {
+		if (line.rfind("Ran ", 0) == 0)
+			ran = line.substr(0, line.find(" in "));
+		else if (line.rfind("OK", 0) == 0 || line.rfind("FAILED", 0) == 0)
+			result = line;
+	}
+	return ran + "; " + result;
+}
+
+} /* namespace */
+
+TEST(PythonSslSuite, PassesAndSkipsTheSameWithTheShimInEveryMode)
+{
+	SKIP_IN_SANITIZER_BUILD();
+	struct stat st;
+	if (stat(testSuitePath().c_str(), &st) != 0)
+		GTEST_SKIP() << testSuitePath() << " is missing (Debian's libpython3.11-testsuite)";
+	const std::vector<std::string> suite = { "/usr/bin/python3", "-m", "test", "test_ssl", "-v" };
+	const Captured without = runProgram(suite, false, {}, kTimeoutMs);
+	const std::string expected = summary(without.out + without.err);
+	ASSERT_EQ(without.status, 0) << without.out.substr(without.out.size() > 4000 ? without.out.size() - 4000 : 0);
+	ASSERT_NE(expected.find("Ran "), std::string::npos) << without.out;
+	for (const char *mode : { "syscalls", "records", "off" }) {
+		SCOPED_TRACE(std::string("TLSTUNE_COALESCE=") + mode);
+		const Captured with = runProgram(suite, true, { std::string("TLSTUNE_COALESCE=") + mode }, kTimeoutMs);
+		EXPECT_EQ(with.status, 0) << with.out.substr(with.out.size() > 4000 ? with.out.size() - 4000 : 0);
+		EXPECT_EQ(summary(with.out + with.err), expected);
+	}
+}
