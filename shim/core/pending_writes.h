@@ -162,7 +162,7 @@ public:
 	{
 		lastWrite_.store(at, std::memory_order_relaxed);
 	}
-	/* The writing thread's wait count at the last held-or-not small write (record merging). */
+	/* The writing thread's waitsOfThisThread() at the connection's last write. */
 	unsigned long waitsAtLastWrite() const noexcept { return waitsAtLastWrite_.load(std::memory_order_relaxed); }
 	void setWaitsAtLastWrite(unsigned long waits) noexcept
 	{

@@ -211,11 +211,11 @@ inline bool holdWrite(SSL *ssl, const void *data, size_t length) noexcept
 	if (!held)
 		return false;
 	/*
-	 * A write that finds the connection quiet goes out at once, as in syscall merging. One
-	 * that follows held plaintext is not: the clock is read only for the first of a batch
-	 * (the encryption of the batch counts as a write: PendingWrites::appendOverflow).
+	 * A write that finds the connection quiet, or follows a wait of this thread, goes
+	 * through the filter, which sends it at once (Coalescer::quietWrite). One that follows
+	 * held plaintext is held: the clock is read only for the first of a batch (encrypting
+	 * the batch counts as a write: PendingWrites::appendOverflow).
 	 */
-	/* A write after a wait goes through the filter, which sends it at once (quietWrite). */
 	const unsigned long waits = waitsOfThisThread();
 	if (!held->held()) {
 		if (writes->waitsAtLastWrite() != waits)
