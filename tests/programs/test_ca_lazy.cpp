@@ -69,6 +69,8 @@ std::vector<std::string> verifyArgv(const TempDir &dir, const Case &c)
 		argv.insert(argv.end(), { "--untrusted", dir.file(c.name + ".untrusted.pem") });
 	for (int i = 1; exists(dir.file(c.name + ".leaf" + std::to_string(i) + ".pem")); i++)
 		argv.insert(argv.end(), { "--leaf", dir.file(c.name + ".leaf" + std::to_string(i) + ".pem") });
+	if (exists(dir.file(c.name + ".then.pem")))
+		argv.insert(argv.end(), { "--then-ca", dir.file(c.name + ".then.pem") });
 	argv.insert(argv.end(), c.flags.begin(), c.flags.end());
 	return argv;
 }
@@ -110,7 +112,8 @@ TEST(CaLazy, VerifiesAndEnumeratesAsEagerLoadingAndAsNoShim)
 	RecordProperty("fault", "same-subject roots (wrong key first), cross-signed roots, the program "
 				"adding a bundle subject, PARTIAL_CHAIN, TRUSTED_FIRST off, expired and "
 				"future CAs, name constraints, path length, unknown CA, duplicates, CRLs, "
-				"file order, a certificate malformed deep inside");
+				"file order, a certificate malformed deep inside, twins apart in the file "
+				"(3.5's duplicate check), a second file loaded after a verification");
 	const TempDir *dir = casesDir();
 	if (!dir)
 		GTEST_SKIP() << "python3-cryptography is missing";
@@ -226,6 +229,9 @@ TEST(CaLazy, PythonMixingFilesAndItsOwnCertificatesSeesTheSameStore)
 		{ data("added-after.add1.pem"), file("order-repeat.pem"), file("crls.pem") },
 		{ file("order.pem"), file("order.pem"), data("twins.pem") },
 		{ file("crls.pem"), file("timed.pem"), data("timed.pem") },
+		/* 3.5's duplicate check meets twins apart, from the program and from another file. */
+		{ file("twins-apart.pem"), data("twins.pem") },
+		{ data("added-after.add1.pem"), file("twins-apart.pem"), file("then-load.then.pem") },
 	};
 	for (const std::vector<std::string> &loads : mixes) {
 		std::vector<std::string> argv = { "/usr/bin/python3", kSource + "ca_checks.py", "mix" };
