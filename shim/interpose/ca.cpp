@@ -10,7 +10,9 @@
  * store readers below (chain building's issuer and certificate lookups, adds, enumeration)
  * first let core/ca_lazy put in what an eager load would have, then call OpenSSL. libcrypto
  * calls them through its PLT or through pointers it took (X509_STORE_CTX_init), so its
- * own verification comes through here too.
+ * own verification comes through here too (read in 3.0's and 3.5's libcrypto). On 3.5
+ * an add to a store with lazy certificates is made by core/ca_lazy itself, under the
+ * store's lock together with its model of the store's order.
  */
 
 #include <cerrno>
