@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <random>
 #include <thread>
 
 #include <fcntl.h>
@@ -18,6 +19,7 @@
 #include "core/ca_bundle.h"
 #include "core/ca_cache.h"
 #include "core/ca_index.h"
+#include "core/ca_lazy.h"
 #include "pki.h"
 #include "process.h"
 
@@ -278,7 +280,24 @@ CaApi linkedApi()
 	api.X509_ALGOR_it = ::X509_ALGOR_it;
 	api.X509_NAME_it = ::X509_NAME_it;
 	api.X509_EXTENSIONS_it = ::X509_EXTENSIONS_it;
+	api.X509_STORE_get1_all_certs = ::X509_STORE_get1_all_certs;
 #endif
+	api.X509_get_subject_name = ::X509_get_subject_name;
+	api.X509_get_issuer_name = ::X509_get_issuer_name;
+	api.OPENSSL_sk_delete_ptr = ::OPENSSL_sk_delete_ptr;
+	api.CRYPTO_get_ex_new_index = ::CRYPTO_get_ex_new_index;
+	api.X509_STORE_get_ex_data = ::X509_STORE_get_ex_data;
+	api.X509_STORE_set_ex_data = ::X509_STORE_set_ex_data;
+	api.X509_STORE_CTX_get0_store = ::X509_STORE_CTX_get0_store;
+	api.X509_STORE_CTX_get1_issuer = ::X509_STORE_CTX_get1_issuer;
+	api.X509_STORE_CTX_get1_certs = ::X509_STORE_CTX_get1_certs;
+	api.X509_STORE_CTX_get1_crls = ::X509_STORE_CTX_get1_crls;
+	api.X509_STORE_CTX_get_by_subject = ::X509_STORE_CTX_get_by_subject;
+	api.X509_STORE_CTX_get_obj_by_subject = ::X509_STORE_CTX_get_obj_by_subject;
+	api.OPENSSL_sk_insert = ::OPENSSL_sk_insert;
+	api.OPENSSL_sk_pop = ::OPENSSL_sk_pop;
+	api.OPENSSL_sk_is_sorted = ::OPENSSL_sk_is_sorted;
+	api.X509_CRL_get_issuer = ::X509_CRL_get_issuer;
 	return api;
 }
 
@@ -593,3 +612,151 @@ TEST(CaIndex, WhatItIsUnsureOfLoadsEagerly)
 	X509_free(first);
 	X509_free(second);
 }
+
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+namespace {
+
+/* A self-signed CA certificate named cn with key, in PEM. */
+std::string selfSigned(const char *cn, EVP_PKEY *key, long serial)
+{
+	X509 *x = X509_new();
+	X509_set_version(x, 2);
+	ASN1_INTEGER_set(X509_get_serialNumber(x), serial);
+	X509_NAME *name = X509_NAME_new();
+	X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char *>(cn),
+				   -1, -1, 0);
+	X509_set_subject_name(x, name);
+	X509_set_issuer_name(x, name);
+	X509_gmtime_adj(X509_getm_notBefore(x), 0);
+	X509_gmtime_adj(X509_getm_notAfter(x), 86400);
+	X509_set_pubkey(x, key);
+	X509_sign(x, key, EVP_sha256());
+	BIO *out = BIO_new(BIO_s_mem());
+	PEM_write_bio_X509(out, x);
+	char *data = nullptr;
+	const long n = BIO_get_mem_data(out, &data);
+	std::string pem(data, static_cast<size_t>(n));
+	BIO_free(out);
+	X509_NAME_free(name);
+	X509_free(x);
+	return pem;
+}
+
+/* The store's certificates with like's subject, as chain building is given them. */
+std::vector<std::string> certificatesNamed(X509_STORE *store, X509 *like)
+{
+	X509_STORE_CTX *ctx = X509_STORE_CTX_new();
+	X509_STORE_CTX_init(ctx, store, nullptr, nullptr);
+	STACK_OF(X509) *found = X509_STORE_CTX_get1_certs(ctx, X509_get_subject_name(like));
+	std::vector<std::string> out;
+	for (int i = 0; found && i < sk_X509_num(found); i++) {
+		unsigned char *der = nullptr;
+		const int n = i2d_X509(sk_X509_value(found, i), &der);
+		out.emplace_back(reinterpret_cast<char *>(der), static_cast<size_t>(n));
+		OPENSSL_free(der);
+	}
+	sk_X509_pop_free(found, X509_free);
+	X509_STORE_CTX_free(ctx);
+	return out;
+}
+
+} /* namespace */
+
+/*
+ * Random sequences of loads, adds, lookups and listings over twins (same subject, other
+ * key) and repeats: a store given its files through LazyStores, driven as the interposed
+ * calls drive it, answers every step as a store loaded eagerly (each certificate added in
+ * file order, as X509_load_cert_crl_file does). On 3.5 this checks the store model; on
+ * 3.0 the sorted-stack path.
+ */
+TEST(LazyStores, RandomSequencesAnswerAsEagerLoading)
+{
+	SKIP_BEFORE_OPENSSL_3();
+	const CaApi api = linkedApi();
+	LazyStores lazy;
+	if (!lazy.init(api))
+		GTEST_SKIP() << "lazy loading is for OpenSSL 3.0 and 3.5";
+	Stats stats;
+	/* Subjects A (three keys), B (two), C, D. */
+	std::vector<std::string> pems;
+	std::vector<X509 *> pool;
+	const std::vector<std::pair<const char *, int>> subjects = { { "A", 3 }, { "B", 2 }, { "C", 1 }, { "D", 1 } };
+	for (const auto &[cn, keys] : subjects) {
+		for (int k = 0; k < keys; k++) {
+			EVP_PKEY *key = EVP_EC_gen("P-256");
+			pems.push_back(selfSigned(cn, key, static_cast<long>(pems.size()) + 1));
+			EVP_PKEY_free(key);
+			BIO *in = BIO_new_mem_buf(pems.back().data(), static_cast<int>(pems.back().size()));
+			pool.push_back(PEM_read_bio_X509(in, nullptr, nullptr, nullptr));
+			BIO_free(in);
+		}
+	}
+	std::mt19937 random(13);
+	auto pick = [&](size_t n) { return static_cast<size_t>(random() % n); };
+	for (int sequence = 0; sequence < 400 && !HasFailure(); sequence++) {
+		X509_STORE *eager = X509_STORE_new();
+		X509_STORE *store = X509_STORE_new();
+		std::string trace;
+		const int steps = 2 + static_cast<int>(pick(10));
+		for (int step = 0; step < steps; step++) {
+			const size_t what = pick(4);
+			if (what == 0) {
+				std::vector<size_t> file(1 + pick(6));
+				std::string text;
+				trace += " load";
+				for (size_t &c : file) {
+					c = pick(pool.size());
+					text += pems[c];
+					trace += " " + std::to_string(c);
+				}
+				/* What X509_load_cert_crl_file does with the file: each one added, counted. */
+				int loaded = 0;
+				for (size_t c : file)
+					loaded += X509_STORE_add_cert(eager, pool[c]);
+				std::shared_ptr<const CaIndex> index = indexFile(api, stats, text);
+				ASSERT_NE(index, nullptr) << trace;
+				EXPECT_EQ(lazy.attach(store, index), loaded) << trace;
+			} else if (what == 1) {
+				const size_t c = pick(pool.size());
+				trace += " add " + std::to_string(c);
+				const int expected = X509_STORE_add_cert(eager, pool[c]);
+				int result = -1;
+				if (lazy.pending(store) && lazy.addsItself()) {
+					result = lazy.add(store, pool[c], nullptr);
+				} else if (lazy.pending(store)) {
+					lazy.beforeRead(store, X509_get_subject_name(pool[c]));
+					const int before = lazy.objectCount(store);
+					result = X509_STORE_add_cert(store, pool[c]);
+					lazy.afterAdd(store, before);
+				}
+				if (result < 0)
+					result = X509_STORE_add_cert(store, pool[c]);
+				EXPECT_EQ(result, expected) << trace;
+			} else if (what == 2) {
+				const size_t c = pick(pool.size());
+				trace += " lookup " + std::to_string(c);
+				const bool pending = lazy.pending(store);
+				if (pending)
+					lazy.beforeRead(store, X509_get_subject_name(pool[c]));
+				const std::vector<std::string> found = certificatesNamed(store, pool[c]);
+				if (pending)
+					lazy.afterLookup(store);
+				EXPECT_EQ(found, certificatesNamed(eager, pool[c])) << trace;
+			} else {
+				trace += " list";
+				if (lazy.pending(store))
+					lazy.beforeEnumeration(store);
+				EXPECT_EQ(contents(store), contents(eager)) << trace;
+			}
+			ERR_clear_error();
+		}
+		if (lazy.pending(store))
+			lazy.beforeEnumeration(store);
+		EXPECT_EQ(contents(store), contents(eager)) << trace;
+		X509_STORE_free(store);
+		X509_STORE_free(eager);
+	}
+	for (X509 *x : pool)
+		X509_free(x);
+}
+#endif
