@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include <fcntl.h>
@@ -642,6 +643,30 @@ std::string selfSigned(const char *cn, EVP_PKEY *key, long serial)
 	return pem;
 }
 
+/* A CRL issued in the name cn (signed by key: the store does not check), numbered. */
+X509_CRL *crlNamed(const char *cn, EVP_PKEY *key, long number)
+{
+	X509_CRL *crl = X509_CRL_new();
+	X509_CRL_set_version(crl, 1);
+	X509_NAME *name = X509_NAME_new();
+	X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char *>(cn),
+				   -1, -1, 0);
+	X509_CRL_set_issuer_name(crl, name);
+	ASN1_TIME *at = ASN1_TIME_set(nullptr, time(nullptr) - number);
+	X509_CRL_set1_lastUpdate(crl, at);
+	X509_CRL_sign(crl, key, EVP_sha256());
+	ASN1_TIME_free(at);
+	X509_NAME_free(name);
+	/* Decoded, as from a file: X509_CRL_match compares the digest decoding computes. */
+	unsigned char *der = nullptr;
+	const int n = i2d_X509_CRL(crl, &der);
+	X509_CRL_free(crl);
+	const unsigned char *p = der;
+	crl = d2i_X509_CRL(nullptr, &p, n);
+	OPENSSL_free(der);
+	return crl;
+}
+
 /* The store's certificates with like's subject, as chain building is given them. */
 std::vector<std::string> certificatesNamed(X509_STORE *store, X509 *like)
 {
@@ -663,8 +688,8 @@ std::vector<std::string> certificatesNamed(X509_STORE *store, X509 *like)
 } /* namespace */
 
 /*
- * Random sequences of loads, adds, lookups and listings over twins (same subject, other
- * key) and repeats: a store given its files through LazyStores, driven as the interposed
+ * Random sequences of loads, adds (certificates and CRLs), lookups and listings over twins
+ * (same subject, other key) and repeats: a store given its files through LazyStores, driven as the interposed
  * calls drive it, answers every step as a store loaded eagerly (each certificate added in
  * file order, as X509_load_cert_crl_file does). On 3.5 this checks the store model; on
  * 3.0 the sorted-stack path.
@@ -691,72 +716,117 @@ TEST(LazyStores, RandomSequencesAnswerAsEagerLoading)
 			BIO_free(in);
 		}
 	}
+	/* CRLs in the names A (two) and B, which the duplicate check meets among certificates. */
+	EVP_PKEY *crlKey = EVP_EC_gen("P-256");
+	const std::vector<X509_CRL *> crls = { crlNamed("A", crlKey, 10), crlNamed("A", crlKey, 20),
+					       crlNamed("B", crlKey, 10) };
+	EVP_PKEY_free(crlKey);
+	/*
+	 * Each script a line of steps: "load 0 3 3" (a file of those certificates), "add 2",
+	 * "crl 1", "lookup 4" (the certificates with that one's subject), "list". The fixed
+	 * ones first: what 3.5's duplicate check makes of the store's order.
+	 */
+	std::vector<std::string> scripts = {
+		"load 0 3 1 1 list",                  /* twins apart: a repeat of the second stays */
+		"add 1 load 0 3 1 add 1 list",        /* the program's twin before and after */
+		"load 5 3 0 lookup 3 load 6 1 0 list", /* a second file after a lookup sorted */
+		"crl 0 load 5 crl 1 crl 1 list",      /* CRLs apart: a lazy certificate between */
+		"load 0 crl 0 add 3 crl 0 lookup 0 crl 1 list",
+	};
 	std::mt19937 random(13);
-	auto pick = [&](size_t n) { return static_cast<size_t>(random() % n); };
-	for (int sequence = 0; sequence < 400 && !HasFailure(); sequence++) {
+	auto pick = [&](size_t n) { return std::to_string(random() % n); };
+	for (int sequence = 0; sequence < 600; sequence++) {
+		std::string script;
+		for (size_t step = 0, steps = 2 + random() % 10; step < steps; step++) {
+			switch (random() % 5) {
+			case 0:
+				script += "load";
+				for (size_t c = 0, n = 1 + random() % 6; c < n; c++)
+					script += " " + pick(pool.size());
+				script += " ";
+				break;
+			case 1:
+				script += "add " + pick(pool.size()) + " ";
+				break;
+			case 2:
+				script += "lookup " + pick(pool.size()) + " ";
+				break;
+			case 3:
+				script += "crl " + pick(crls.size()) + " ";
+				break;
+			default:
+				script += "list ";
+			}
+		}
+		scripts.push_back(script + "list");
+	}
+	for (const std::string &script : scripts) {
+		if (HasFailure())
+			break;
 		X509_STORE *eager = X509_STORE_new();
 		X509_STORE *store = X509_STORE_new();
-		std::string trace;
-		const int steps = 2 + static_cast<int>(pick(10));
-		for (int step = 0; step < steps; step++) {
-			const size_t what = pick(4);
-			if (what == 0) {
-				std::vector<size_t> file(1 + pick(6));
+		std::istringstream steps(script);
+		std::string word;
+		steps >> word;
+		while (steps) {
+			const std::string what = word;
+			std::vector<size_t> numbers;
+			while (steps >> word && std::isdigit(static_cast<unsigned char>(word[0])))
+				numbers.push_back(std::stoul(word));
+			if (what == "load") {
 				std::string text;
-				trace += " load";
-				for (size_t &c : file) {
-					c = pick(pool.size());
+				for (size_t c : numbers)
 					text += pems[c];
-					trace += " " + std::to_string(c);
-				}
 				/* What X509_load_cert_crl_file does with the file: each one added, counted. */
 				int loaded = 0;
-				for (size_t c : file)
+				for (size_t c : numbers)
 					loaded += X509_STORE_add_cert(eager, pool[c]);
 				std::shared_ptr<const CaIndex> index = indexFile(api, stats, text);
-				ASSERT_NE(index, nullptr) << trace;
-				EXPECT_EQ(lazy.attach(store, index), loaded) << trace;
-			} else if (what == 1) {
-				const size_t c = pick(pool.size());
-				trace += " add " + std::to_string(c);
-				const int expected = X509_STORE_add_cert(eager, pool[c]);
+				ASSERT_NE(index, nullptr) << script;
+				EXPECT_EQ(lazy.attach(store, index), loaded) << script;
+			} else if (what == "add" || what == "crl") {
+				X509 *x = what == "add" ? pool[numbers.at(0)] : nullptr;
+				X509_CRL *crl = x ? nullptr : crls[numbers.at(0)];
+				auto real = [&](X509_STORE *s) {
+					return x ? X509_STORE_add_cert(s, x) : X509_STORE_add_crl(s, crl);
+				};
+				/* As the interposed X509_STORE_add_cert and _crl do. */
+				const int expected = real(eager);
 				int result = -1;
 				if (lazy.pending(store) && lazy.addsItself()) {
-					result = lazy.add(store, pool[c], nullptr);
+					result = lazy.add(store, x, crl);
 				} else if (lazy.pending(store)) {
-					lazy.beforeRead(store, X509_get_subject_name(pool[c]));
+					if (x)
+						lazy.beforeRead(store, X509_get_subject_name(x));
 					const int before = lazy.objectCount(store);
-					result = X509_STORE_add_cert(store, pool[c]);
+					result = real(store);
 					lazy.afterAdd(store, before);
 				}
 				if (result < 0)
-					result = X509_STORE_add_cert(store, pool[c]);
-				EXPECT_EQ(result, expected) << trace;
-			} else if (what == 2) {
-				const size_t c = pick(pool.size());
-				trace += " lookup " + std::to_string(c);
+					result = real(store);
+				EXPECT_EQ(result, expected) << script;
+			} else if (what == "lookup") {
+				X509 *like = pool[numbers.at(0)];
 				const bool pending = lazy.pending(store);
 				if (pending)
-					lazy.beforeRead(store, X509_get_subject_name(pool[c]));
-				const std::vector<std::string> found = certificatesNamed(store, pool[c]);
+					lazy.beforeRead(store, X509_get_subject_name(like));
+				const std::vector<std::string> found = certificatesNamed(store, like);
 				if (pending)
 					lazy.afterLookup(store);
-				EXPECT_EQ(found, certificatesNamed(eager, pool[c])) << trace;
+				EXPECT_EQ(found, certificatesNamed(eager, like)) << script;
 			} else {
-				trace += " list";
 				if (lazy.pending(store))
 					lazy.beforeEnumeration(store);
-				EXPECT_EQ(contents(store), contents(eager)) << trace;
+				EXPECT_EQ(contents(store), contents(eager)) << script;
 			}
 			ERR_clear_error();
 		}
-		if (lazy.pending(store))
-			lazy.beforeEnumeration(store);
-		EXPECT_EQ(contents(store), contents(eager)) << trace;
 		X509_STORE_free(store);
 		X509_STORE_free(eager);
 	}
 	for (X509 *x : pool)
 		X509_free(x);
+	for (X509_CRL *crl : crls)
+		X509_CRL_free(crl);
 }
 #endif
