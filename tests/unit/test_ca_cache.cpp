@@ -688,13 +688,13 @@ std::vector<std::string> certificatesNamed(X509_STORE *store, X509 *like)
 } /* namespace */
 
 /*
- * Random sequences of loads, adds (certificates and CRLs), lookups and listings over twins
- * (same subject, other key) and repeats: a store given its files through LazyStores, driven as the interposed
+ * Sequences of loads, adds (certificates and CRLs), lookups and listings over twins (same
+ * subject, other key) and repeats, fixed and random: a store given its files through LazyStores, driven as the interposed
  * calls drive it, answers every step as a store loaded eagerly (each certificate added in
  * file order, as X509_load_cert_crl_file does). On 3.5 this checks the store model; on
  * 3.0 the sorted-stack path.
  */
-TEST(LazyStores, RandomSequencesAnswerAsEagerLoading)
+TEST(LazyStores, LoadsAddsLookupsAndListingsAnswerAsEagerLoading)
 {
 	SKIP_BEFORE_OPENSSL_3();
 	const CaApi api = linkedApi();
