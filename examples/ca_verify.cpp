@@ -12,6 +12,8 @@
  *   --partial           X509_V_FLAG_PARTIAL_CHAIN
  *   --no-trusted-first  clear X509_V_FLAG_TRUSTED_FIRST
  *   --enumerate-first   list the store before verifying too
+ *   --then-ca PATH      after the leaves are verified, load this file too, list the
+ *                       store and verify them again
  *   --threads T         first, T threads verify every leaf 200 times at once against the
  *                       same store; prints "threads ok N" when each result was the first's
  * Prints "load R", each queued error, per leaf "verify CODE TEXT depth D" and the chain (a
@@ -184,19 +186,34 @@ int main(int argc, char **argv)
 		std::printf("threads %s %llu\n", same == threads * 200 * leaves.size() ? "ok" : "differ",
 			    static_cast<unsigned long long>(same));
 	}
-	for (X509 *leaf : leaves) {
-		X509_STORE_CTX *ctx = X509_STORE_CTX_new();
-		const int ok = verify(leaf, ctx);
-		const int code = X509_STORE_CTX_get_error(ctx);
-		std::printf("verify %d %d %s depth %d\n", ok, code, X509_verify_cert_error_string(code),
-			    X509_STORE_CTX_get_error_depth(ctx));
-		STACK_OF(X509) *chain = X509_STORE_CTX_get0_chain(ctx);
-		for (int i = 0; i < sk_X509_num(chain); i++)
-			std::printf("  chain %s\n", describe(sk_X509_value(chain, i)).c_str());
+	auto verifyLeaves = [&] {
+		for (X509 *leaf : leaves) {
+			X509_STORE_CTX *ctx = X509_STORE_CTX_new();
+			const int ok = verify(leaf, ctx);
+			const int code = X509_STORE_CTX_get_error(ctx);
+			std::printf("verify %d %d %s depth %d\n", ok, code, X509_verify_cert_error_string(code),
+				    X509_STORE_CTX_get_error_depth(ctx));
+			STACK_OF(X509) *chain = X509_STORE_CTX_get0_chain(ctx);
+			for (int i = 0; i < sk_X509_num(chain); i++)
+				std::printf("  chain %s\n", describe(sk_X509_value(chain, i)).c_str());
+			printErrors();
+			X509_STORE_CTX_free(ctx);
+		}
+	};
+	verifyLeaves();
+	const std::string then = option(argc, argv, "--then-ca", "");
+	if (!then.empty()) {
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+		std::printf("load %d\n", X509_STORE_load_file(store, then.c_str()));
+#else
+		std::printf("load %d\n", X509_STORE_load_locations(store, then.c_str(), nullptr));
+#endif
 		printErrors();
-		X509_STORE_CTX_free(ctx);
-		X509_free(leaf);
+		printObjects(store);
+		verifyLeaves();
 	}
+	for (X509 *leaf : leaves)
+		X509_free(leaf);
 	printObjects(store);
 	sk_X509_pop_free(untrusted, X509_free);
 	X509_STORE_free(store);

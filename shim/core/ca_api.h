@@ -101,12 +101,37 @@ struct CaApi {
 	decltype(&::X509_STORE_CTX_get_by_subject) X509_STORE_CTX_get_by_subject = nullptr;
 	decltype(&::X509_STORE_CTX_get_obj_by_subject) X509_STORE_CTX_get_obj_by_subject = nullptr;
 	decltype(&::X509_STORE_get1_all_certs) X509_STORE_get1_all_certs = nullptr;
+	/* 3.3+, which the headers of the 3.0 and 1.1.1 builds do not declare. */
+	using Get1Objects = STACK_OF(X509_OBJECT) *(*)(X509_STORE *store);
+	Get1Objects X509_STORE_get1_objects = nullptr;
+
+	/* Lazy loading on 3.5, which follows the store's stack as it is (ca_store_model.h). */
+	decltype(&::OPENSSL_sk_insert) OPENSSL_sk_insert = nullptr;
+	decltype(&::OPENSSL_sk_pop) OPENSSL_sk_pop = nullptr;
+	decltype(&::OPENSSL_sk_is_sorted) OPENSSL_sk_is_sorted = nullptr;
+	decltype(&::X509_CRL_get_issuer) X509_CRL_get_issuer = nullptr;
 
 	/*
-	 * Lazy loading follows how 3.0's x509_lu.c and x509_vfy.c read a store (read, and
-	 * tested by the differential suite); on any other version files load eagerly.
+	 * Lazy loading follows how 3.0's and 3.5's x509_lu.c, x509_vfy.c and by_dir.c read a
+	 * store (read, and tested by the differential suite on both); on any other version
+	 * files load eagerly.
 	 */
-	bool lazyKnown() const noexcept { return OpenSSL_version_num() >> 20 == 0x300; }
+	bool lazyKnown() const noexcept
+	{
+		return OpenSSL_version_num() >> 20 == 0x300 || storeKeepsAddOrder();
+	}
+
+	/*
+	 * 3.5's store: X509_STORE_add_cert appends without sorting, and its duplicate check
+	 * searches an unsorted stack in order; only lookups by subject (and
+	 * X509_STORE_get1_all_certs) sort it. Lazy loading there models the whole stack.
+	 */
+	bool storeKeepsAddOrder() const noexcept { return OpenSSL_version_num() >> 20 == 0x305; }
+
+	bool hasOrderedLazy() const noexcept
+	{
+		return OPENSSL_sk_insert && OPENSSL_sk_pop && OPENSSL_sk_is_sorted && X509_CRL_get_issuer;
+	}
 
 	bool hasLazy() const noexcept
 	{

@@ -359,6 +359,14 @@ std::shared_ptr<CaIndex> indexFile(const CaApi &api, Stats &stats, const std::st
 	std::stable_sort(index->bySubject_.begin(), index->bySubject_.end(), [&](int a, int b) {
 		return api.X509_NAME_cmp(index->entries_[a]->subject, index->entries_[b]->subject) < 0;
 	});
+	index->subjectRank_.resize(static_cast<std::size_t>(count));
+	for (int i = 0; i < count; i++) {
+		const int position = index->bySubject_[i];
+		if (i == 0 || api.X509_NAME_cmp(index->entries_[index->bySubject_[i - 1]]->subject,
+						index->entries_[position]->subject) != 0)
+			index->firstWithSubject_.push_back(position);
+		index->subjectRank_[position] = static_cast<int>(index->firstWithSubject_.size()) - 1;
+	}
 	/*
 	 * Loading compares certificates that share a subject; one whose extensions do not
 	 * decode then leaves an error on the queue at load time, which a lazy load cannot.

@@ -30,6 +30,15 @@ public:
 	/* File positions of the certificates whose subject equals name, in file order. */
 	std::vector<int> withSubject(const X509_NAME *name) const;
 	const X509_NAME *subject(int position) const noexcept { return entries_[position]->subject; }
+	/* The certificate's bytes: equal bytes are what X509_cmp calls the same certificate. */
+	const std::string &der(int position) const noexcept { return entries_[position]->der; }
+	/* The distinct subjects in X509_NAME_cmp order, and which one a certificate has. */
+	int subjectCount() const noexcept { return static_cast<int>(firstWithSubject_.size()); }
+	const X509_NAME *distinctSubject(int rank) const noexcept
+	{
+		return entries_[firstWithSubject_[rank]]->subject;
+	}
+	int subjectRank(int position) const noexcept { return subjectRank_[position]; }
 
 	/*
 	 * The certificate at position, parsed on first use; null if memory ran out. A
@@ -56,6 +65,8 @@ private:
 	Stats &stats_;
 	std::vector<std::unique_ptr<Entry>> entries_;
 	std::vector<int> bySubject_; /* positions, sorted by X509_NAME_cmp, then file order */
+	std::vector<int> firstWithSubject_; /* per distinct subject, in order: a position */
+	std::vector<int> subjectRank_;      /* per position: its subject's rank */
 	mutable std::atomic<int> parsedCount_{ 0 };
 };
 

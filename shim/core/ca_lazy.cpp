@@ -3,6 +3,8 @@
 #include <atomic>
 #include <vector>
 
+#include "ca_store_model.h"
+
 namespace tlstune {
 
 namespace {
@@ -55,11 +57,17 @@ struct LazyStores::State {
 	 * would have given. A file in files, or -1.
 	 */
 	int lastLoaded = -1;
+
+	/* 3.5: the store's stack with its lazy certificates, while it has some. */
+	std::unique_ptr<StoreModel> model;
 };
 
 bool LazyStores::init(const CaApi &api) noexcept
 {
-	if (!api.hasLazy() || !api.storeSortsOnLookup() || !api.lazyKnown())
+	if (!api.hasLazy() || !api.lazyKnown())
+		return false;
+	ordered_ = api.storeKeepsAddOrder();
+	if (ordered_ ? !api.hasOrderedLazy() : !api.storeSortsOnLookup())
 		return false;
 	api_ = &api;
 	slot_ = api.CRYPTO_get_ex_new_index(
@@ -135,6 +143,21 @@ int LazyStores::attach(X509_STORE *store, const std::shared_ptr<const CaIndex> &
 		if (!ok)
 			delete s;
 	}
+	if (ok && ordered_) {
+		STACK_OF(X509_OBJECT) *objects = api_->X509_STORE_get0_objects(store);
+		if (!s->model) {
+			s->model.reset(new (std::nothrow) StoreModel(*api_));
+			if (!s->model || !s->model->import(objects)) {
+				s->model.reset();
+				settle(s);
+				return -1;
+			}
+		}
+		/* A load that ran out of memory half way leaves what it added, as OpenSSL's does. */
+		ok = s->model->load(objects, index);
+		settle(s);
+		return ok ? index->count() : 0;
+	}
 	if (ok) {
 		s->files.push_back({ index, std::vector<bool>(static_cast<std::size_t>(index->count())) });
 		/* Loading looks the store up for every certificate it adds: then appends the last. */
@@ -154,6 +177,11 @@ void LazyStores::beforeRead(X509_STORE *store, const X509_NAME *subject) const n
 	if (!s)
 		return;
 	STACK_OF(X509_OBJECT) *objects = api_->X509_STORE_get0_objects(store);
+	if (ordered_) {
+		s->model->beforeLookup(objects, subject);
+		settle(s);
+		return;
+	}
 	bool failed = false;
 	for (State::File &file : s->files) {
 		for (int position : file.index->withSubject(subject)) {
@@ -171,8 +199,34 @@ void LazyStores::afterLookup(X509_STORE *store) const noexcept
 	State *s = unfilled(store);
 	if (!s)
 		return;
+	if (ordered_) {
+		s->model->sync(api_->X509_STORE_get0_objects(store));
+		return;
+	}
 	s->unsortedLast = nullptr;
 	s->lastLoaded = -1;
+}
+
+int LazyStores::add(X509_STORE *store, X509 *x, X509_CRL *crl) const noexcept
+{
+	StoreLock lock(*api_, store);
+	State *s = unfilled(store);
+	if (!s || !ordered_)
+		return -1;
+	const int result = s->model->add(api_->X509_STORE_get0_objects(store), x, crl);
+	settle(s);
+	return result;
+}
+
+void LazyStores::settle(State *s) const noexcept
+{
+	/* Everything in the store: it is what eager loading leaves, and needs no model. */
+	if (s->model && !s->model->pending()) {
+		s->model.reset();
+		s->complete.store(true, std::memory_order_release);
+	} else {
+		s->complete.store(!s->model, std::memory_order_release);
+	}
 }
 
 int LazyStores::objectCount(X509_STORE *store) const noexcept
@@ -206,6 +260,11 @@ void LazyStores::beforeEnumeration(X509_STORE *store) const noexcept
 	if (!s)
 		return;
 	STACK_OF(X509_OBJECT) *objects = api_->X509_STORE_get0_objects(store);
+	if (ordered_) {
+		s->model->fillAll(objects);
+		settle(s);
+		return;
+	}
 	bool failed = false;
 	X509_OBJECT *last = s->unsortedLast;
 	for (std::size_t f = 0; f < s->files.size(); f++) {

@@ -15,9 +15,14 @@ namespace tlstune {
  * same duplicate check loading does; before anything enumerates the store, all of them,
  * and the store's objects are put in the order loading would have left. OpenSSL only
  * reads a store by subject through the functions interposed for this (x509_lu.c,
- * x509_vfy.c in 3.0), so every lookup then finds what an eager load would have put
- * there. Only for 3.0, whose store is one stack sorted on lookup; elsewhere files load
- * eagerly.
+ * x509_vfy.c, by_dir.c in 3.0 and 3.5), so every lookup then finds what an eager load
+ * would have put there.
+ *
+ * 3.0 sorts the stack at every search, adds included: the lazy certificates of a subject
+ * go in before it is read, and the order is mended at enumeration. 3.5 keeps the stack
+ * in the order objects were added and sorts only at lookups: there a StoreModel follows
+ * the whole stack, and adds to a store with lazy certificates are made by it, as 3.5's
+ * x509_store_add makes them. Other versions load files eagerly.
  *
  * Every function takes the store's lock itself: call none with it held.
  */
@@ -33,9 +38,13 @@ public:
 	void beforeRead(X509_STORE *store, const X509_NAME *subject) const noexcept;
 	/* After a call that looked the store up (and so sorted it). */
 	void afterLookup(X509_STORE *store) const noexcept;
-	/* Around X509_STORE_add_cert/_crl: before is the store's object count before it. */
+	/* Around X509_STORE_add_cert/_crl on 3.0: before is the store's object count before it. */
 	int objectCount(X509_STORE *store) const noexcept;
 	void afterAdd(X509_STORE *store, int before) const noexcept;
+	/* 3.5: the store's adds are made here (add), not by OpenSSL. */
+	bool addsItself() const noexcept { return ordered_; }
+	/* X509_STORE_add_cert or _crl (the other null): what it returns, -1 to call OpenSSL's. */
+	int add(X509_STORE *store, X509 *x, X509_CRL *crl) const noexcept;
 	/* Every lazy certificate in the store, in the order loading would have left them. */
 	void beforeEnumeration(X509_STORE *store) const noexcept;
 
@@ -47,9 +56,12 @@ private:
 	State *state(X509_STORE *store) const noexcept;
 	/* The store's state while some of its lazy certificates are not in it; the store's lock held. */
 	State *unfilled(X509_STORE *store) const noexcept;
+	/* 3.5: drops the model once every certificate is in the store. */
+	void settle(State *s) const noexcept;
 
 	const CaApi *api_ = nullptr;
 	int slot_ = -1;
+	bool ordered_ = false; /* 3.5: a StoreModel per store */
 };
 
 } /* namespace tlstune */

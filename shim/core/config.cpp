@@ -52,7 +52,7 @@ const Option kOptions[] = {
 	  Kind::Duration, nullptr, nullptr, nullptr, &Config::caCacheTtl },
 	{ { "TLSTUNE_CA_LAZY", "1/true/yes/on or 0/false/no/off", "on",
 	    "Index a CA file on its first load instead of parsing it, and parse a certificate "
-	    "when a store first needs its subject (OpenSSL 3.0; other versions load eagerly)." },
+	    "when a store first needs its subject (OpenSSL 3.0 and 3.5; other versions load eagerly)." },
 	  Kind::Bool, &Config::caLazy, nullptr, nullptr, nullptr },
 	{ { "TLSTUNE_COALESCE", "records, syscalls or off; 1/true/yes/on mean syscalls, 0/false/no/off off",
 	    "syscalls",

@@ -10,7 +10,9 @@
  * store readers below (chain building's issuer and certificate lookups, adds, enumeration)
  * first let core/ca_lazy put in what an eager load would have, then call OpenSSL. libcrypto
  * calls them through its PLT or through pointers it took (X509_STORE_CTX_init), so its
- * own verification comes through here too.
+ * own verification comes through here too (read in 3.0's and 3.5's libcrypto). On 3.5
+ * an add to a store with lazy certificates is made by core/ca_lazy itself, under the
+ * store's lock together with its model of the store's order.
  */
 
 #include <cerrno>
@@ -122,12 +124,17 @@ auto lookedUp(X509_STORE *store, const X509_NAME *subject, Call call)
 }
 
 template <typename Call>
-int added(X509_STORE *store, const X509_NAME *subject, Call call)
+int added(X509_STORE *store, X509 *x, X509_CRL *crl, const X509_NAME *subject, Call call)
 {
 	const LazyStores *lazy = lazyFor(store);
 	if (!lazy)
 		return call(crypto().api);
 	const int savedErrno = errno;
+	if (lazy->addsItself()) {
+		const int result = lazy->add(store, x, crl);
+		errno = savedErrno;
+		return result >= 0 ? result : call(crypto().api);
+	}
 	if (subject)
 		lazy->beforeRead(store, subject);
 	const int before = lazy->objectCount(store);
@@ -156,14 +163,14 @@ TLSTUNE_EXPORT int X509_STORE_add_cert(X509_STORE *store, X509 *x)
 {
 	const CaApi &api = crypto().api;
 	const X509_NAME *subject = x && api.X509_get_subject_name ? api.X509_get_subject_name(x) : nullptr;
-	return added(store, subject, [&](const CaApi &real) {
+	return added(store, x, nullptr, subject, [&](const CaApi &real) {
 		return real.X509_STORE_add_cert ? real.X509_STORE_add_cert(store, x) : 0;
 	});
 }
 
 TLSTUNE_EXPORT int X509_STORE_add_crl(X509_STORE *store, X509_CRL *crl)
 {
-	return added(store, nullptr, [&](const CaApi &real) {
+	return added(store, nullptr, crl, nullptr, [&](const CaApi &real) {
 		return real.X509_STORE_add_crl ? real.X509_STORE_add_crl(store, crl) : 0;
 	});
 }
@@ -219,6 +226,14 @@ TLSTUNE_EXPORT STACK_OF(X509_OBJECT) *X509_STORE_get0_objects(CONST_30 X509_STOR
 	X509_STORE *mutableStore = const_cast<X509_STORE *>(store);
 	return enumerated(mutableStore, [&](const CaApi &real) -> STACK_OF(X509_OBJECT) * {
 		return real.X509_STORE_get0_objects ? real.X509_STORE_get0_objects(mutableStore) : nullptr;
+	});
+}
+
+/* 3.3+ (python 3.13 lists a store with it); absent from the 3.0 headers, so declared here. */
+TLSTUNE_EXPORT STACK_OF(X509_OBJECT) *X509_STORE_get1_objects(X509_STORE *store)
+{
+	return enumerated(store, [&](const CaApi &real) -> STACK_OF(X509_OBJECT) * {
+		return real.X509_STORE_get1_objects ? real.X509_STORE_get1_objects(store) : nullptr;
 	});
 }
 

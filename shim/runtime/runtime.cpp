@@ -185,7 +185,7 @@ Crypto *buildCrypto() noexcept
 	instance.lazyLoading = instance.caching && config.caLazy && instance.lazy.init(instance.api);
 	if (instance.caching && config.caLazy && !instance.lazyLoading)
 		logLine(LogLevel::Info, "TLSTUNE_CA_LAZY: this libcrypto is not one lazy loading knows "
-			"(OpenSSL 3.0): CA files load eagerly");
+			"(OpenSSL 3.0 and 3.5): CA files load eagerly");
 	if (found && !instance.api.complete())
 		logLine(LogLevel::Warn, "this libcrypto lacks functions the CA cache needs: CA cache off");
 	return &instance;

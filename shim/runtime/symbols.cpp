@@ -243,6 +243,11 @@ bool resolveCrypto(CaApi *api) noexcept
 	RESOLVE(X509_STORE_CTX_get_by_subject);
 	RESOLVE(X509_STORE_CTX_get_obj_by_subject);
 	RESOLVE(X509_STORE_get1_all_certs);
+	RESOLVE(X509_STORE_get1_objects);
+	RESOLVE(OPENSSL_sk_insert);
+	RESOLVE(OPENSSL_sk_pop);
+	RESOLVE(OPENSSL_sk_is_sorted);
+	RESOLVE(X509_CRL_get_issuer);
 	return true;
 }
 

@@ -3,7 +3,9 @@
   ca_pki.py DIR
 
 Each case is a CA file (CASE.pem), maybe certificates the program adds (CASE.add*.pem),
-untrusted certificates sent with the leaf (CASE.untrusted.pem) and leaves (CASE.leaf*.pem).
+untrusted certificates sent with the leaf (CASE.untrusted.pem), leaves (CASE.leaf*.pem)
+and a second CA file loaded after the leaves are verified, then listed, and the leaves
+verified again (CASE.then.pem).
 DIR/cases lists one case a line: NAME FLAGS, FLAGS a comma list of partial, no-trusted-first,
 add-before (the program adds its certificates before loading the file), or "-".
 """
@@ -187,6 +189,29 @@ def main(out):
     write("order-repeat", ".pem", pem(twin2, old, root, new, old))
     write("order-repeat", ".leaf1.pem", pem(leaf("leaf of twin 2", "Twin Root", k2)))
     cases.append("order-repeat -")
+
+    # 3.5 looks for a duplicate only in the first run of same-subject objects, in the
+    # store's order (load order until a lookup sorts it): twins apart in the file keep a
+    # repeat of the second, and what a later add or file meets depends on that order.
+    write("twins-apart", ".pem", pem(twin1, root, twin2, twin2))
+    write("twins-apart", ".leaf1.pem", pem(leaf("leaf of twin 2", "Twin Root", k2)))
+    write("twins-apart", ".leaf2.pem", pem(leaf("leaf of twin 1", "Twin Root", k1)))
+    cases.append("twins-apart -")
+    write("added-apart", ".pem", pem(twin1, root, twin2))
+    write("added-apart", ".add1.pem", pem(twin2))
+    write("added-apart", ".leaf1.pem", pem(leaf("leaf of twin 2", "Twin Root", k2)))
+    cases.append("added-apart -")
+    cases.append("added-apart add-before")
+    # A second file loaded after a verification sorted the store (CASE.then.pem).
+    write("then-load", ".pem", pem(twin2, old, root, new))
+    write("then-load", ".leaf1.pem", pem(mid_leaf))
+    write("then-load", ".leaf2.pem", pem(leaf("leaf of twin 1", "Twin Root", k1)))
+    write("then-load", ".then.pem", pem(twin1, root, twin2, twin2, new, twin1))
+    cases.append("then-load -")
+    write("then-new", ".pem", pem(root))
+    write("then-new", ".leaf1.pem", pem(mid_leaf))
+    write("then-new", ".then.pem", pem(twin2, old, new))
+    cases.append("then-new -")
 
     # Malformed in a way only a full decoder sees: an OID with a 0x80 lead byte (loading
     # fails), and a version of 5 (3.0 takes it). Plus the valid root before it.

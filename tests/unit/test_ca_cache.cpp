@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <random>
+#include <sstream>
 #include <thread>
 
 #include <fcntl.h>
@@ -18,6 +20,7 @@
 #include "core/ca_bundle.h"
 #include "core/ca_cache.h"
 #include "core/ca_index.h"
+#include "core/ca_lazy.h"
 #include "pki.h"
 #include "process.h"
 
@@ -278,7 +281,24 @@ CaApi linkedApi()
 	api.X509_ALGOR_it = ::X509_ALGOR_it;
 	api.X509_NAME_it = ::X509_NAME_it;
 	api.X509_EXTENSIONS_it = ::X509_EXTENSIONS_it;
+	api.X509_STORE_get1_all_certs = ::X509_STORE_get1_all_certs;
 #endif
+	api.X509_get_subject_name = ::X509_get_subject_name;
+	api.X509_get_issuer_name = ::X509_get_issuer_name;
+	api.OPENSSL_sk_delete_ptr = ::OPENSSL_sk_delete_ptr;
+	api.CRYPTO_get_ex_new_index = ::CRYPTO_get_ex_new_index;
+	api.X509_STORE_get_ex_data = ::X509_STORE_get_ex_data;
+	api.X509_STORE_set_ex_data = ::X509_STORE_set_ex_data;
+	api.X509_STORE_CTX_get0_store = ::X509_STORE_CTX_get0_store;
+	api.X509_STORE_CTX_get1_issuer = ::X509_STORE_CTX_get1_issuer;
+	api.X509_STORE_CTX_get1_certs = ::X509_STORE_CTX_get1_certs;
+	api.X509_STORE_CTX_get1_crls = ::X509_STORE_CTX_get1_crls;
+	api.X509_STORE_CTX_get_by_subject = ::X509_STORE_CTX_get_by_subject;
+	api.X509_STORE_CTX_get_obj_by_subject = ::X509_STORE_CTX_get_obj_by_subject;
+	api.OPENSSL_sk_insert = ::OPENSSL_sk_insert;
+	api.OPENSSL_sk_pop = ::OPENSSL_sk_pop;
+	api.OPENSSL_sk_is_sorted = ::OPENSSL_sk_is_sorted;
+	api.X509_CRL_get_issuer = ::X509_CRL_get_issuer;
 	return api;
 }
 
@@ -593,3 +613,220 @@ TEST(CaIndex, WhatItIsUnsureOfLoadsEagerly)
 	X509_free(first);
 	X509_free(second);
 }
+
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+namespace {
+
+/* A self-signed CA certificate named cn with key, in PEM. */
+std::string selfSigned(const char *cn, EVP_PKEY *key, long serial)
+{
+	X509 *x = X509_new();
+	X509_set_version(x, 2);
+	ASN1_INTEGER_set(X509_get_serialNumber(x), serial);
+	X509_NAME *name = X509_NAME_new();
+	X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char *>(cn),
+				   -1, -1, 0);
+	X509_set_subject_name(x, name);
+	X509_set_issuer_name(x, name);
+	X509_gmtime_adj(X509_getm_notBefore(x), 0);
+	X509_gmtime_adj(X509_getm_notAfter(x), 86400);
+	X509_set_pubkey(x, key);
+	X509_sign(x, key, EVP_sha256());
+	BIO *out = BIO_new(BIO_s_mem());
+	PEM_write_bio_X509(out, x);
+	char *data = nullptr;
+	const long n = BIO_get_mem_data(out, &data);
+	std::string pem(data, static_cast<size_t>(n));
+	BIO_free(out);
+	X509_NAME_free(name);
+	X509_free(x);
+	return pem;
+}
+
+/* A CRL issued in the name cn (signed by key: the store does not check), numbered. */
+X509_CRL *crlNamed(const char *cn, EVP_PKEY *key, long number)
+{
+	X509_CRL *crl = X509_CRL_new();
+	X509_CRL_set_version(crl, 1);
+	X509_NAME *name = X509_NAME_new();
+	X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char *>(cn),
+				   -1, -1, 0);
+	X509_CRL_set_issuer_name(crl, name);
+	ASN1_TIME *at = ASN1_TIME_set(nullptr, time(nullptr) - number);
+	X509_CRL_set1_lastUpdate(crl, at);
+	X509_CRL_sign(crl, key, EVP_sha256());
+	ASN1_TIME_free(at);
+	X509_NAME_free(name);
+	/* Decoded, as from a file: X509_CRL_match compares the digest decoding computes. */
+	unsigned char *der = nullptr;
+	const int n = i2d_X509_CRL(crl, &der);
+	X509_CRL_free(crl);
+	const unsigned char *p = der;
+	crl = d2i_X509_CRL(nullptr, &p, n);
+	OPENSSL_free(der);
+	return crl;
+}
+
+/* The store's certificates with like's subject, as chain building is given them. */
+std::vector<std::string> certificatesNamed(X509_STORE *store, X509 *like)
+{
+	X509_STORE_CTX *ctx = X509_STORE_CTX_new();
+	X509_STORE_CTX_init(ctx, store, nullptr, nullptr);
+	STACK_OF(X509) *found = X509_STORE_CTX_get1_certs(ctx, X509_get_subject_name(like));
+	std::vector<std::string> out;
+	for (int i = 0; found && i < sk_X509_num(found); i++) {
+		unsigned char *der = nullptr;
+		const int n = i2d_X509(sk_X509_value(found, i), &der);
+		out.emplace_back(reinterpret_cast<char *>(der), static_cast<size_t>(n));
+		OPENSSL_free(der);
+	}
+	sk_X509_pop_free(found, X509_free);
+	X509_STORE_CTX_free(ctx);
+	return out;
+}
+
+} /* namespace */
+
+/*
+ * Sequences of loads, adds (certificates and CRLs), lookups and listings over twins (same
+ * subject, other key) and repeats, fixed and random: a store given its files through LazyStores, driven as the interposed
+ * calls drive it, answers every step as a store loaded eagerly (each certificate added in
+ * file order, as X509_load_cert_crl_file does). On 3.5 this checks the store model; on
+ * 3.0 the sorted-stack path.
+ */
+TEST(LazyStores, LoadsAddsLookupsAndListingsAnswerAsEagerLoading)
+{
+	SKIP_BEFORE_OPENSSL_3();
+	const CaApi api = linkedApi();
+	LazyStores lazy;
+	if (!lazy.init(api))
+		GTEST_SKIP() << "lazy loading is for OpenSSL 3.0 and 3.5";
+	Stats stats;
+	/* Subjects A (three keys), B (two), C, D. */
+	std::vector<std::string> pems;
+	std::vector<X509 *> pool;
+	const std::vector<std::pair<const char *, int>> subjects = { { "A", 3 }, { "B", 2 }, { "C", 1 }, { "D", 1 } };
+	for (const auto &[cn, keys] : subjects) {
+		for (int k = 0; k < keys; k++) {
+			EVP_PKEY *key = EVP_EC_gen("P-256");
+			pems.push_back(selfSigned(cn, key, static_cast<long>(pems.size()) + 1));
+			EVP_PKEY_free(key);
+			BIO *in = BIO_new_mem_buf(pems.back().data(), static_cast<int>(pems.back().size()));
+			pool.push_back(PEM_read_bio_X509(in, nullptr, nullptr, nullptr));
+			BIO_free(in);
+		}
+	}
+	/* CRLs in the names A (two) and B, which the duplicate check meets among certificates. */
+	EVP_PKEY *crlKey = EVP_EC_gen("P-256");
+	const std::vector<X509_CRL *> crls = { crlNamed("A", crlKey, 10), crlNamed("A", crlKey, 20),
+					       crlNamed("B", crlKey, 10) };
+	EVP_PKEY_free(crlKey);
+	/*
+	 * Each script a line of steps: "load 0 3 3" (a file of those certificates), "add 2",
+	 * "crl 1", "lookup 4" (the certificates with that one's subject), "list". The fixed
+	 * ones first: what 3.5's duplicate check makes of the store's order.
+	 */
+	std::vector<std::string> scripts = {
+		"load 0 3 1 1 list",                  /* twins apart: a repeat of the second stays */
+		"add 1 load 0 3 1 add 1 list",        /* the program's twin before and after */
+		"load 5 3 0 lookup 3 load 6 1 0 list", /* a second file after a lookup sorted */
+		"crl 0 load 5 crl 1 crl 1 list",      /* CRLs apart: a lazy certificate between */
+		"load 0 crl 0 add 3 crl 0 lookup 0 crl 1 list",
+	};
+	std::mt19937 random(13);
+	auto pick = [&](size_t n) { return std::to_string(random() % n); };
+	for (int sequence = 0; sequence < 600; sequence++) {
+		std::string script;
+		for (size_t step = 0, steps = 2 + random() % 10; step < steps; step++) {
+			switch (random() % 5) {
+			case 0:
+				script += "load";
+				for (size_t c = 0, n = 1 + random() % 6; c < n; c++)
+					script += " " + pick(pool.size());
+				script += " ";
+				break;
+			case 1:
+				script += "add " + pick(pool.size()) + " ";
+				break;
+			case 2:
+				script += "lookup " + pick(pool.size()) + " ";
+				break;
+			case 3:
+				script += "crl " + pick(crls.size()) + " ";
+				break;
+			default:
+				script += "list ";
+			}
+		}
+		scripts.push_back(script + "list");
+	}
+	for (const std::string &script : scripts) {
+		if (HasFailure())
+			break;
+		X509_STORE *eager = X509_STORE_new();
+		X509_STORE *store = X509_STORE_new();
+		std::istringstream steps(script);
+		std::string word;
+		steps >> word;
+		while (steps) {
+			const std::string what = word;
+			std::vector<size_t> numbers;
+			while (steps >> word && std::isdigit(static_cast<unsigned char>(word[0])))
+				numbers.push_back(std::stoul(word));
+			if (what == "load") {
+				std::string text;
+				for (size_t c : numbers)
+					text += pems[c];
+				/* What X509_load_cert_crl_file does with the file: each one added, counted. */
+				int loaded = 0;
+				for (size_t c : numbers)
+					loaded += X509_STORE_add_cert(eager, pool[c]);
+				std::shared_ptr<const CaIndex> index = indexFile(api, stats, text);
+				ASSERT_NE(index, nullptr) << script;
+				EXPECT_EQ(lazy.attach(store, index), loaded) << script;
+			} else if (what == "add" || what == "crl") {
+				X509 *x = what == "add" ? pool[numbers.at(0)] : nullptr;
+				X509_CRL *crl = x ? nullptr : crls[numbers.at(0)];
+				auto real = [&](X509_STORE *s) {
+					return x ? X509_STORE_add_cert(s, x) : X509_STORE_add_crl(s, crl);
+				};
+				/* As the interposed X509_STORE_add_cert and _crl do. */
+				const int expected = real(eager);
+				int result = -1;
+				if (lazy.pending(store) && lazy.addsItself()) {
+					result = lazy.add(store, x, crl);
+				} else if (lazy.pending(store)) {
+					if (x)
+						lazy.beforeRead(store, X509_get_subject_name(x));
+					const int before = lazy.objectCount(store);
+					result = real(store);
+					lazy.afterAdd(store, before);
+				}
+				if (result < 0)
+					result = real(store);
+				EXPECT_EQ(result, expected) << script;
+			} else if (what == "lookup") {
+				X509 *like = pool[numbers.at(0)];
+				const bool pending = lazy.pending(store);
+				if (pending)
+					lazy.beforeRead(store, X509_get_subject_name(like));
+				const std::vector<std::string> found = certificatesNamed(store, like);
+				if (pending)
+					lazy.afterLookup(store);
+				EXPECT_EQ(found, certificatesNamed(eager, like)) << script;
+			} else {
+				if (lazy.pending(store))
+					lazy.beforeEnumeration(store);
+				EXPECT_EQ(contents(store), contents(eager)) << script;
+			}
+			ERR_clear_error();
+		}
+		X509_STORE_free(store);
+		X509_STORE_free(eager);
+	}
+	for (X509 *x : pool)
+		X509_free(x);
+	for (X509_CRL *crl : crls)
+		X509_CRL_free(crl);
+}
+#endif
