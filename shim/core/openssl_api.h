@@ -29,6 +29,7 @@ struct OpenSslApi {
 	decltype(&::SSL_shutdown) SSL_shutdown = nullptr;
 	decltype(&::SSL_set_fd) SSL_set_fd = nullptr;
 	decltype(&::SSL_set_rfd) SSL_set_rfd = nullptr;
+	decltype(&::SSL_set_wfd) SSL_set_wfd = nullptr;
 	decltype(&::SSL_set_bio) SSL_set_bio = nullptr;
 	decltype(&::SSL_set0_rbio) SSL_set0_rbio = nullptr;
 	decltype(&::SSL_free) SSL_free = nullptr;
@@ -90,9 +91,9 @@ struct OpenSslApi {
 
 	bool hasRecordPath() const noexcept
 	{
-		return hasWritePath() && SSL_free && SSL_get_error && SSL_write_ex && SSL_version &&
-		       SSL_is_init_finished && SSL_renegotiate_pending && SSL_get_key_update_type &&
-		       SSL_get_shutdown;
+		return hasWritePath() && SSL_free && SSL_get_error && SSL_write_ex && SSL_want &&
+		       SSL_version && SSL_is_init_finished && SSL_renegotiate_pending &&
+		       SSL_get_key_update_type && SSL_get_shutdown;
 	}
 
 	bool hasWritePath() const noexcept

@@ -127,6 +127,22 @@ TLSTUNE_EXPORT void SSL_set_bio(SSL *s, BIO *rbio, BIO *wbio)
 	rebindConnection(s);
 }
 
+/* Another thread never encrypts into a write BIO the program is replacing. */
+TLSTUNE_EXPORT int SSL_set_wfd(SSL *s, int fd)
+{
+	return settingFd(openssl().api.SSL_set_wfd, s, fd);
+}
+
+TLSTUNE_EXPORT void SSL_set0_wbio(SSL *s, BIO *wbio)
+{
+	const OpenSslApi &api = openssl().api;
+	if (!api.SSL_set0_wbio)
+		return;
+	flushWrites(s);
+	HeldCall call(s, HeldPlaintext::Entering::Keep);
+	api.SSL_set0_wbio(s, wbio);
+}
+
 TLSTUNE_EXPORT void SSL_set0_rbio(SSL *s, BIO *rbio)
 {
 	const OpenSslApi &api = openssl().api;

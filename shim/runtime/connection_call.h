@@ -232,11 +232,16 @@ inline bool holdWrite(SSL *ssl, const void *data, size_t length) noexcept
 	if (!writes || writes->fd() < 0 || writes->stalled() || writes->error())
 		return false;
 	const int version = o.api.SSL_version(ssl);
+	/*
+	 * SSL_WRITING: the program retries a write that returned WANT_WRITE, and OpenSSL holds
+	 * the rest of its record: the retry must reach OpenSSL (a held copy would be written
+	 * twice, or fail as a "bad write retry").
+	 */
 	if ((version != TLS1_2_VERSION && version != TLS1_3_VERSION) ||
 	    o.api.SSL_is_init_finished(ssl) != 1 || o.api.SSL_renegotiate_pending(ssl) ||
 	    /* A key update goes out with the write that finds it pending, in the program's call. */
 	    o.api.SSL_get_key_update_type(ssl) != SSL_KEY_UPDATE_NONE ||
-	    (o.api.SSL_get_shutdown(ssl) & SSL_SENT_SHUTDOWN))
+	    (o.api.SSL_get_shutdown(ssl) & SSL_SENT_SHUTDOWN) || o.api.SSL_want(ssl) == SSL_WRITING)
 		return false;
 	HeldPlaintext *held = p.held.attach(ssl, encryptHeld, &o.api.errors);
 	if (!held)

@@ -131,6 +131,7 @@ bool resolveOpenSsl(OpenSslApi *api) noexcept
 	RESOLVE(SSL_shutdown);
 	RESOLVE(SSL_set_fd);
 	RESOLVE(SSL_set_rfd);
+	RESOLVE(SSL_set_wfd);
 	RESOLVE(SSL_set_bio);
 	RESOLVE(SSL_set0_rbio);
 	RESOLVE(SSL_free);
