@@ -14,6 +14,10 @@
  *                 the program's own lock (the pattern OpenSSL permits), against
  *                 tls_server --echo: 5000 short lines written, all read back. Prints
  *                 "echoed N sha256 H"
+ *   queries       TLS 1.2: a writer thread writes 2000 short lines, another asks SSL_pending,
+ *                 SSL_has_pending, SSL_get_shutdown and SSL_want meanwhile, both under the
+ *                 program's lock, against tls_server --sink: while the shim encrypts held
+ *                 lines from its own thread. Prints "wrote N lines"
  *   reset         TLS 1.2, against tls_server --sink --reset-after 100: 100 lines, a wait
  *                 for the reset, then lines until a write fails (SIGPIPE ignored); prints
  *                 that write's SSL_get_error and OpenSSL's error queue after it
@@ -22,6 +26,7 @@
  *                 there; prints what each returned and the error queue after them
  */
 
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -176,6 +181,48 @@ int lockedCase(const char *port)
 	return 0;
 }
 
+SSL *connectTls12(const char *port, int *fd)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	SSL_CTX_set_max_proto_version(ctx, TLS1_2_VERSION);
+	*fd = connectTo("127.0.0.1", port);
+	SSL *ssl = SSL_new(ctx);
+	SSL_set_fd(ssl, *fd);
+	if (SSL_connect(ssl) != 1)
+		fail("SSL_connect");
+	return ssl;
+}
+
+int queriesCase(const char *port)
+{
+	int fd = -1;
+	SSL *ssl = connectTls12(port, &fd);
+	std::mutex lock;
+	std::atomic<bool> done{ false };
+	std::thread asking([&] {
+		int answers = 0;
+		while (!done.load()) {
+			std::lock_guard<std::mutex> held(lock);
+			answers += SSL_pending(ssl) + SSL_has_pending(ssl) + SSL_get_shutdown(ssl) +
+				   (SSL_want(ssl) == SSL_NOTHING);
+		}
+		if (answers < 0)
+			fail("answers");
+	});
+	int written = 0;
+	for (int i = 0; i < 2000; i++) {
+		const std::string text = line(i);
+		std::lock_guard<std::mutex> held(lock);
+		written += SSL_write(ssl, text.data(), static_cast<int>(text.size())) > 0;
+	}
+	done.store(true);
+	asking.join();
+	SSL_shutdown(ssl);
+	std::printf("wrote %d lines\n", written);
+	finish(ssl, fd);
+	return 0;
+}
+
 /* OpenSSL's error queue, oldest first, as a program reports it; emptied. */
 void printErrors(const char *when)
 {
@@ -213,18 +260,6 @@ void writeUntilTheResetShows(SSL *ssl, int fd)
 		return;
 	}
 	std::printf("no write failed\n");
-}
-
-SSL *connectTls12(const char *port, int *fd)
-{
-	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-	SSL_CTX_set_max_proto_version(ctx, TLS1_2_VERSION);
-	*fd = connectTo("127.0.0.1", port);
-	SSL *ssl = SSL_new(ctx);
-	SSL_set_fd(ssl, *fd);
-	if (SSL_connect(ssl) != 1)
-		fail("SSL_connect");
-	return ssl;
 }
 
 int resetCase(const char *port)
@@ -277,6 +312,8 @@ int main(int argc, char **argv)
 		return closeNotifyCase(argv[1]);
 	if (how == "locked")
 		return lockedCase(argv[1]);
+	if (how == "queries")
+		return queriesCase(argv[1]);
 	if (how == "reset")
 		return resetCase(argv[1]);
 	if (how == "reuse")

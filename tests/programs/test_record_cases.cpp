@@ -86,3 +86,8 @@ TEST(RecordCases, AConnectionClearedAfterAFailureStartsCleanOnANewSocket)
 	expectTheSameEveryWay("reuse", { "--tls", "1.2", "--sink", "--reset-after", "100", "--connections", "2" },
 			      2);
 }
+
+TEST(RecordCases, QueriesOnAnotherThreadWhileTheShimEncryptsHeldLines)
+{
+	expectTheSameEveryWay("queries", { "--sink" }, 1);
+}

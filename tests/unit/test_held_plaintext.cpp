@@ -1,10 +1,12 @@
 /*
- * OpenSSL's error queue carried from the thread that encrypted held plaintext to the one
- * whose call reports the failure (issue 14), against the real libcrypto.
+ * Held plaintext's deferred encryption (issue 14), against the real libcrypto: OpenSSL's
+ * error queue carried from the thread that encrypted to the one whose call reports the
+ * failure, what a call does with a kept failure, and queries that wait out an encryption.
  */
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <openssl/err.h>
@@ -221,4 +223,40 @@ TEST_F(Held, ACallThatDropsTheFailureLeavesNoTraceOfIt)
 	EXPECT_TRUE(drain().empty());
 	EXPECT_EQ(held_.enter().sslError, 0);
 	held_.leave();
+}
+
+namespace {
+
+std::atomic<int> g_encryptions{ 0 };
+
+int countingEncrypt(void *, const unsigned char *, std::size_t, bool) noexcept
+{
+	g_encryptions++;
+	return 0;
+}
+
+} /* namespace */
+
+/* SSL_pending and the like (issue 14): they wait out an encryption, and never start one. */
+TEST(HeldQueries, NobodyEncryptsWhileAQueryRunsAndTheQueryEncryptsNothing)
+{
+	int ssl = 0;
+	HeldPlaintext held(&ssl, countingEncrypt, &g_api);
+	bool becameHeld = false;
+	ASSERT_TRUE(held.hold("line\n", 5, &becameHeld));
+	g_encryptions = 0;
+
+	EXPECT_EQ(held.enter(HeldPlaintext::Entering::Query).sslError, 0);
+	EXPECT_EQ(g_encryptions, 0);
+	bool emptied = true;
+	std::thread flusher([&] { emptied = held.encryptIfIdle(); });
+	flusher.join();
+	EXPECT_FALSE(emptied);
+	EXPECT_EQ(g_encryptions, 0);
+	held.leave();
+
+	std::thread again([&] { emptied = held.encryptIfIdle(); });
+	again.join();
+	EXPECT_TRUE(emptied);
+	EXPECT_EQ(g_encryptions, 1);
 }
