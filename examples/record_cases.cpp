@@ -14,10 +14,23 @@
  *                 the program's own lock (the pattern OpenSSL permits), against
  *                 tls_server --echo: 5000 short lines written, all read back. Prints
  *                 "echoed N sha256 H"
+ *   queries       TLS 1.2: a writer thread writes 2000 short lines, another asks SSL_pending,
+ *                 SSL_has_pending, SSL_get_shutdown and SSL_want meanwhile, both under the
+ *                 program's lock, against tls_server --sink: while the shim encrypts held
+ *                 lines from its own thread. Prints "wrote N lines"
+ *   reset         TLS 1.2, against tls_server --sink --reset-after 100: 100 lines, a wait
+ *                 for the reset, then lines until a write fails (SIGPIPE ignored); prints
+ *                 that write's SSL_get_error and OpenSSL's error queue after it
+ *   reuse         the same, then ERR_clear_error, SSL_clear and SSL_set_fd on a new
+ *                 connection (tls_server --connections 2): SSL_connect and ten lines
+ *                 there; prints what each returned and the error queue after them
  */
 
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <openssl/err.h>
 #include <mutex>
 #include <poll.h>
 #include <thread>
@@ -168,6 +181,124 @@ int lockedCase(const char *port)
 	return 0;
 }
 
+SSL *connectTls12(const char *port, int *fd)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	SSL_CTX_set_max_proto_version(ctx, TLS1_2_VERSION);
+	*fd = connectTo("127.0.0.1", port);
+	SSL *ssl = SSL_new(ctx);
+	SSL_set_fd(ssl, *fd);
+	if (SSL_connect(ssl) != 1)
+		fail("SSL_connect");
+	return ssl;
+}
+
+int queriesCase(const char *port)
+{
+	int fd = -1;
+	SSL *ssl = connectTls12(port, &fd);
+	std::mutex lock;
+	std::atomic<bool> done{ false };
+	std::thread asking([&] {
+		int answers = 0;
+		while (!done.load()) {
+			std::lock_guard<std::mutex> held(lock);
+			answers += SSL_pending(ssl) + SSL_has_pending(ssl) + SSL_get_shutdown(ssl) +
+				   (SSL_want(ssl) == SSL_NOTHING);
+		}
+		if (answers < 0)
+			fail("answers");
+	});
+	int written = 0;
+	for (int i = 0; i < 2000; i++) {
+		const std::string text = line(i);
+		std::lock_guard<std::mutex> held(lock);
+		written += SSL_write(ssl, text.data(), static_cast<int>(text.size())) > 0;
+	}
+	done.store(true);
+	asking.join();
+	SSL_shutdown(ssl);
+	std::printf("wrote %d lines\n", written);
+	finish(ssl, fd);
+	return 0;
+}
+
+/* OpenSSL's error queue, oldest first, as a program reports it; emptied. */
+void printErrors(const char *when)
+{
+	std::printf("error queue %s:", when);
+	while (const unsigned long code = ERR_get_error()) {
+		char text[256];
+		ERR_error_string_n(code, text, sizeof(text));
+		std::printf(" [%s]", text);
+	}
+	std::printf("\n");
+}
+
+/*
+ * Writes 100 lines to a peer that resets after 100 bytes, waits for the reset, then
+ * writes on until a write fails and prints how. Held plaintext meets the reset in the
+ * shim's encryption or send; the program sees it at this write or the next call.
+ */
+void writeUntilTheResetShows(SSL *ssl, int fd)
+{
+	signal(SIGPIPE, SIG_IGN);
+	for (int i = 0; i < 100; i++) {
+		const std::string text = line(i);
+		if (SSL_write(ssl, text.data(), static_cast<int>(text.size())) <= 0)
+			fail("SSL_write before the reset");
+	}
+	waitFor(fd, POLLIN);
+	ERR_clear_error();
+	for (int i = 100; i < 1100; i++) {
+		const std::string text = line(i);
+		const int n = SSL_write(ssl, text.data(), static_cast<int>(text.size()));
+		if (n > 0)
+			continue;
+		std::printf("write failed: SSL_get_error %d\n", SSL_get_error(ssl, n));
+		printErrors("after it");
+		return;
+	}
+	std::printf("no write failed\n");
+}
+
+int resetCase(const char *port)
+{
+	int fd = -1;
+	SSL *ssl = connectTls12(port, &fd);
+	writeUntilTheResetShows(ssl, fd);
+	finish(ssl, fd);
+	return 0;
+}
+
+/* A failure of the old connection's is not the new one's. */
+int reuseCase(const char *port)
+{
+	int fd = -1;
+	SSL *ssl = connectTls12(port, &fd);
+	writeUntilTheResetShows(ssl, fd);
+	/* Lines the failed write's program may still write before it gives up. */
+	for (int i = 0; i < 5; i++)
+		SSL_write(ssl, "late\n", 5);
+	ERR_clear_error();
+	std::printf("SSL_clear %d\n", SSL_clear(ssl));
+	close(fd);
+	fd = connectTo("127.0.0.1", port);
+	std::printf("SSL_set_fd %d\n", SSL_set_fd(ssl, fd));
+	const int connected = SSL_connect(ssl);
+	std::printf("SSL_connect %d\n", connected);
+	int written = 0;
+	for (int i = 0; i < 10; i++) {
+		const std::string text = line(i);
+		written += SSL_write(ssl, text.data(), static_cast<int>(text.size())) > 0;
+	}
+	std::printf("written %d of 10\n", written);
+	printErrors("on the new connection");
+	SSL_shutdown(ssl);
+	finish(ssl, fd);
+	return 0;
+}
+
 } /* namespace */
 
 int main(int argc, char **argv)
@@ -181,5 +312,11 @@ int main(int argc, char **argv)
 		return closeNotifyCase(argv[1]);
 	if (how == "locked")
 		return lockedCase(argv[1]);
+	if (how == "queries")
+		return queriesCase(argv[1]);
+	if (how == "reset")
+		return resetCase(argv[1]);
+	if (how == "reuse")
+		return reuseCase(argv[1]);
 	fail("unknown case");
 }

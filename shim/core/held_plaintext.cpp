@@ -37,7 +37,8 @@ bool HeldPlaintext::hold(const void *data, std::size_t length, bool *becameHeld)
 		return false;
 	std::size_t size = size_.load(std::memory_order_relaxed);
 	if (size + length > kCapacity) {
-		encryptLocked(true);
+		/* A failure makes this write go through, and it reports the failure. */
+		encryptLocked(true, true);
 		if (failure_.sslError)
 			return false;
 		size = 0;
@@ -48,17 +49,25 @@ bool HeldPlaintext::hold(const void *data, std::size_t length, bool *becameHeld)
 	return true;
 }
 
-HeldPlaintext::Failure HeldPlaintext::enter() noexcept
+HeldPlaintext::Failure HeldPlaintext::enter(Entering how) noexcept
 {
 	if (encrypting)
 		return {};
 	std::lock_guard<std::mutex> lock(mutex_);
-	if (inside_ == 0 && size_.load(std::memory_order_relaxed) > 0)
-		encryptLocked(true);
+	if (how != Entering::Query && inside_ == 0 && size_.load(std::memory_order_relaxed) > 0)
+		encryptLocked(true, how == Entering::Report);
+	inside_++;
+	if (how == Entering::Keep || how == Entering::Query)
+		return {};
 	Failure failure = failure_;
 	failure_ = {};
+	if (how == Entering::Drop) {
+		errors_.clear();
+		return {};
+	}
+	if (failure.sslError && errors_.count() > 0)
+		failure.errors = &errors_;
 	reported_ = failure.sslError;
-	inside_++;
 	return failure;
 }
 
@@ -78,15 +87,16 @@ bool HeldPlaintext::encryptIfIdle() noexcept
 	if (!lock.owns_lock())
 		return false;
 	if (inside_ == 0 && !retired_ && size_.load(std::memory_order_relaxed) > 0)
-		encryptLocked(false);
+		encryptLocked(false, false);
 	return size_.load(std::memory_order_relaxed) == 0;
 }
 
 void HeldPlaintext::retire() noexcept
 {
 	std::lock_guard<std::mutex> lock(mutex_);
+	/* Nobody reports a failure now: its entries leave this thread's queue with it. */
 	if (inside_ == 0 && size_.load(std::memory_order_relaxed) > 0)
-		encryptLocked(true);
+		encryptLocked(true, false);
 	retired_ = true;
 }
 
@@ -98,26 +108,33 @@ int HeldPlaintext::takeReportedError() noexcept
 	return reported;
 }
 
-void HeldPlaintext::encryptLocked(bool byOwner) noexcept
+void HeldPlaintext::encryptLocked(bool byOwner, bool reportedHere) noexcept
 {
 	const std::size_t size = size_.load(std::memory_order_relaxed);
 	if (size == 0 || retired_)
 		return;
 	const int savedErrno = errno;
 	Encrypting scope;
+	errors_.clear();
+	const ErrorMark mark = reportedHere ? ErrorMark{} : markErrors(*errorApi_);
 	const int sslError = encrypt_(ssl_, bytes_, size, byOwner);
+	const int error = errno;
+	/* This thread's queue as it was; a success's entries (if any) are nobody's. */
+	if (!reportedHere)
+		ErrorEntries::take(*errorApi_, mark, sslError > 0 ? &errors_ : nullptr);
 	if (sslError == kNotNow) {
 		errno = savedErrno;
 		return;
 	}
 	if (sslError)
-		failure_ = { sslError, errno };
+		failure_ = { sslError, error, nullptr };
 	/* Encrypted or failed: either way the bytes are OpenSSL's now, as a write's would be. */
 	size_.store(0, std::memory_order_relaxed);
 	errno = savedErrno;
 }
 
-HeldPlaintext *HeldRegistry::attach(void *ssl, HeldPlaintext::Encrypt encrypt) noexcept
+HeldPlaintext *HeldRegistry::attach(void *ssl, HeldPlaintext::Encrypt encrypt,
+				    const ErrorQueueApi *errors) noexcept
 {
 	if (HeldPlaintext *known = of(ssl))
 		return known;
@@ -126,7 +143,7 @@ HeldPlaintext *HeldRegistry::attach(void *ssl, HeldPlaintext::Encrypt encrypt) n
 	if (found != entries_.end())
 		return found->second.get();
 	try {
-		auto made = std::make_unique<HeldPlaintext>(ssl, encrypt);
+		auto made = std::make_unique<HeldPlaintext>(ssl, encrypt, errors);
 		HeldPlaintext *held = made.get();
 		entries_.emplace(ssl, std::move(made));
 		count_.fetch_add(1, std::memory_order_relaxed);

@@ -6,6 +6,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "error_queue.h"
+
 namespace tlstune {
 
 /*
@@ -18,7 +20,9 @@ namespace tlstune {
  *   itself in (enter/leave) under the same lock the encryption holds.
  * The lock is never held across a call that may block: the encryption only appends.
  *
- * A deferred encryption that fails is kept, and the connection's next call reports it.
+ * A deferred encryption that fails is kept, and the connection's next call reports it,
+ * with the entries the encryption left in OpenSSL's error queue when another thread made
+ * them (the connection's own call finds them in its thread already).
  */
 class HeldPlaintext {
 public:
@@ -38,9 +42,20 @@ public:
 	struct Failure {
 		int sslError = 0; /* 0: none */
 		int error = 0;    /* errno */
+		/* Another thread's entries, for this one's queue; valid until the call leaves. */
+		const ErrorEntries *errors = nullptr;
 	};
 
-	HeldPlaintext(void *ssl, Encrypt encrypt) noexcept : ssl_(ssl), encrypt_(encrypt) {}
+	/* What a program's call on this SSL does with a kept failure. */
+	enum class Entering {
+		Report, /* fails with it: read, write, handshake, shutdown, ... */
+		Keep,   /* leaves it to the next call: the connection goes on (SSL_set_fd, SSL_set_bio) */
+		Drop,   /* forgets it: the SSL starts a new connection (SSL_clear) */
+		Query,  /* neither encrypts nor reports: it only reads state (SSL_pending, ...) */
+	};
+
+	HeldPlaintext(void *ssl, Encrypt encrypt, const ErrorQueueApi *errors) noexcept
+		: ssl_(ssl), encrypt_(encrypt), errorApi_(errors) {}
 
 	/*
 	 * The program's small write: copies it and returns true, after encrypting what is
@@ -51,10 +66,10 @@ public:
 	bool hold(const void *data, std::size_t length, bool *becameHeld) noexcept;
 
 	/*
-	 * The program's call on this SSL begins: what is held is encrypted first. A kept
-	 * failure is returned (and forgotten): the call must fail with it instead.
+	 * The program's call on this SSL begins: what is held is encrypted first. Report: a
+	 * kept failure is returned (and forgotten), and the call must fail with it instead.
 	 */
-	Failure enter() noexcept;
+	Failure enter(Entering how = Entering::Report) noexcept;
 	void leave() noexcept;
 
 	/*
@@ -79,15 +94,20 @@ public:
 	std::mutex &mutex() noexcept { return mutex_; }
 
 private:
-	/* With mutex_ held and no call inside. */
-	void encryptLocked(bool byOwner) noexcept;
+	/*
+	 * With mutex_ held and no call inside. reportedHere: a failure is reported by this
+	 * thread's current call, whose queue keeps the entries; else they are taken.
+	 */
+	void encryptLocked(bool byOwner, bool reportedHere) noexcept;
 
 	std::mutex mutex_;
 	void *const ssl_;
 	const Encrypt encrypt_;
+	const ErrorQueueApi *const errorApi_;
 	int inside_ = 0;
 	bool retired_ = false;
 	Failure failure_;
+	ErrorEntries errors_; /* failure_'s, when taken from the encrypting thread */
 	int reported_ = 0;
 	std::atomic<std::size_t> size_{0};
 	unsigned char bytes_[kCapacity];
@@ -100,7 +120,8 @@ private:
 class HeldRegistry {
 public:
 	/* ssl's, made on its first held write; nullptr when out of memory. */
-	HeldPlaintext *attach(void *ssl, HeldPlaintext::Encrypt encrypt) noexcept;
+	HeldPlaintext *attach(void *ssl, HeldPlaintext::Encrypt encrypt,
+			      const ErrorQueueApi *errors) noexcept;
 	/* ssl's when it has one: one relaxed load when no connection ever held plaintext. */
 	HeldPlaintext *of(void *ssl) noexcept;
 	/* SSL_free: encrypts what is held, then forgets ssl. */

@@ -2,6 +2,7 @@
 
 #include <openssl/ssl.h>
 
+#include "error_queue.h"
 #include "openssl_compat.h"
 
 namespace tlstune {
@@ -28,6 +29,7 @@ struct OpenSslApi {
 	decltype(&::SSL_shutdown) SSL_shutdown = nullptr;
 	decltype(&::SSL_set_fd) SSL_set_fd = nullptr;
 	decltype(&::SSL_set_rfd) SSL_set_rfd = nullptr;
+	decltype(&::SSL_set_wfd) SSL_set_wfd = nullptr;
 	decltype(&::SSL_set_bio) SSL_set_bio = nullptr;
 	decltype(&::SSL_set0_rbio) SSL_set0_rbio = nullptr;
 	decltype(&::SSL_free) SSL_free = nullptr;
@@ -37,6 +39,11 @@ struct OpenSslApi {
 	decltype(&::SSL_callback_ctrl) SSL_callback_ctrl = nullptr;
 	decltype(&::SSL_CTX_set_record_padding_callback) SSL_CTX_set_record_padding_callback = nullptr;
 	decltype(&::SSL_set_record_padding_callback) SSL_set_record_padding_callback = nullptr;
+	/* Interposed for TLSTUNE_COALESCE=records only: see interpose/state.cpp. */
+	decltype(&::SSL_pending) SSL_pending = nullptr;
+	decltype(&::SSL_key_update) SSL_key_update = nullptr;
+	decltype(&::SSL_renegotiate) SSL_renegotiate = nullptr;
+	decltype(&::SSL_renegotiate_abbreviated) SSL_renegotiate_abbreviated = nullptr;
 
 	/* What the features need. */
 	decltype(&::SSL_CTX_ctrl) SSL_CTX_ctrl = nullptr;
@@ -79,12 +86,14 @@ struct OpenSslApi {
 	decltype(&::SSL_is_init_finished) SSL_is_init_finished = nullptr;
 	decltype(&::SSL_renegotiate_pending) SSL_renegotiate_pending = nullptr;
 	decltype(&::SSL_get_key_update_type) SSL_get_key_update_type = nullptr;
+	/* A deferred encryption's errors go to the thread whose call reports them. */
+	ErrorQueueApi errors;
 
 	bool hasRecordPath() const noexcept
 	{
-		return hasWritePath() && SSL_free && SSL_get_error && SSL_write_ex && SSL_version &&
-		       SSL_is_init_finished && SSL_renegotiate_pending && SSL_get_key_update_type &&
-		       SSL_get_shutdown;
+		return hasWritePath() && SSL_free && SSL_get_error && SSL_write_ex && SSL_want &&
+		       SSL_version && SSL_is_init_finished && SSL_renegotiate_pending &&
+		       SSL_get_key_update_type && SSL_get_shutdown;
 	}
 
 	bool hasWritePath() const noexcept

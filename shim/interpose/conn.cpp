@@ -92,7 +92,8 @@ int settingFd(decltype(&::SSL_set_fd) real, SSL *s, int fd)
 	flushWrites(s);
 	int ok = 0;
 	{
-		HeldCall call(s); /* nobody encrypts while the BIO changes */
+		/* Nobody encrypts while the BIO changes; the TLS connection goes on. */
+		HeldCall call(s, HeldPlaintext::Entering::Keep);
 		ok = real ? real(s, fd) : 0;
 	}
 	if (ok)
@@ -120,10 +121,26 @@ TLSTUNE_EXPORT void SSL_set_bio(SSL *s, BIO *rbio, BIO *wbio)
 		return;
 	flushWrites(s);
 	{
-		HeldCall call(s);
+		HeldCall call(s, HeldPlaintext::Entering::Keep);
 		api.SSL_set_bio(s, rbio, wbio);
 	}
 	rebindConnection(s);
+}
+
+/* Another thread never encrypts into a write BIO the program is replacing. */
+TLSTUNE_EXPORT int SSL_set_wfd(SSL *s, int fd)
+{
+	return settingFd(openssl().api.SSL_set_wfd, s, fd);
+}
+
+TLSTUNE_EXPORT void SSL_set0_wbio(SSL *s, BIO *wbio)
+{
+	const OpenSslApi &api = openssl().api;
+	if (!api.SSL_set0_wbio)
+		return;
+	flushWrites(s);
+	HeldCall call(s, HeldPlaintext::Entering::Keep);
+	api.SSL_set0_wbio(s, wbio);
 }
 
 TLSTUNE_EXPORT void SSL_set0_rbio(SSL *s, BIO *rbio)
@@ -142,12 +159,15 @@ TLSTUNE_EXPORT int SSL_shutdown(SSL *s)
 	return onConnection(s, &OpenSslApi::SSL_shutdown);
 }
 
-/* Held plaintext becomes a record before the connection is reset for reuse. */
+/*
+ * Held plaintext becomes a record before the connection is reset for reuse. A kept
+ * failure is the old connection's: the new one must not inherit it (see Limits).
+ */
 TLSTUNE_EXPORT int SSL_clear(SSL *s)
 {
 	flushWrites(s);
 	const OpenSslApi &api = openssl().api;
-	HeldCall call(s);
+	HeldCall call(s, HeldPlaintext::Entering::Drop);
 	return api.SSL_clear ? api.SSL_clear(s) : 0;
 }
 
@@ -165,11 +185,12 @@ TLSTUNE_EXPORT void SSL_free(SSL *s)
 TLSTUNE_EXPORT int SSL_get_error(const SSL *s, int ret)
 {
 	const OpenSslApi &api = openssl().api;
-	if (ret <= 0) {
+	if (ret <= 0 && !HeldPlaintext::encryptingHere()) {
 		if (HeldPlaintext *held = heldOf(s)) {
 			if (const int reported = held->takeReportedError())
 				return reported;
 		}
 	}
+	HeldQuery query(s);
 	return api.SSL_get_error ? api.SSL_get_error(s, ret) : SSL_ERROR_SSL;
 }

@@ -45,15 +45,17 @@ inline HeldPlaintext *heldOf(const SSL *ssl) noexcept
 /*
  * A program's call on an SSL that may hold plaintext: what is held becomes a record
  * first, and nobody else encrypts while the call runs. A deferred encryption that failed
- * makes this call fail instead, as the write would have.
+ * makes this call fail instead, as the write would have (how: Report).
  */
 class HeldCall {
 public:
-	explicit HeldCall(const SSL *ssl) noexcept : held_(heldOf(ssl))
+	explicit HeldCall(const SSL *ssl,
+			  HeldPlaintext::Entering how = HeldPlaintext::Entering::Report) noexcept
+		: held_(heldOf(ssl))
 	{
 		if (!held_)
 			return;
-		failure_ = held_->enter();
+		failure_ = held_->enter(how);
 	}
 	~HeldCall()
 	{
@@ -64,7 +66,8 @@ public:
 	HeldCall &operator=(const HeldCall &) = delete;
 
 	/*
-	 * The kept failure, errno set as the write's was. A write that met a closed pipe
+	 * The kept failure, errno set as the write's was and OpenSSL's error queue holding
+	 * what the encryption left in another thread's. A write that met a closed pipe
 	 * raises SIGPIPE in the writing thread; the encryption's thread could not (its
 	 * signals are not the program's), so this one does.
 	 */
@@ -72,6 +75,8 @@ public:
 	{
 		if (!failure_.sslError)
 			return false;
+		if (failure_.errors)
+			failure_.errors->replay(openssl().api.errors);
 		if (failure_.error == EPIPE)
 			pthread_kill(pthread_self(), SIGPIPE);
 		errno = failure_.error;
@@ -81,6 +86,32 @@ public:
 private:
 	HeldPlaintext *const held_;
 	HeldPlaintext::Failure failure_;
+};
+
+/*
+ * A call that only reads state of the SSL that an encryption changes (SSL_pending,
+ * SSL_get_shutdown, SSL_want, SSL_get_error, ...): nobody encrypts held plaintext into
+ * it while it runs. It neither encrypts nor reports a kept failure: a query is not the
+ * connection's next call. No lock is held across it: OpenSSL's SSL_get_error calls
+ * SSL_want, which comes back here.
+ */
+class HeldQuery {
+public:
+	explicit HeldQuery(const SSL *ssl) noexcept : held_(heldOf(ssl))
+	{
+		if (held_)
+			held_->enter(HeldPlaintext::Entering::Query);
+	}
+	~HeldQuery()
+	{
+		if (held_)
+			held_->leave();
+	}
+	HeldQuery(const HeldQuery &) = delete;
+	HeldQuery &operator=(const HeldQuery &) = delete;
+
+private:
+	HeldPlaintext *const held_;
 };
 
 /* What a failed call returns: 0 for the _ex functions, -1 for the others. */
@@ -201,13 +232,18 @@ inline bool holdWrite(SSL *ssl, const void *data, size_t length) noexcept
 	if (!writes || writes->fd() < 0 || writes->stalled() || writes->error())
 		return false;
 	const int version = o.api.SSL_version(ssl);
+	/*
+	 * SSL_WRITING: the program retries a write that returned WANT_WRITE, and OpenSSL holds
+	 * the rest of its record: the retry must reach OpenSSL (a held copy would be written
+	 * twice, or fail as a "bad write retry").
+	 */
 	if ((version != TLS1_2_VERSION && version != TLS1_3_VERSION) ||
 	    o.api.SSL_is_init_finished(ssl) != 1 || o.api.SSL_renegotiate_pending(ssl) ||
 	    /* A key update goes out with the write that finds it pending, in the program's call. */
 	    o.api.SSL_get_key_update_type(ssl) != SSL_KEY_UPDATE_NONE ||
-	    (o.api.SSL_get_shutdown(ssl) & SSL_SENT_SHUTDOWN))
+	    (o.api.SSL_get_shutdown(ssl) & SSL_SENT_SHUTDOWN) || o.api.SSL_want(ssl) == SSL_WRITING)
 		return false;
-	HeldPlaintext *held = p.held.attach(ssl, encryptHeld);
+	HeldPlaintext *held = p.held.attach(ssl, encryptHeld, &o.api.errors);
 	if (!held)
 		return false;
 	/*

@@ -24,6 +24,7 @@ void from(void *handle, Function *slot, const char *name)
 
 /* api->NAME from the symbol NAME in handle: the name written once. */
 #define RESOLVE(name) from(handle, &api->name, #name)
+#define RESOLVE_ERROR(name) from(handle, &api->errors.name, #name)
 
 struct Wanted {
 	const char *prefix; /* "libssl.so": matches "libssl.so.3", not NSS's "libssl3.so" */
@@ -130,6 +131,7 @@ bool resolveOpenSsl(OpenSslApi *api) noexcept
 	RESOLVE(SSL_shutdown);
 	RESOLVE(SSL_set_fd);
 	RESOLVE(SSL_set_rfd);
+	RESOLVE(SSL_set_wfd);
 	RESOLVE(SSL_set_bio);
 	RESOLVE(SSL_set0_rbio);
 	RESOLVE(SSL_free);
@@ -143,6 +145,22 @@ bool resolveOpenSsl(OpenSslApi *api) noexcept
 	RESOLVE(SSL_is_init_finished);
 	RESOLVE(SSL_renegotiate_pending);
 	RESOLVE(SSL_get_key_update_type);
+	RESOLVE(SSL_pending);
+	RESOLVE(SSL_key_update);
+	RESOLVE(SSL_renegotiate);
+	RESOLVE(SSL_renegotiate_abbreviated);
+	RESOLVE_ERROR(ERR_peek_error);
+	RESOLVE_ERROR(ERR_set_mark);
+	RESOLVE_ERROR(ERR_pop_to_mark);
+	RESOLVE_ERROR(ERR_get_error_all);
+	RESOLVE_ERROR(ERR_peek_last_error_all);
+	RESOLVE_ERROR(ERR_new);
+	RESOLVE_ERROR(ERR_set_debug);
+	RESOLVE_ERROR(ERR_set_error);
+	RESOLVE_ERROR(ERR_get_error_line_data);
+	RESOLVE_ERROR(ERR_peek_last_error_line_data);
+	RESOLVE_ERROR(ERR_put_error);
+	RESOLVE_ERROR(ERR_add_error_data);
 
 	RESOLVE(SSL_CTX_ctrl);
 	RESOLVE(SSL_CTX_set_default_read_buffer_len);

@@ -73,3 +73,21 @@ TEST(RecordCases, AReaderAndAWriterThreadUnderTheProgramsLock)
 {
 	expectTheSameEveryWay("locked", { "--echo" }, 0);
 }
+
+TEST(RecordCases, AResetMeetsHeldPlaintextAndTheFailingCallCarriesOpenSslsErrors)
+{
+	RecordProperty("fault", "the peer resets while plaintext is held: SSL_get_error and the error queue");
+	expectTheSameEveryWay("reset", { "--tls", "1.2", "--sink", "--reset-after", "100" }, 1);
+}
+
+TEST(RecordCases, AConnectionClearedAfterAFailureStartsCleanOnANewSocket)
+{
+	RecordProperty("fault", "SSL_clear and SSL_set_fd after a reset met held plaintext");
+	expectTheSameEveryWay("reuse", { "--tls", "1.2", "--sink", "--reset-after", "100", "--connections", "2" },
+			      2);
+}
+
+TEST(RecordCases, QueriesOnAnotherThreadWhileTheShimEncryptsHeldLines)
+{
+	expectTheSameEveryWay("queries", { "--sink" }, 1);
+}

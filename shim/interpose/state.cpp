@@ -1,0 +1,87 @@
+/*
+ * Calls that read or change connection state a deferred encryption of held plaintext
+ * changes too (TLSTUNE_COALESCE=records, issue 14): they wait for another thread's
+ * encryption to end. With no plaintext ever held, one relaxed load each.
+ *
+ * SSL_write_early_data is left alone: plaintext is held only after the handshake, and
+ * early data is written only before it.
+ */
+
+#include "interpose/export.h"
+#include "runtime/connection_call.h"
+
+using namespace tlstune;
+
+namespace {
+
+/* A query: the real answer, read while no other thread encrypts into ssl. */
+template <typename Function, typename... Args>
+auto query(const SSL *ssl, Function OpenSslApi::*function, int missing, Args... args)
+	-> decltype((openssl().api.*function)(ssl, args...))
+{
+	const Function real = openssl().api.*function;
+	if (!real)
+		return missing;
+	HeldQuery held(ssl);
+	return real(ssl, args...);
+}
+
+/*
+ * A request that changes what the next write sends (a KeyUpdate, a renegotiation): what
+ * was held goes out before it, as written before it; a kept failure makes it fail (0).
+ */
+template <typename Function, typename... Args>
+int request(SSL *ssl, Function OpenSslApi::*function, Args... args)
+{
+	const Function real = openssl().api.*function;
+	if (!real)
+		return 0;
+	if (HeldPlaintext::encryptingHere())
+		return real(ssl, args...);
+	HeldCall held(ssl);
+	if (held.failed())
+		return 0;
+	return real(ssl, args...);
+}
+
+} /* namespace */
+
+TLSTUNE_EXPORT int SSL_pending(const SSL *s)
+{
+	return query(s, &OpenSslApi::SSL_pending, 0);
+}
+
+TLSTUNE_EXPORT int SSL_has_pending(const SSL *s)
+{
+	return query(s, &OpenSslApi::SSL_has_pending, 0);
+}
+
+TLSTUNE_EXPORT int SSL_get_shutdown(const SSL *s)
+{
+	return query(s, &OpenSslApi::SSL_get_shutdown, 0);
+}
+
+TLSTUNE_EXPORT int SSL_want(const SSL *s)
+{
+	return query(s, &OpenSslApi::SSL_want, SSL_NOTHING);
+}
+
+TLSTUNE_EXPORT int SSL_get_key_update_type(const SSL *s)
+{
+	return query(s, &OpenSslApi::SSL_get_key_update_type, SSL_KEY_UPDATE_NONE);
+}
+
+TLSTUNE_EXPORT int SSL_key_update(SSL *s, int updatetype)
+{
+	return request(s, &OpenSslApi::SSL_key_update, updatetype);
+}
+
+TLSTUNE_EXPORT int SSL_renegotiate(SSL *s)
+{
+	return request(s, &OpenSslApi::SSL_renegotiate);
+}
+
+TLSTUNE_EXPORT int SSL_renegotiate_abbreviated(SSL *s)
+{
+	return request(s, &OpenSslApi::SSL_renegotiate_abbreviated);
+}

@@ -1,0 +1,262 @@
+/*
+ * Held plaintext's deferred encryption (issue 14), against the real libcrypto: OpenSSL's
+ * error queue carried from the thread that encrypted to the one whose call reports the
+ * failure, what a call does with a kept failure, and queries that wait out an encryption.
+ */
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error_queue.h"
+#include "core/held_plaintext.h"
+
+using namespace tlstune;
+
+namespace {
+
+ErrorQueueApi realApi()
+{
+	ErrorQueueApi api;
+	api.ERR_peek_error = ::ERR_peek_error;
+	api.ERR_set_mark = ::ERR_set_mark;
+	api.ERR_pop_to_mark = ::ERR_pop_to_mark;
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+	api.ERR_get_error_all = ::ERR_get_error_all;
+	api.ERR_peek_last_error_all = ::ERR_peek_last_error_all;
+	api.ERR_new = ::ERR_new;
+	api.ERR_set_debug = ::ERR_set_debug;
+	api.ERR_set_error = ::ERR_set_error;
+#else
+	api.ERR_get_error_line_data = ::ERR_get_error_line_data;
+	api.ERR_peek_last_error_line_data = ::ERR_peek_last_error_line_data;
+	api.ERR_put_error = ::ERR_put_error;
+	api.ERR_add_error_data = ::ERR_add_error_data;
+#endif
+	return api;
+}
+
+const ErrorQueueApi g_api = realApi();
+
+/* An entry as OpenSSL's own code makes it: library, reason, where, and text. */
+void raise(int lib, int reason, const char *text)
+{
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+	ERR_new();
+	ERR_set_debug("ssl/record/somewhere.c", 123, "tls_write_records");
+	if (text)
+		ERR_set_error(lib, reason, "%s", text);
+	else
+		ERR_set_error(lib, reason, nullptr);
+#else
+	ERR_put_error(lib, SSL_F_SSL3_WRITE_PENDING, reason, "ssl/record/somewhere.c", 123);
+	if (text)
+		ERR_add_error_data(1, text);
+#endif
+}
+
+/* This thread's queue, oldest first, as a program prints it; emptied. */
+std::vector<std::string> drain()
+{
+	std::vector<std::string> lines;
+	const char *file = nullptr, *data = nullptr;
+	int line = 0, flags = 0;
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+	const char *func = nullptr;
+	while (const unsigned long code = ERR_get_error_all(&file, &line, &func, &data, &flags)) {
+#else
+	while (const unsigned long code = ERR_get_error_line_data(&file, &line, &data, &flags)) {
+#endif
+		char text[256];
+		ERR_error_string_n(code, text, sizeof(text));
+		lines.push_back(std::string(text) + " at " + file + ":" + std::to_string(line) +
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+				" in " + (func ? func : "") +
+#endif
+				((flags & ERR_TXT_STRING) && *data ? std::string(" (") + data + ")" : ""));
+	}
+	return lines;
+}
+
+void raiseAFailedWrite()
+{
+	raise(ERR_LIB_SYS, ECONNRESET, "calling send()");
+	raise(ERR_LIB_SSL, SSL_R_BAD_WRITE_RETRY, nullptr);
+}
+
+} /* namespace */
+
+TEST(ErrorQueue, EntriesTakenInOneThreadArePutInAnotherAsTheyWere)
+{
+	ERR_clear_error();
+	raiseAFailedWrite();
+	const std::vector<std::string> expected = drain();
+	ASSERT_EQ(expected.size(), 2u);
+
+	ErrorEntries entries;
+	std::vector<std::string> leftThere;
+	std::thread encrypting([&] {
+		const ErrorMark mark = markErrors(g_api);
+		raiseAFailedWrite();
+		ErrorEntries::take(g_api, mark, &entries);
+		leftThere = drain();
+	});
+	encrypting.join();
+	EXPECT_TRUE(leftThere.empty());
+	ASSERT_EQ(entries.count(), 2);
+	entries.replay(g_api);
+	EXPECT_EQ(drain(), expected);
+}
+
+TEST(ErrorQueue, AThreadsOwnEntriesAndMarksStayWhereTheyWere)
+{
+	ERR_clear_error();
+	raise(ERR_LIB_SSL, SSL_R_BAD_LENGTH, "older");
+	ASSERT_EQ(ERR_set_mark(), 1);
+	raise(ERR_LIB_SSL, SSL_R_BAD_WRITE_RETRY, "marked");
+
+	const ErrorMark mark = markErrors(g_api);
+	raise(ERR_LIB_SYS, EPIPE, "new");
+	ErrorEntries entries;
+	ErrorEntries::take(g_api, mark, &entries);
+	/* Only the newest new entry can be read without disturbing the program's. */
+	EXPECT_EQ(entries.count(), 1);
+
+	ASSERT_EQ(ERR_pop_to_mark(), 1); /* the program's own mark is still there */
+	const std::vector<std::string> left = drain();
+	ASSERT_EQ(left.size(), 1u);
+	EXPECT_NE(left[0].find("(older)"), std::string::npos) << left[0];
+
+	entries.replay(g_api);
+	const std::vector<std::string> moved = drain();
+	ASSERT_EQ(moved.size(), 1u);
+	EXPECT_NE(moved[0].find("(new)"), std::string::npos) << moved[0];
+}
+
+namespace {
+
+/* An encryption that fails as a write into a broken connection does, errors and all. */
+int failingEncrypt(void *, const unsigned char *, std::size_t, bool) noexcept
+{
+	raiseAFailedWrite();
+	errno = ECONNRESET;
+	return SSL_ERROR_SSL;
+}
+
+class Held : public ::testing::Test {
+protected:
+	void SetUp() override
+	{
+		ERR_clear_error();
+		raiseAFailedWrite();
+		expected_ = drain();
+		bool becameHeld = false;
+		ASSERT_TRUE(held_.hold("line\n", 5, &becameHeld));
+	}
+
+	/* The flusher's encryption: on another thread, whose queue must stay empty. */
+	void encryptElsewhere()
+	{
+		std::vector<std::string> leftThere;
+		std::thread flusher([&] {
+			held_.encryptIfIdle();
+			leftThere = drain();
+		});
+		flusher.join();
+		EXPECT_TRUE(leftThere.empty());
+	}
+
+	int dummy_ = 0;
+	HeldPlaintext held_{ &dummy_, failingEncrypt, &g_api };
+	std::vector<std::string> expected_;
+};
+
+} /* namespace */
+
+TEST_F(Held, AnotherThreadsFailedEncryptionIsReportedWithItsErrorsByTheNextCall)
+{
+	encryptElsewhere();
+	EXPECT_TRUE(drain().empty());
+	const HeldPlaintext::Failure failure = held_.enter();
+	EXPECT_EQ(failure.sslError, SSL_ERROR_SSL);
+	EXPECT_EQ(failure.error, ECONNRESET);
+	ASSERT_NE(failure.errors, nullptr);
+	failure.errors->replay(g_api);
+	held_.leave();
+	EXPECT_EQ(drain(), expected_);
+}
+
+TEST_F(Held, TheCallsOwnFailedEncryptionLeavesItsErrorsOnceInItsThread)
+{
+	const HeldPlaintext::Failure failure = held_.enter();
+	held_.leave();
+	EXPECT_EQ(failure.sslError, SSL_ERROR_SSL);
+	EXPECT_EQ(failure.errors, nullptr);
+	EXPECT_EQ(drain(), expected_);
+}
+
+TEST_F(Held, ACallThatKeepsTheFailureLeavesItAndItsErrorsToTheNext)
+{
+	EXPECT_EQ(held_.enter(HeldPlaintext::Entering::Keep).sslError, 0);
+	held_.leave();
+	EXPECT_TRUE(drain().empty());
+	const HeldPlaintext::Failure failure = held_.enter();
+	EXPECT_EQ(failure.sslError, SSL_ERROR_SSL);
+	ASSERT_NE(failure.errors, nullptr);
+	failure.errors->replay(g_api);
+	held_.leave();
+	EXPECT_EQ(drain(), expected_);
+}
+
+TEST_F(Held, ACallThatDropsTheFailureLeavesNoTraceOfIt)
+{
+	encryptElsewhere();
+	EXPECT_EQ(held_.enter(HeldPlaintext::Entering::Drop).sslError, 0);
+	held_.leave();
+	EXPECT_TRUE(drain().empty());
+	EXPECT_EQ(held_.enter().sslError, 0);
+	held_.leave();
+}
+
+namespace {
+
+std::atomic<int> g_encryptions{ 0 };
+
+int countingEncrypt(void *, const unsigned char *, std::size_t, bool) noexcept
+{
+	g_encryptions++;
+	return 0;
+}
+
+} /* namespace */
+
+/* SSL_pending and the like (issue 14): they wait out an encryption, and never start one. */
+TEST(HeldQueries, NobodyEncryptsWhileAQueryRunsAndTheQueryEncryptsNothing)
+{
+	int ssl = 0;
+	HeldPlaintext held(&ssl, countingEncrypt, &g_api);
+	bool becameHeld = false;
+	ASSERT_TRUE(held.hold("line\n", 5, &becameHeld));
+	g_encryptions = 0;
+
+	EXPECT_EQ(held.enter(HeldPlaintext::Entering::Query).sslError, 0);
+	EXPECT_EQ(g_encryptions, 0);
+	bool emptied = true;
+	std::thread flusher([&] { emptied = held.encryptIfIdle(); });
+	flusher.join();
+	EXPECT_FALSE(emptied);
+	EXPECT_EQ(g_encryptions, 0);
+	held.leave();
+
+	std::thread again([&] { emptied = held.encryptIfIdle(); });
+	again.join();
+	EXPECT_TRUE(emptied);
+	EXPECT_EQ(g_encryptions, 1);
+}
