@@ -54,11 +54,11 @@ const Option kOptions[] = {
 	    "Index a CA file on its first load instead of parsing it, and parse a certificate "
 	    "when a store first needs its subject (OpenSSL 3.0 and 3.5; other versions load eagerly)." },
 	  Kind::Bool, &Config::caLazy, nullptr, nullptr, nullptr },
-	{ { "TLSTUNE_COALESCE", "records, syscalls or off; 1/true/yes/on mean syscalls, 0/false/no/off off",
-	    "syscalls",
-	    "syscalls: send the records of small SSL_write calls in few syscalls; records: "
-	    "first gather their plaintext into few records. Each byte goes out within "
-	    "TLSTUNE_COALESCE_DELAY." },
+	{ { "TLSTUNE_COALESCE", "records, syscalls or off; 1/true/yes/on mean records, 0/false/no/off off",
+	    "records",
+	    "records: gather the plaintext of small SSL_write calls into few records, sent in "
+	    "few syscalls; syscalls: only send their records in few syscalls. Each byte goes "
+	    "out within TLSTUNE_COALESCE_DELAY." },
 	  Kind::Coalesce, nullptr, nullptr, nullptr, nullptr },
 	{ { "TLSTUNE_COALESCE_LIMIT", "bytes from 1KiB to 1MiB, suffix K, KiB, M or MiB", "64K",
 	    "Bytes held per connection at most; a write this large goes out directly." },
@@ -218,7 +218,7 @@ bool parseCoalesceMode(const std::string &text, CoalesceMode *value)
 	else if (word == "syscalls")
 		*value = CoalesceMode::Syscalls;
 	else if (parseBool(word, &on))
-		*value = on ? CoalesceMode::Syscalls : CoalesceMode::Off;
+		*value = on ? CoalesceMode::Records : CoalesceMode::Off;
 	else
 		return false;
 	return true;

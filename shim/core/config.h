@@ -46,7 +46,7 @@ struct Config {
 	bool caCache = true;
 	unsigned long caCacheTtl = kDefaultCaCacheTtl; /* seconds */
 	bool caLazy = true;
-	CoalesceMode coalesce = CoalesceMode::Syscalls;
+	CoalesceMode coalesce = CoalesceMode::Records;
 	std::size_t coalesceLimit = kDefaultCoalesceLimit;
 	unsigned long coalesceDelayUs = kDefaultCoalesceDelayUs;
 	bool verbose = false;

@@ -97,7 +97,13 @@ private:
  */
 class HeldQuery {
 public:
-	explicit HeldQuery(const SSL *ssl) noexcept : held_(heldOf(ssl))
+	/*
+	 * Not while this thread encrypts held plaintext: the real SSL_get_error of a failed
+	 * encryption calls SSL_want back, and the registry's lock may be this thread's
+	 * (HeldRegistry::encryptAll), which heldOf could take again.
+	 */
+	explicit HeldQuery(const SSL *ssl) noexcept
+		: held_(HeldPlaintext::encryptingHere() ? nullptr : heldOf(ssl))
 	{
 		if (held_)
 			held_->enter(HeldPlaintext::Entering::Query);

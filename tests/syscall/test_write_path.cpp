@@ -40,7 +40,7 @@ std::vector<std::string> modeEnv(const char *mode, std::vector<std::string> more
 
 } /* namespace */
 
-/* Every case runs with syscall merging (the default) and with record merging (issue 14). */
+/* Every case runs with syscall merging and with record merging (the default, issue 14). */
 class WritePath : public ::testing::TestWithParam<const char *> {
 protected:
 	bool records() const { return std::string(GetParam()) == "records"; }

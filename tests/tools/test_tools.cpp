@@ -463,8 +463,12 @@ TEST(Bench, QuickRunsEndToEndIntoADirectoryOfTheCallersWithChartsThatSayWhatThey
 				  "| 8 x 16,413 + 3 |", "## CA cache",
 				  "| python ssl.create_default_context() | 10 |",
 				  "| C: GET, new context and connection | 10 |",
-				  "## Write coalescing: examples/write_burst to examples/tls_server, one run",
+				  "## Syscall merging (TLSTUNE_COALESCE=syscalls): examples/write_burst to examples/tls_server, one run",
 				  "encrypted and dropped (null BIO, no shim)",
+				  "## Record merging: 10000 writes of 100 B", "| TLS records on the wire",
+				  "| sender CPU in its writes, ms", "## Record merging by write size",
+				  "## Record merging, a request-response loop", "## Cold start",
+				  "with SSL_CERT_FILE of the one server certificate (the floor)",
 				  "## Event-driven server", "| 500 idle TLS connections, 100 clients upload",
 				  "| reverse proxy, upstream stalled for 3 s mid-upload",
 				  "](ab.svg)", "](sweep.svg)" })

@@ -89,7 +89,7 @@ TEST(Config, CoalescingTakesALimitAndADelay)
 	EXPECT_TRUE(parsed.errors.empty());
 	EXPECT_EQ(parsed.config.coalesceLimit, 1024u);
 	EXPECT_EQ(parsed.config.coalesceDelayUs, 50u);
-	EXPECT_EQ(parseEnvironment({}).config.coalesce, CoalesceMode::Syscalls);
+	EXPECT_EQ(parseEnvironment({}).config.coalesce, CoalesceMode::Records);
 }
 
 TEST(Config, CoalescingTakesAModeOrTheOldBooleans)
@@ -97,8 +97,8 @@ TEST(Config, CoalescingTakesAModeOrTheOldBooleans)
 	const std::pair<const char *, CoalesceMode> cases[] = {
 		{ "records", CoalesceMode::Records }, { "RECORDS", CoalesceMode::Records },
 		{ "syscalls", CoalesceMode::Syscalls }, { "off", CoalesceMode::Off },
-		{ "on", CoalesceMode::Syscalls }, { "1", CoalesceMode::Syscalls },
-		{ "yes", CoalesceMode::Syscalls }, { "true", CoalesceMode::Syscalls },
+		{ "on", CoalesceMode::Records }, { "1", CoalesceMode::Records },
+		{ "yes", CoalesceMode::Records }, { "true", CoalesceMode::Records },
 		{ "0", CoalesceMode::Off }, { "no", CoalesceMode::Off }, { "false", CoalesceMode::Off },
 	};
 	for (const auto &c : cases) {
@@ -192,7 +192,7 @@ TEST(Config, DescribeShowsEffectiveSettings)
 						{ "TLSTUNE_READINESS", "off" } });
 	EXPECT_EQ(describeConfig(parsed.config),
 		  "read_ahead=on read_buffer=32768 readiness=off ca_cache=on ca_cache_ttl=86400 "
-		  "coalesce=syscalls coalesce_limit=65536 coalesce_delay_us=200 stats=off log=warn");
+		  "coalesce=records coalesce_limit=65536 coalesce_delay_us=200 stats=off log=warn");
 	EXPECT_EQ(describeConfig(parseEnvironment({ { "TLSTUNE_DISABLE", "1" } }).config), "disabled");
 }
 

@@ -89,18 +89,19 @@ record_rows() {
 	say ""
 }
 
-# The threshold: from which write size holding plaintext stops paying. The same 32 MiB
-# written in writes of each size; sender CPU in its writes (whole run less the run that
-# writes nothing), syscall merging against record merging. Writes of 4 KiB and more go
-# straight through in both modes (kHeldWriteBelow), so those rows show that nothing is lost.
+# The threshold: from which write size holding plaintext stops paying. The same bytes
+# ($writes x 320: 32 MB by default) in writes of each size; sender CPU in its writes
+# (whole run less the run that writes nothing), syscall merging against record merging.
+# Writes of 4 KiB and more are never held (kHeldWriteBelow): those rows show that nothing
+# is lost.
 record_size_rows() {
-	say "## Record merging by write size: 32 MiB in writes of each size, sender CPU in its writes (ms), $(runs_text "$runs")"
+	say "## Record merging by write size: $((writes * 320)) bytes in writes of each size, sender CPU in its writes (ms), $(runs_text "$runs")"
 	say ""
 	say "| write size | writes | no shim | syscalls | records | syscalls/records |"
 	say "|------------|--------|---------|----------|---------|------------------|"
 	local size count mode i
 	for size in 256 1024 2048 3072 4096 16384 65536; do
-		count=$(((32 << 20) / size))
+		count=$((writes * 320 / size))
 		local cpu=()
 		for mode in dry none syscalls records; do
 			local c=()
