@@ -309,6 +309,19 @@ CaApi linkedApi()
 			GTEST_SKIP() << "the CA index is for OpenSSL 3.0 (lazy loading)"; \
 	} while (0)
 
+/* What write puts into a memory BIO, as a string (PEM). */
+template <typename Write>
+std::string pemOf(Write write)
+{
+	BIO *out = BIO_new(BIO_s_mem());
+	write(out);
+	char *data = nullptr;
+	const long n = BIO_get_mem_data(out, &data);
+	std::string pem(data, static_cast<size_t>(n));
+	BIO_free(out);
+	return pem;
+}
+
 X509 *readCertificate(const std::string &path)
 {
 	BIO *in = BIO_new_file(path.c_str(), "r");
@@ -333,12 +346,7 @@ std::string crlOfCa1()
 	X509_CRL_set1_lastUpdate(crl, now);
 	X509_CRL_set1_nextUpdate(crl, later);
 	X509_CRL_sign(crl, key, EVP_sha256());
-	BIO *out = BIO_new(BIO_s_mem());
-	PEM_write_bio_X509_CRL(out, crl);
-	char *data = nullptr;
-	const long n = BIO_get_mem_data(out, &data);
-	std::string pem(data, static_cast<size_t>(n));
-	BIO_free(out);
+	const std::string pem = pemOf([&](BIO *out) { PEM_write_bio_X509_CRL(out, crl); });
 	ASN1_TIME_free(now);
 	ASN1_TIME_free(later);
 	X509_CRL_free(crl);
@@ -395,12 +403,7 @@ std::string invalidExtensionCertificate(const char *cn)
 	X509_EXTENSION *extension = X509_EXTENSION_create_by_NID(nullptr, NID_basic_constraints, 0, garbage);
 	X509_add_ext(x, extension, -1);
 	X509_sign(x, key, EVP_sha256());
-	BIO *out = BIO_new(BIO_s_mem());
-	PEM_write_bio_X509(out, x);
-	char *data = nullptr;
-	const long n = BIO_get_mem_data(out, &data);
-	std::string pem(data, static_cast<size_t>(n));
-	BIO_free(out);
+	const std::string pem = pemOf([&](BIO *out) { PEM_write_bio_X509(out, x); });
 	X509_EXTENSION_free(extension);
 	ASN1_OCTET_STRING_free(garbage);
 	X509_NAME_free(name);
@@ -632,12 +635,7 @@ std::string selfSigned(const char *cn, EVP_PKEY *key, long serial)
 	X509_gmtime_adj(X509_getm_notAfter(x), 86400);
 	X509_set_pubkey(x, key);
 	X509_sign(x, key, EVP_sha256());
-	BIO *out = BIO_new(BIO_s_mem());
-	PEM_write_bio_X509(out, x);
-	char *data = nullptr;
-	const long n = BIO_get_mem_data(out, &data);
-	std::string pem(data, static_cast<size_t>(n));
-	BIO_free(out);
+	const std::string pem = pemOf([&](BIO *out) { PEM_write_bio_X509(out, x); });
 	X509_NAME_free(name);
 	X509_free(x);
 	return pem;
