@@ -309,6 +309,20 @@ CaApi linkedApi()
 			GTEST_SKIP() << "the CA index is for OpenSSL 3.0 (lazy loading)"; \
 	} while (0)
 
+/* x is named cn by itself, valid for a day from now, with key's public half: its name, to free. */
+X509_NAME *nameItSelfSigned(X509 *x, const char *cn, EVP_PKEY *key)
+{
+	X509_NAME *name = X509_NAME_new();
+	X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char *>(cn),
+				   -1, -1, 0);
+	X509_set_subject_name(x, name);
+	X509_set_issuer_name(x, name);
+	X509_gmtime_adj(X509_getm_notBefore(x), 0);
+	X509_gmtime_adj(X509_getm_notAfter(x), 86400);
+	X509_set_pubkey(x, key);
+	return name;
+}
+
 /* What write puts into a memory BIO, as a string (PEM). */
 template <typename Write>
 std::string pemOf(Write write)
@@ -390,14 +404,7 @@ std::string invalidExtensionCertificate(const char *cn)
 	EVP_PKEY_assign_EC_KEY(key, ec);
 #endif
 	X509 *x = X509_new();
-	X509_NAME *name = X509_NAME_new();
-	X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char *>(cn),
-				   -1, -1, 0);
-	X509_set_subject_name(x, name);
-	X509_set_issuer_name(x, name);
-	X509_gmtime_adj(X509_getm_notBefore(x), 0);
-	X509_gmtime_adj(X509_getm_notAfter(x), 86400);
-	X509_set_pubkey(x, key);
+	X509_NAME *name = nameItSelfSigned(x, cn, key);
 	ASN1_OCTET_STRING *garbage = ASN1_OCTET_STRING_new();
 	ASN1_OCTET_STRING_set(garbage, reinterpret_cast<const unsigned char *>("\x01\x02"), 2);
 	X509_EXTENSION *extension = X509_EXTENSION_create_by_NID(nullptr, NID_basic_constraints, 0, garbage);
@@ -626,14 +633,7 @@ std::string selfSigned(const char *cn, EVP_PKEY *key, long serial)
 	X509 *x = X509_new();
 	X509_set_version(x, 2);
 	ASN1_INTEGER_set(X509_get_serialNumber(x), serial);
-	X509_NAME *name = X509_NAME_new();
-	X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, reinterpret_cast<const unsigned char *>(cn),
-				   -1, -1, 0);
-	X509_set_subject_name(x, name);
-	X509_set_issuer_name(x, name);
-	X509_gmtime_adj(X509_getm_notBefore(x), 0);
-	X509_gmtime_adj(X509_getm_notAfter(x), 86400);
-	X509_set_pubkey(x, key);
+	X509_NAME *name = nameItSelfSigned(x, cn, key);
 	X509_sign(x, key, EVP_sha256());
 	const std::string pem = pemOf([&](BIO *out) { PEM_write_bio_X509(out, x); });
 	X509_NAME_free(name);
