@@ -1,6 +1,8 @@
 #include "process.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -164,7 +166,13 @@ std::string Process::readUntil(const std::string &needle, int timeoutMs)
 
 std::string Process::readAll(int timeoutMs)
 {
-	while (fill(timeoutMs)) {
+	/* A total bound, not one per read: a child that keeps printing is stopped too. */
+	const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
+	for (;;) {
+		const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+			deadline - std::chrono::steady_clock::now());
+		if (left.count() <= 0 || !fill(static_cast<int>(left.count())))
+			break;
 	}
 	std::string all;
 	all.swap(pending_);
@@ -192,11 +200,15 @@ int Process::wait(int timeoutMs)
 
 int run(const Command &command, int timeoutMs, std::string *out)
 {
+	/* timeoutMs bounds the whole run, output and exit together. */
+	const auto start = std::chrono::steady_clock::now();
 	Process process(command);
 	std::string text = process.readAll(timeoutMs);
 	if (out)
 		*out = text;
-	return process.wait(timeoutMs);
+	const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
+		std::chrono::steady_clock::now() - start);
+	return process.wait(std::max(1000, timeoutMs - static_cast<int>(spent.count())));
 }
 
 Captured runCaptured(Command command, int timeoutMs)

@@ -36,7 +36,7 @@ public:
 	std::string readLine(int timeoutMs);
 	/* Lines of stdout up to and including one containing needle (or EOF, or timeoutMs). */
 	std::string readUntil(const std::string &needle, int timeoutMs);
-	/* The rest of stdout, until EOF or timeoutMs. */
+	/* The rest of stdout, until EOF or timeoutMs in all. */
 	std::string readAll(int timeoutMs);
 	/* The exit status (or 128 + signal); on timeout kills the child and returns -1. */
 	int wait(int timeoutMs);
