@@ -43,7 +43,12 @@ bool HeldPlaintext::hold(const void *data, std::size_t length, bool *becameHeld)
 			return false;
 		size = 0;
 	}
-	std::memcpy(bytes_ + size, data, length);
+	if (!bytes_) {
+		bytes_.reset(new (std::nothrow) unsigned char[kCapacity]);
+		if (!bytes_)
+			return false;
+	}
+	std::memcpy(bytes_.get() + size, data, length);
 	*becameHeld = size == 0;
 	size_.store(size + length, std::memory_order_relaxed);
 	return true;
@@ -117,7 +122,7 @@ void HeldPlaintext::encryptLocked(bool byOwner, bool reportedHere) noexcept
 	Encrypting scope;
 	errors_.clear();
 	const ErrorMark mark = reportedHere ? ErrorMark{} : markErrors(*errorApi_);
-	const int sslError = encrypt_(ssl_, bytes_, size, byOwner);
+	const int sslError = encrypt_(ssl_, bytes_.get(), size, byOwner);
 	const int error = errno;
 	/* This thread's queue as it was; a success's entries (if any) are nobody's. */
 	if (!reportedHere)
@@ -130,6 +135,7 @@ void HeldPlaintext::encryptLocked(bool byOwner, bool reportedHere) noexcept
 		failure_ = { sslError, error, nullptr };
 	/* Encrypted or failed: either way the bytes are OpenSSL's now, as a write's would be. */
 	size_.store(0, std::memory_order_relaxed);
+	bytes_.reset();
 	errno = savedErrno;
 }
 

@@ -110,7 +110,11 @@ private:
 	ErrorEntries errors_; /* failure_'s, when taken from the encrypting thread */
 	int reported_ = 0;
 	std::atomic<std::size_t> size_{0};
-	unsigned char bytes_[kCapacity];
+	/*
+	 * Made by the first write it holds and freed when encrypted: a server's idle
+	 * connections hold nothing, as OpenSSL's own buffers with SSL_MODE_RELEASE_BUFFERS.
+	 */
+	std::unique_ptr<unsigned char[]> bytes_;
 };
 
 /*
