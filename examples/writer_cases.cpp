@@ -25,11 +25,15 @@
  *   msg-callback      a message callback on the context counts the application data
  *                     records it sees written, and the calls from threads other than
  *                     main; 20 times: 100 short lines, then a 2 ms sleep
+ *   write-ex2         20 times: 50 short lines by SSL_write, then one by SSL_write_ex2
+ *                     (OpenSSL 3.3+; prints "no SSL_write_ex2" where libssl lacks it)
  */
 
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <dlfcn.h>
 #include <poll.h>
 #include <sys/select.h>
 #include <sys/socket.h>
@@ -296,6 +300,32 @@ int msgCallbackCase(const char *port)
 	return 0;
 }
 
+/* A program that writes through both: its lines must reach the peer in its order. */
+int writeEx2Case(const char *port)
+{
+	using WriteEx2 = int (*)(SSL *, const void *, size_t, uint64_t, size_t *);
+	const auto writeEx2 = reinterpret_cast<WriteEx2>(dlsym(RTLD_DEFAULT, "SSL_write_ex2"));
+	if (!writeEx2) {
+		std::printf("no SSL_write_ex2\n");
+		return 0;
+	}
+	SSL_CTX *ctx = client();
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	for (int round = 0; round < 20; round++) {
+		writeLines(ssl, round * 51, 50);
+		const std::string line = "line " + std::to_string(round * 51 + 50) + " (SSL_write_ex2)\n";
+		size_t written = 0;
+		if (writeEx2(ssl, line.data(), line.size(), 0, &written) != 1 || written != line.size())
+			fail("SSL_write_ex2");
+	}
+	SSL_shutdown(ssl);
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 } /* namespace */
 
 int main(int argc, char **argv)
@@ -315,5 +345,7 @@ int main(int argc, char **argv)
 		return reuseCase(argv[1]);
 	if (how == "msg-callback")
 		return msgCallbackCase(argv[1]);
+	if (how == "write-ex2")
+		return writeEx2Case(argv[1]);
 	fail("unknown case");
 }

@@ -23,6 +23,9 @@ struct OpenSslApi {
 	decltype(&::SSL_peek_ex) SSL_peek_ex = nullptr;
 	decltype(&::SSL_write) SSL_write = nullptr;
 	decltype(&::SSL_write_ex) SSL_write_ex = nullptr;
+	/* 3.3+, which the headers of the 3.0 and 1.1.1 builds do not declare. */
+	using WriteEx2 = int (*)(SSL *s, const void *buf, size_t num, uint64_t flags, size_t *written);
+	WriteEx2 SSL_write_ex2 = nullptr;
 	decltype(&::SSL_do_handshake) SSL_do_handshake = nullptr;
 	decltype(&::SSL_connect) SSL_connect = nullptr;
 	decltype(&::SSL_accept) SSL_accept = nullptr;

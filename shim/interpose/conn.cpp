@@ -63,6 +63,15 @@ TLSTUNE_EXPORT int SSL_write_ex(SSL *s, const void *buf, size_t num, size_t *wri
 }
 
 /*
+ * 3.3+: a write with flags (SSL_WRITE_FLAG_CONCLUDE ends a QUIC stream). It is never
+ * held, but what an SSL_write held before it goes out first.
+ */
+TLSTUNE_EXPORT int SSL_write_ex2(SSL *s, const void *buf, size_t num, uint64_t flags, size_t *written)
+{
+	return onWrite(s, num, &OpenSslApi::SSL_write_ex2, buf, num, flags, written);
+}
+
+/*
  * With read-ahead the handshake's last read can take the first application records too:
  * an IMAP or SMTP greeting sent right after the server's Finished.
  */

@@ -125,7 +125,8 @@ template <typename Function>
 constexpr int failedResult() noexcept
 {
 	return std::is_same<Function, decltype(&::SSL_read_ex)>::value ||
-			       std::is_same<Function, decltype(&::SSL_write_ex)>::value
+			       std::is_same<Function, decltype(&::SSL_write_ex)>::value ||
+			       std::is_same<Function, OpenSslApi::WriteEx2>::value
 		       ? 0
 		       : -1;
 }

@@ -125,6 +125,7 @@ bool resolveOpenSsl(OpenSslApi *api) noexcept
 	RESOLVE(SSL_peek_ex);
 	RESOLVE(SSL_write);
 	RESOLVE(SSL_write_ex);
+	RESOLVE(SSL_write_ex2);
 	RESOLVE(SSL_do_handshake);
 	RESOLVE(SSL_connect);
 	RESOLVE(SSL_accept);
