@@ -25,6 +25,8 @@
  *   msg-callback      a message callback on the context counts the application data
  *                     records it sees written, and the calls from threads other than
  *                     main; 20 times: 100 short lines, then a 2 ms sleep
+ *   set-mode          20 times: 100 short lines, a 2 ms sleep, then SSL_set_mode and
+ *                     SSL_set_max_send_fragment (SSL_ctrl) on the connection
  *   write-ex2         20 times: 50 short lines by SSL_write, then one by SSL_write_ex2
  *                     (OpenSSL 3.3+; prints "no SSL_write_ex2" where libssl lacks it)
  */
@@ -300,6 +302,26 @@ int msgCallbackCase(const char *port)
 	return 0;
 }
 
+/* Changes what an encryption uses, after a pause in which the shim's thread may encrypt. */
+int setModeCase(const char *port)
+{
+	SSL_CTX *ctx = client();
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	for (int round = 0; round < 20; round++) {
+		writeLines(ssl, round * 100, 100);
+		usleep(2000);
+		SSL_set_mode(ssl, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+		if (SSL_set_max_send_fragment(ssl, round % 2 ? 16384 : 4096) != 1)
+			fail("SSL_set_max_send_fragment");
+	}
+	SSL_shutdown(ssl);
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 /* A program that writes through both: its lines must reach the peer in its order. */
 int writeEx2Case(const char *port)
 {
@@ -345,6 +367,8 @@ int main(int argc, char **argv)
 		return reuseCase(argv[1]);
 	if (how == "msg-callback")
 		return msgCallbackCase(argv[1]);
+	if (how == "set-mode")
+		return setModeCase(argv[1]);
 	if (how == "write-ex2")
 		return writeEx2Case(argv[1]);
 	fail("unknown case");

@@ -89,6 +89,8 @@ struct OpenSslApi {
 	decltype(&::SSL_is_init_finished) SSL_is_init_finished = nullptr;
 	decltype(&::SSL_renegotiate_pending) SSL_renegotiate_pending = nullptr;
 	decltype(&::SSL_get_key_update_type) SSL_get_key_update_type = nullptr;
+	/* SSL_set_mode, SSL_set_max_send_fragment and the other macros over it. */
+	decltype(&::SSL_ctrl) SSL_ctrl = nullptr;
 	/* A deferred encryption's errors go to the thread whose call reports them. */
 	ErrorQueueApi errors;
 

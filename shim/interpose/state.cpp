@@ -15,8 +15,8 @@ using namespace tlstune;
 namespace {
 
 /* A query: the real answer, read while no other thread encrypts into ssl. */
-template <typename Function, typename... Args>
-auto query(const SSL *ssl, Function OpenSslApi::*function, int missing, Args... args)
+template <typename Ssl, typename Function, typename... Args>
+auto query(Ssl *ssl, Function OpenSslApi::*function, int missing, Args... args)
 	-> decltype((openssl().api.*function)(ssl, args...))
 {
 	const Function real = openssl().api.*function;
@@ -69,6 +69,15 @@ TLSTUNE_EXPORT int SSL_want(const SSL *s)
 TLSTUNE_EXPORT int SSL_get_key_update_type(const SSL *s)
 {
 	return query(s, &OpenSslApi::SSL_get_key_update_type, SSL_KEY_UPDATE_NONE);
+}
+
+/*
+ * The macros over it read or change what an encryption uses (SSL_set_mode,
+ * SSL_set_max_send_fragment, SSL_get_mode, ...): never beside another thread's.
+ */
+TLSTUNE_EXPORT long SSL_ctrl(SSL *s, int cmd, long larg, void *parg)
+{
+	return query(s, &OpenSslApi::SSL_ctrl, 0, cmd, larg, parg);
 }
 
 TLSTUNE_EXPORT int SSL_key_update(SSL *s, int updatetype)

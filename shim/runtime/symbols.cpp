@@ -146,6 +146,7 @@ bool resolveOpenSsl(OpenSslApi *api) noexcept
 	RESOLVE(SSL_is_init_finished);
 	RESOLVE(SSL_renegotiate_pending);
 	RESOLVE(SSL_get_key_update_type);
+	RESOLVE(SSL_ctrl);
 	RESOLVE(SSL_pending);
 	RESOLVE(SSL_key_update);
 	RESOLVE(SSL_renegotiate);

@@ -168,6 +168,18 @@ TEST(Writers, AMessageCallbackSeesEveryRecordInTheProgramsOwnThread)
 }
 
 /*
+ * SSL_set_mode and SSL_set_max_send_fragment (SSL_ctrl) after a pause in which the
+ * shim's thread encrypts held lines: the same bytes both ways. The shim's SSL_ctrl waits
+ * out another thread's encryption; the race it prevents is inside libssl, which
+ * ThreadSanitizer does not see, so this case checks only that nothing changes.
+ */
+TEST(Writers, ChangingTheModeAfterAPauseKeepsTheBytesAndRacesWithNothing)
+{
+	RecordProperty("fault", "SSL_set_mode after held lines, from the program's own thread");
+	expectTheSameBothWays("set-mode", {}, "", 0, 1);
+}
+
+/*
  * OpenSSL 3.3's SSL_write_ex2 after short SSL_write calls on one connection: the lines
  * the shim held must not be overtaken (the server's sha256 of what it got, both ways).
  */
