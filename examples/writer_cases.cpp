@@ -25,8 +25,10 @@
  *   msg-callback      a message callback on the context counts the application data
  *                     records it sees written, and the calls from threads other than
  *                     main; 20 times: 100 short lines, then a 2 ms sleep
- *   set-mode          20 times: 100 short lines, a 2 ms sleep, then SSL_set_mode and
- *                     SSL_set_max_send_fragment (SSL_ctrl) on the connection
+ *   set-mode          20 times: 100 short lines, a 2 ms sleep, then SSL_set_mode,
+ *                     SSL_set_max_send_fragment (SSL_ctrl), SSL_set_options,
+ *                     SSL_clear_options and SSL_set_block_padding on the connection;
+ *                     prints "options changed N" (rounds whose setters all worked)
  *   write-ex2         20 times: 50 short lines by SSL_write, then one by SSL_write_ex2
  *                     (OpenSSL 3.3+; prints "no SSL_write_ex2" where libssl lacks it)
  */
@@ -308,17 +310,23 @@ int setModeCase(const char *port)
 	SSL_CTX *ctx = client();
 	int fd = -1;
 	SSL *ssl = connectSsl(ctx, port, &fd);
+	int changed = 0;
 	for (int round = 0; round < 20; round++) {
 		writeLines(ssl, round * 100, 100);
 		usleep(2000);
-		SSL_set_mode(ssl, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-		if (SSL_set_max_send_fragment(ssl, round % 2 ? 16384 : 4096) != 1)
-			fail("SSL_set_max_send_fragment");
+		const bool mode = SSL_set_mode(ssl, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER) &
+				  SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER;
+		const bool fragment = SSL_set_max_send_fragment(ssl, round % 2 ? 16384 : 4096) == 1;
+		const bool set = SSL_set_options(ssl, SSL_OP_NO_RENEGOTIATION) & SSL_OP_NO_RENEGOTIATION;
+		const bool cleared = !(SSL_clear_options(ssl, SSL_OP_NO_RENEGOTIATION) & SSL_OP_NO_RENEGOTIATION);
+		const bool padding = SSL_set_block_padding(ssl, round % 2 ? 0 : 256) == 1;
+		changed += mode && fragment && set && cleared && padding;
 	}
 	SSL_shutdown(ssl);
 	SSL_free(ssl);
 	close(fd);
 	SSL_CTX_free(ctx);
+	std::printf("options changed %d\n", changed);
 	return 0;
 }
 

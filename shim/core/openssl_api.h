@@ -91,6 +91,9 @@ struct OpenSslApi {
 	decltype(&::SSL_get_key_update_type) SSL_get_key_update_type = nullptr;
 	/* SSL_set_mode, SSL_set_max_send_fragment and the other macros over it. */
 	decltype(&::SSL_ctrl) SSL_ctrl = nullptr;
+	decltype(&::SSL_set_options) SSL_set_options = nullptr;
+	decltype(&::SSL_clear_options) SSL_clear_options = nullptr;
+	decltype(&::SSL_set_block_padding) SSL_set_block_padding = nullptr;
 	/* A deferred encryption's errors go to the thread whose call reports them. */
 	ErrorQueueApi errors;
 

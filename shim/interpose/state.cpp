@@ -72,12 +72,30 @@ TLSTUNE_EXPORT int SSL_get_key_update_type(const SSL *s)
 }
 
 /*
- * The macros over it read or change what an encryption uses (SSL_set_mode,
+ * Setters of what an encryption uses (with the macros over SSL_ctrl: SSL_set_mode,
  * SSL_set_max_send_fragment, SSL_get_mode, ...): never beside another thread's.
  */
 TLSTUNE_EXPORT long SSL_ctrl(SSL *s, int cmd, long larg, void *parg)
 {
 	return query(s, &OpenSslApi::SSL_ctrl, 0, cmd, larg, parg);
+}
+
+/* uint64_t since 3.0, unsigned long (the same on LP64) in 1.1.1: the headers say which. */
+using Options = decltype(::SSL_get_options(nullptr));
+
+TLSTUNE_EXPORT Options SSL_set_options(SSL *s, Options op)
+{
+	return query(s, &OpenSslApi::SSL_set_options, 0, op);
+}
+
+TLSTUNE_EXPORT Options SSL_clear_options(SSL *s, Options op)
+{
+	return query(s, &OpenSslApi::SSL_clear_options, 0, op);
+}
+
+TLSTUNE_EXPORT int SSL_set_block_padding(SSL *s, size_t block_size)
+{
+	return query(s, &OpenSslApi::SSL_set_block_padding, 0, block_size);
 }
 
 TLSTUNE_EXPORT int SSL_key_update(SSL *s, int updatetype)

@@ -147,6 +147,9 @@ bool resolveOpenSsl(OpenSslApi *api) noexcept
 	RESOLVE(SSL_renegotiate_pending);
 	RESOLVE(SSL_get_key_update_type);
 	RESOLVE(SSL_ctrl);
+	RESOLVE(SSL_set_options);
+	RESOLVE(SSL_clear_options);
+	RESOLVE(SSL_set_block_padding);
 	RESOLVE(SSL_pending);
 	RESOLVE(SSL_key_update);
 	RESOLVE(SSL_renegotiate);

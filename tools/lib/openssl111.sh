@@ -64,7 +64,8 @@ openssl111_pkgconfig() {
 # built against 1.1.1 (build-openssl-1.1.1/) and run with the shim. The CA cases that run
 # Debian 12's curl, python and socat are left out: those load its OpenSSL 3.0.
 OPENSSL111_TESTS="unit-config unit-ca-cache unit-coalescing unit-held-plaintext unit-readiness unit-strace-log abi
-syscall-read-path syscall-write-path programs-ca-cache programs-faults programs-readiness-cases"
+syscall-read-path syscall-write-path programs-ca-cache programs-faults programs-readiness-cases
+programs-writer-cases programs-record-cases"
 OPENSSL111_FILTER="-CaCache.Python*:CaCache.Curl*:CaCache.Socat*"
 
 openssl111_leg() {
