@@ -14,6 +14,10 @@
  *                     SSL_free, print "returned", then wait for a line on stdin
  *   full-free         ... SSL_free, print "returned", wait for stdin, close(fd)
  *   full-exit         ... print, then exit(0)
+ *   echo-close        against tls_server --echo, which blocks writing back what it reads:
+ *                     non-blocking, write until WANT_WRITE, never read, close(fd),
+ *                     SSL_free, print "returned", then wait for a line on stdin (python's
+ *                     test_ssl test_nonblocking_send; the server's write must fail then)
  *   sigwait           SIGUSR1 blocked in every thread of the program; ten short writes,
  *                     then the process sends itself SIGUSR1 and takes it with sigwait
  *   pselect           the same, then pselect unblocks SIGUSR1 for its wait: EINTR at once
@@ -171,7 +175,7 @@ int fullSocket(const char *port, const std::string &how)
 	std::fflush(stdout);
 	if (how == "full-exit")
 		std::exit(0);
-	if (how == "full-close") {
+	if (how == "full-close" || how == "echo-close") {
 		close(fd);
 		SSL_free(ssl);
 	} else {
@@ -365,7 +369,7 @@ int main(int argc, char **argv)
 	const std::string how = argv[2];
 	if (how.rfind("blocked-", 0) == 0)
 		return blockedWriter(argv[1], how);
-	if (how.rfind("full-", 0) == 0)
+	if (how.rfind("full-", 0) == 0 || how == "echo-close")
 		return fullSocket(argv[1], how);
 	if (how == "sigwait" || how == "pselect")
 		return sigwaitCase(argv[1], how == "pselect");

@@ -126,6 +126,8 @@ public:
 	 * afterwards. Their bytes go out first, or from a duplicate as the socket drains.
 	 */
 	void closing(int first, int last);
+	/* They are closed: a duplicate's socket may have no other descriptor now (StalledWrites). */
+	void closed() { stalled_.closed(); }
 
 	/*
 	 * fd's sending side is about to be shut down (how: SHUT_WR or SHUT_RDWR). True when

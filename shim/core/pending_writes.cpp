@@ -199,6 +199,7 @@ std::shared_ptr<PendingWrites> PendingWrites::handOver(int duplicate, int shutdo
 	heir->bytes_.swap(bytes_);
 	heir->sent_ = sent_;
 	heir->orphan_ = true;
+	heir->watchesInput_.store(true, std::memory_order_relaxed);
 	heir->shutdownHow_ = shutdownHow;
 	heir->stalled_.store(true, std::memory_order_relaxed);
 	heir->lastProgress_ = std::chrono::steady_clock::now();
@@ -212,6 +213,15 @@ void PendingWrites::disown() noexcept
 {
 	ShimLock lock(mutex_);
 	fd_.store(-1, std::memory_order_relaxed);
+	markClean();
+}
+
+void PendingWrites::drop() noexcept
+{
+	ShimLock lock(mutex_);
+	bytes_.clear();
+	sent_ = 0;
+	shutdownHow_ = -1;
 	markClean();
 }
 

@@ -121,6 +121,14 @@ public:
 	bool orphan() const noexcept { return orphan_; }
 	/* An orphan's descriptor is the program's now (it closed it by number): never touch it. */
 	void disown() noexcept;
+	/*
+	 * An orphan whose connection was reset (as the kernel resets a closed socket the peer
+	 * sent to): its bytes are dropped, and its descriptor is closed with it.
+	 */
+	void drop() noexcept;
+	/* An orphan polls for the peer's data (StalledWrites): until EOF, or while the process may read it. */
+	bool watchesInput() const noexcept { return watchesInput_.load(std::memory_order_relaxed); }
+	void setWatchesInput(bool on) noexcept { watchesInput_.store(on, std::memory_order_relaxed); }
 
 	/* The socket is being closed: nothing more may be sent to that number. */
 	void detach() noexcept;
@@ -194,6 +202,7 @@ private:
 	/* Written under mutex_; read without it by error(), once per held write. */
 	std::atomic<int> error_{0};
 	bool orphan_ = false;
+	std::atomic<bool> watchesInput_{false};
 	int shutdownHow_ = -1;
 	bool listed_ = false;
 	std::atomic<std::chrono::steady_clock::time_point> lastWrite_{};

@@ -5,6 +5,7 @@
 
 #include "log.h"
 #include "shim_thread.h"
+#include "socket_owners.h"
 
 namespace tlstune {
 
@@ -56,6 +57,7 @@ void StalledWrites::loop()
 {
 	std::vector<std::shared_ptr<PendingWrites>> round;
 	std::vector<struct pollfd> sockets;
+	std::vector<int> duplicates;
 	for (;;) {
 		{
 			std::unique_lock<std::mutex> lock(mutex_);
@@ -70,13 +72,24 @@ void StalledWrites::loop()
 			round = watched_;
 		}
 		sockets.clear();
-		for (const auto &writes : round)
-			sockets.push_back({ writes->fd(), POLLOUT, 0 });
+		duplicates.clear();
+		for (const auto &writes : round) {
+			const bool input = writes->orphan() && writes->watchesInput();
+			sockets.push_back({ writes->fd(), static_cast<short>(POLLOUT | (input ? POLLIN : 0)), 0 });
+			if (writes->orphan())
+				duplicates.push_back(writes->fd());
+		}
 		calls_.poll(sockets.data(), sockets.size(), kPollMs);
+		std::size_t resets = 0;
 		for (std::size_t i = 0; i < round.size(); i++) {
-			if (sockets[i].revents)
+			if ((sockets[i].revents & POLLIN) && peerSent(*round[i], duplicates))
+				resets++;
+			else if (sockets[i].revents)
 				round[i]->send();
 		}
+		if (resets)
+			logLine(LogLevel::Debug, "%zu closed connections reset: their peers sent data, as "
+				"the kernel resets them", resets);
 		prune(round);
 		/* The last reference to a finished orphan goes here: it closes its descriptor. */
 		round.clear();
@@ -96,7 +109,7 @@ void StalledWrites::prune(const std::vector<std::shared_ptr<PendingWrites>> &rou
 				continue;
 			if (gaveUp) {
 				dropped += writes->pending();
-				writes->disown();
+				writes->drop();
 			}
 			watched_.erase(std::remove(watched_.begin(), watched_.end(), writes), watched_.end());
 		}
@@ -108,6 +121,34 @@ void StalledWrites::prune(const std::vector<std::shared_ptr<PendingWrites>> &rou
 	if (dropped)
 		logLine(LogLevel::Warn, "dropped %zu bytes written before a close: the peer took nothing "
 			"for %lld s", dropped, static_cast<long long>(kOrphanPatience.count()));
+}
+
+bool StalledWrites::peerSent(PendingWrites &orphan, const std::vector<int> &duplicates)
+{
+	const int unread = unreadBytes(orphan.fd());
+	/* EOF (the peer sends no more) or an error (the send reports it): nothing to watch. */
+	if (unread <= 0) {
+		orphan.setWatchesInput(false);
+		return false;
+	}
+	/* The program may read it through a descriptor of its own: it is not closed yet. */
+	if (socketNamedElsewhere(orphan.fd(), duplicates, calls_.close)) {
+		orphan.setWatchesInput(false);
+		return false;
+	}
+	orphan.drop();
+	return true;
+}
+
+void StalledWrites::closed()
+{
+	if (empty())
+		return;
+	ShimLock lock(mutex_);
+	for (const auto &writes : watched_) {
+		if (writes->orphan())
+			writes->setWatchesInput(true);
+	}
 }
 
 void StalledWrites::closing(int first, int last)

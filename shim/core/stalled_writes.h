@@ -19,6 +19,13 @@ namespace tlstune {
  * without the shim. So no close, SSL_free or shutdown waits for a slow peer, no byte
  * OpenSSL reported as written is dropped while the process lives, and a stalled peer
  * costs no CPU: the thread sleeps in poll(POLLOUT).
+ *
+ * An orphan's socket stays open while its bytes wait, where the program's close would
+ * have ended it. The kernel resets a closed socket that has unread data, or that receives
+ * some later, and discards what it had to send; a peer blocked writing to a program that
+ * closed without reading is woken by that reset. So an orphan watches for the peer's
+ * data too, and once the process has no descriptor of its own for the socket, data there
+ * drops its bytes and closes its duplicate, and the kernel resets the connection.
  */
 class StalledWrites {
 public:
@@ -38,6 +45,9 @@ public:
 	 */
 	void closing(int first, int last);
 
+	/* After the program closed fds: an orphan's socket may be the process's no more. */
+	void closed();
+
 	bool empty() const noexcept { return count_.load(std::memory_order_relaxed) == 0; }
 	/* At exit: returns when nothing is left to send, or at deadline. */
 	void waitUntilEmpty(std::chrono::steady_clock::time_point deadline);
@@ -52,8 +62,10 @@ public:
 
 private:
 	void loop();
-	/* Takes finished ones (sent, failed, or given up on) off the list. */
+	/* Takes finished ones (sent, failed, reset, or given up on) off the list. */
 	void prune(const std::vector<std::shared_ptr<PendingWrites>> &round);
+	/* The peer's data reached an orphan's socket: true when that reset it. */
+	bool peerSent(PendingWrites &orphan, const std::vector<int> &duplicates);
 
 	const SocketCalls calls_;
 	std::mutex mutex_;

@@ -41,6 +41,7 @@ void forgetClosed(Process &p, bool closed, int first, int last)
 	if (!p.buffered.idle())
 		p.buffered.closed(first, last);
 	p.epoll.closed(first, last);
+	p.coalescer.closed();
 	errno = savedErrno;
 }
 

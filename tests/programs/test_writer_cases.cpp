@@ -131,6 +131,39 @@ TEST_P(FullSockets, EveryAcceptedByteArrivesAfterThePeerWakes)
 
 INSTANTIATE_TEST_SUITE_P(Writers, FullSockets, ::testing::Values("full-close", "full-free", "full-exit"));
 
+/*
+ * A non-blocking writer fills its socket against an echo server, never reads, and closes
+ * while the server is blocked writing back; then it waits. Without the shim the close
+ * resets the connection (unread data), and the server's write fails at once. With it, a
+ * duplicate of the socket kept the bytes the shim held for it and the connection open:
+ * the server waited 120 s, and then forever (python's test_ssl test_nonblocking_send hung
+ * so). The bound only turns a hang into a failure.
+ */
+TEST(Writers, ClosingWithUnreadDataResetsTheConnectionAsTheKernelDoes)
+{
+	RecordProperty("fault", "a full socket, unread echoes, then close while the peer blocks writing");
+	int serverStatus[2] = { -1, -1 };
+	for (bool withShim : { false, true }) {
+		SCOPED_TRACE(withShim ? "with the shim" : "without the shim");
+		TempDir dir;
+		Fifo input(dir.file("input"));
+		ExampleServer peer(serverArguments({ "--echo" }));
+		Command command;
+		command.argv = writerCase(peer, "echo-close");
+		command.stdinPath = input.path();
+		if (withShim)
+			command.env = shimEnv();
+		Process writer(command);
+		EXPECT_EQ(writer.readLine(kTimeoutMs).rfind("accepted ", 0), 0u);
+		EXPECT_EQ(writer.readLine(kTimeoutMs), "returned");
+		serverStatus[withShim] = peer.process().wait(60000);
+		input.closeWriter();
+		EXPECT_EQ(writer.wait(kTimeoutMs), 0);
+	}
+	EXPECT_EQ(serverStatus[0], 2) << "the server's write fails (tls_server exits 2)";
+	EXPECT_EQ(serverStatus[1], serverStatus[0]);
+}
+
 TEST(Writers, ASignalBlockedInEveryThreadOfTheProgramWaitsForSigwait)
 {
 	RecordProperty("fault", "SIGUSR1 blocked by the program and taken with sigwait");

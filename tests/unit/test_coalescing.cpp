@@ -417,6 +417,51 @@ TEST_F(TcpPair, AShutdownOfAFullSocketSendsTheBytesThenTheEndOfStream)
 	coalescer.release(writes);
 }
 
+/*
+ * The kernel resets a closed socket the peer sends to, discarding what it had to send; a
+ * duplicate kept for held bytes must not keep such a connection open (a peer blocked
+ * writing to a program that closed without reading waited for ever).
+ */
+TEST_F(TcpPair, AClosedFullSocketThePeerSendsToIsResetAsTheKernelResetsIt)
+{
+	Coalescer coalescer(1024 * 1024, std::chrono::milliseconds(100), kCalls);
+	PendingWrites *writes = coalescer.open(fds_[0]);
+	fill(*writes);
+	coalescer.closing(fds_[0], fds_[0]);
+	close(fds_[0]);
+	fds_[0] = -1;
+	coalescer.closed();
+	ASSERT_EQ(write(fds_[1], "more", 4), 4);
+	/* The peer reads nothing: only a reset ends this wait (an error and a hang-up). */
+	struct pollfd reset = { fds_[1], 0, 0 };
+	ASSERT_EQ(::poll(&reset, 1, 30000), 1) << "the connection is still open";
+	EXPECT_TRUE(reset.revents & POLLERR);
+	int error = 0;
+	socklen_t length = sizeof(error);
+	ASSERT_EQ(getsockopt(fds_[1], SOL_SOCKET, SO_ERROR, &error, &length), 0);
+	EXPECT_EQ(error, ECONNRESET);
+	coalescer.release(writes);
+}
+
+/* While the process still has a descriptor for the socket, it may read: nothing is reset. */
+TEST_F(TcpPair, AClosedFullSocketTheProcessStillNamesKeepsDeliveringItsBytes)
+{
+	Coalescer coalescer(1024 * 1024, std::chrono::milliseconds(100), kCalls);
+	PendingWrites *writes = coalescer.open(fds_[0]);
+	const std::string accepted = fill(*writes);
+	const int kept = dup(fds_[0]);
+	ASSERT_GE(kept, 0);
+	coalescer.closing(fds_[0], fds_[0]);
+	close(fds_[0]);
+	fds_[0] = kept;
+	coalescer.closed();
+	ASSERT_EQ(write(fds_[1], "more", 4), 4);
+	EXPECT_TRUE(readExactly(accepted.size()) == accepted);
+	char more[4];
+	EXPECT_EQ(read(fds_[0], more, sizeof(more)), 4) << "the peer's data, for the process to read";
+	coalescer.release(writes);
+}
+
 TEST_F(TcpPair, AConnectionFreedOnAFullSocketStillDeliversItsBytes)
 {
 	Coalescer coalescer(1024 * 1024, std::chrono::milliseconds(100), kCalls);
