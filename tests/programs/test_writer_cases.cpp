@@ -5,6 +5,7 @@
  */
 
 #include <gtest/gtest.h>
+#include <csignal>
 #include <openssl/crypto.h>
 
 #include "process.h"
@@ -142,7 +143,6 @@ INSTANTIATE_TEST_SUITE_P(Writers, FullSockets, ::testing::Values("full-close", "
 TEST(Writers, ClosingWithUnreadDataResetsTheConnectionAsTheKernelDoes)
 {
 	RecordProperty("fault", "a full socket, unread echoes, then close while the peer blocks writing");
-	int serverStatus[2] = { -1, -1 };
 	for (bool withShim : { false, true }) {
 		SCOPED_TRACE(withShim ? "with the shim" : "without the shim");
 		TempDir dir;
@@ -156,12 +156,15 @@ TEST(Writers, ClosingWithUnreadDataResetsTheConnectionAsTheKernelDoes)
 		Process writer(command);
 		EXPECT_EQ(writer.readLine(kTimeoutMs).rfind("accepted ", 0), 0u);
 		EXPECT_EQ(writer.readLine(kTimeoutMs), "returned");
-		serverStatus[withShim] = peer.process().wait(60000);
+		/*
+		 * The server's write fails: ECONNRESET (tls_server exits 2), or EPIPE and SIGPIPE,
+		 * as the kernel's timing has it (both happen without the shim).
+		 */
+		const int serverStatus = peer.process().wait(60000);
+		EXPECT_TRUE(serverStatus == 2 || serverStatus == 128 + SIGPIPE) << serverStatus;
 		input.closeWriter();
 		EXPECT_EQ(writer.wait(kTimeoutMs), 0);
 	}
-	EXPECT_EQ(serverStatus[0], 2) << "the server's write fails (tls_server exits 2)";
-	EXPECT_EQ(serverStatus[1], serverStatus[0]);
 }
 
 TEST(Writers, ASignalBlockedInEveryThreadOfTheProgramWaitsForSigwait)
