@@ -142,7 +142,8 @@ bool StalledWrites::peerSent(PendingWrites &orphan, const std::vector<int> &dupl
 
 void StalledWrites::closed()
 {
-	if (empty())
+	/* A signal handler's close in a thread that holds the lock (in closing()) waits for nothing. */
+	if (empty() || ShimLock::heldHere())
 		return;
 	ShimLock lock(mutex_);
 	for (const auto &writes : watched_) {
