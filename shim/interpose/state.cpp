@@ -72,8 +72,9 @@ TLSTUNE_EXPORT int SSL_get_key_update_type(const SSL *s)
 }
 
 /*
- * Setters of what an encryption uses (with the macros over SSL_ctrl: SSL_set_mode,
- * SSL_set_max_send_fragment, SSL_get_mode, ...): never beside another thread's.
+ * SSL_ctrl (under SSL_set_mode, SSL_set_max_send_fragment, SSL_get_mode, ...) and the
+ * option and padding setters read or change what an encryption uses: never beside
+ * another thread's.
  */
 TLSTUNE_EXPORT long SSL_ctrl(SSL *s, int cmd, long larg, void *parg)
 {
