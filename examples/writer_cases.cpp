@@ -72,6 +72,15 @@ SSL *connectSsl(SSL_CTX *ctx, const char *port, int *fd)
 	return ssl;
 }
 
+/* close_notify, then the SSL, its socket and the context go. */
+void endConnection(SSL *ssl, int fd, SSL_CTX *ctx)
+{
+	SSL_shutdown(ssl);
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+}
+
 void writeLines(SSL *ssl, int first, int count)
 {
 	for (int i = first; i < first + count; i++) {
@@ -221,10 +230,7 @@ int sigwaitCase(const char *port, bool pselectWait)
 		sigwait(&usr1, &taken);
 		std::printf("sigwait took signal %d\n", taken);
 	}
-	SSL_shutdown(ssl);
-	SSL_free(ssl);
-	close(fd);
-	SSL_CTX_free(ctx);
+	endConnection(ssl, fd, ctx);
 	return 0;
 }
 
@@ -267,10 +273,7 @@ int reuseCase(const char *port)
 	if (SSL_connect(ssl) != 1)
 		fail("SSL_connect after SSL_clear");
 	writeLines(ssl, 10, 10);
-	SSL_shutdown(ssl);
-	SSL_free(ssl);
-	close(again);
-	SSL_CTX_free(ctx);
+	endConnection(ssl, again, ctx);
 	std::puts("reused");
 	return 0;
 }
@@ -300,10 +303,7 @@ int msgCallbackCase(const char *port)
 		/* A pause where the shim sees nothing: a thread of its own could encrypt now. */
 		usleep(2000);
 	}
-	SSL_shutdown(ssl);
-	SSL_free(ssl);
-	close(fd);
-	SSL_CTX_free(ctx);
+	endConnection(ssl, fd, ctx);
 	std::printf("application records %d, calls from other threads %d\n", recordsWritten, otherThreadCalls);
 	return 0;
 }
@@ -326,10 +326,7 @@ int setModeCase(const char *port)
 		const bool padding = SSL_set_block_padding(ssl, round % 2 ? 0 : 256) == 1;
 		changed += mode && fragment && set && cleared && padding;
 	}
-	SSL_shutdown(ssl);
-	SSL_free(ssl);
-	close(fd);
-	SSL_CTX_free(ctx);
+	endConnection(ssl, fd, ctx);
 	std::printf("options changed %d\n", changed);
 	return 0;
 }
@@ -353,10 +350,7 @@ int writeEx2Case(const char *port)
 		if (writeEx2(ssl, line.data(), line.size(), 0, &written) != 1 || written != line.size())
 			fail("SSL_write_ex2");
 	}
-	SSL_shutdown(ssl);
-	SSL_free(ssl);
-	close(fd);
-	SSL_CTX_free(ctx);
+	endConnection(ssl, fd, ctx);
 	return 0;
 }
 
