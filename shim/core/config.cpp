@@ -44,15 +44,17 @@ const Option kOptions[] = {
 	    "Turning it off brings back the read-ahead stalls; it exists to show them." },
 	  Kind::Bool, &Config::readiness, nullptr, nullptr, nullptr },
 	{ { "TLSTUNE_CA_CACHE", "1/true/yes/on or 0/false/no/off", "on",
-	    "Parse each CA file once per process and fill every new store from that parse; "
-	    "a changed file (device, inode, size, mtime or ctime) is parsed again." },
+	    "Index each CA file once per process (its bytes decide: a file whose bytes changed "
+	    "is indexed again) and give every store certificates of its own from that index, "
+	    "parsed when the store first needs them. OpenSSL 3.0 and 3.5; elsewhere OpenSSL "
+	    "loads CA files itself." },
 	  Kind::Bool, &Config::caCache, nullptr, nullptr, nullptr },
 	{ { "TLSTUNE_CA_CACHE_TTL", "seconds from 0 to 365 days, suffix s, m, h or d", "24h",
-	    "Parse a cached CA file again once its entry is this old; 0 parses every time." },
+	    "Index a cached CA file again once its entry is this old; 0 indexes every time." },
 	  Kind::Duration, nullptr, nullptr, nullptr, &Config::caCacheTtl },
 	{ { "TLSTUNE_CA_LAZY", "1/true/yes/on or 0/false/no/off", "on",
-	    "Index a CA file on its first load instead of parsing it, and parse a certificate "
-	    "when a store first needs its subject (OpenSSL 3.0 and 3.5; other versions load eagerly)." },
+	    "Off turns the CA cache off as TLSTUNE_CA_CACHE=off does (kept for older settings: "
+	    "the cache has no eager mode any more)." },
 	  Kind::Bool, &Config::caLazy, nullptr, nullptr, nullptr },
 	{ { "TLSTUNE_COALESCE", "records, syscalls or off; 1/true/yes/on mean records, 0/false/no/off off",
 	    "records",

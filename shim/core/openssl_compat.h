@@ -17,9 +17,6 @@ typedef struct ossl_lib_ctx_st OSSL_LIB_CTX;
 SSL_CTX *SSL_CTX_new_ex(OSSL_LIB_CTX *libctx, const char *propq, const SSL_METHOD *meth);
 int X509_load_cert_crl_file_ex(X509_LOOKUP *ctx, const char *file, int type,
 			       OSSL_LIB_CTX *libctx, const char *propq);
-STACK_OF(X509_INFO) *PEM_X509_INFO_read_bio_ex(BIO *bp, STACK_OF(X509_INFO) *sk,
-					      pem_password_cb *cb, void *u,
-					      OSSL_LIB_CTX *libctx, const char *propq);
 STACK_OF(X509) *X509_STORE_get1_all_certs(X509_STORE *st);
 }
 #endif

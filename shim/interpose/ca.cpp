@@ -6,8 +6,7 @@
  * serves them all, with OpenSSL itself resolving SSL_CERT_FILE and the default paths.
  * Directories (CApath) are looked up lazily by OpenSSL already and pass through.
  *
- * With TLSTUNE_CA_LAZY a file's certificates reach a store when something reads it: the
- * store readers below (chain building's issuer and certificate lookups, adds, enumeration)
+ * A cached file's certificates reach a store when something reads it: the store readers below (chain building's issuer and certificate lookups, adds, enumeration)
  * first let core/ca_lazy put in what an eager load would have, then call OpenSSL. libcrypto
  * calls them through its PLT or through pointers it took (X509_STORE_CTX_init), so its
  * own verification comes through here too (read in 3.0's and 3.5's libcrypto). On 3.5
@@ -17,7 +16,7 @@
 
 #include <cerrno>
 
-#include "core/ca_load.h"
+#include "core/ca/load.h"
 #include "interpose/export.h"
 #include "runtime/runtime.h"
 
@@ -41,8 +40,8 @@ int loaded(X509_LOOKUP *lookup, const char *file, int type, OSSL_LIB_CTX *libctx
 {
 	const Crypto &crypto = tlstune::crypto();
 	/*
-	 * Only PEM files parsed for the default library context: certificates parsed for
-	 * another OSSL_LIB_CTX keep a pointer to it, which may be freed and its address reused.
+	 * Only PEM files for the default library context: certificates made for another
+	 * OSSL_LIB_CTX keep a pointer to it, which may be freed and its address reused.
 	 */
 	if (loading || !crypto.caching || type != X509_FILETYPE_PEM || !file || libctx)
 		return load(crypto.api);
@@ -50,9 +49,8 @@ int loaded(X509_LOOKUP *lookup, const char *file, int type, OSSL_LIB_CTX *libctx
 	loading++;
 	const int savedErrno = errno;
 	X509_STORE *store = crypto.api.X509_LOOKUP_get_store(lookup);
-	const LazyStores *lazy = crypto.lazyLoading ? &crypto.lazy : nullptr;
-	int count = store ? loadCaFile(crypto.api, process().caCache, process().stats, lazy, store,
-				       file, propq)
+	int count = store ? loadCaFile(crypto.api, process().caCache, process().stats, crypto.lazy,
+				       store, file, propq ? propq : "")
 			  : -1;
 	errno = savedErrno;
 	if (count < 0)
@@ -85,8 +83,7 @@ namespace {
 const LazyStores *lazyFor(X509_STORE *store)
 {
 	const Crypto &crypto = tlstune::crypto();
-	const LazyStores *lazy = crypto.lazyLoading ? &crypto.lazy : nullptr;
-	return lazy && store && lazy->pending(store) ? lazy : nullptr;
+	return crypto.caching && store && crypto.lazy.pending(store) ? &crypto.lazy : nullptr;
 }
 
 X509_STORE *storeOf(const X509_STORE_CTX *ctx)
@@ -97,13 +94,12 @@ X509_STORE *storeOf(const X509_STORE_CTX *ctx)
 }
 
 /*
- * This thread is inside a lookup by subject. libcrypto's CApath lookup (by_dir.c) finds
- * what it loaded through X509_STORE_get0_objects: a search by that subject, whose lazy
- * certificates are in the store already, not an enumeration. Filling the whole store
- * there parsed every certificate of the bundle at the first unknown issuer (socat's own
- * self-signed certificate: three times the CPU of no shim at all).
+ * The store this thread is looking up by subject. libcrypto's CApath lookup (by_dir.c, 3.0)
+ * finds what it loaded through X509_STORE_get0_objects: a search by that subject, whose
+ * lazy certificates are in the store already, not an enumeration. Filling the whole store
+ * there parsed the bundle at every unknown issuer (socat: three times the CPU of no shim).
  */
-thread_local int lookupDepth = 0;
+thread_local X509_STORE *lookingUp = nullptr;
 
 /* A lookup by subject: the subject's lazy certificates first; the lookup sorts the store. */
 template <typename Call>
@@ -115,9 +111,10 @@ auto lookedUp(X509_STORE *store, const X509_NAME *subject, Call call)
 	const int savedErrno = errno;
 	lazy->beforeRead(store, subject);
 	errno = savedErrno;
-	lookupDepth++;
+	X509_STORE *outer = lookingUp;
+	lookingUp = store;
 	auto result = call(crypto().api);
-	lookupDepth--;
+	lookingUp = outer;
 	lazy->afterLookup(store);
 	errno = savedErrno;
 	return result;
@@ -145,11 +142,16 @@ int added(X509_STORE *store, X509 *x, X509_CRL *crl, const X509_NAME *subject, C
 	return result;
 }
 
+/*
+ * caller: the return address of the interposed call. Only libcrypto's own search inside a
+ * lookup of this store skips the fill; anything the program runs inside one (a
+ * check_issued callback, a lookup method of its own) sees the store an eager load made.
+ */
 template <typename Call>
-auto enumerated(X509_STORE *store, Call call)
+auto enumerated(X509_STORE *store, const void *caller, Call call)
 {
-	const LazyStores *lazy = lookupDepth ? nullptr : lazyFor(store);
-	if (lazy) {
+	const bool libcryptoSearch = store && store == lookingUp && crypto().inLibcrypto(caller);
+	if (const LazyStores *lazy = libcryptoSearch ? nullptr : lazyFor(store)) {
 		const int savedErrno = errno;
 		lazy->beforeEnumeration(store);
 		errno = savedErrno;
@@ -224,7 +226,7 @@ TLSTUNE_EXPORT X509_OBJECT *X509_STORE_CTX_get_obj_by_subject(X509_STORE_CTX *ct
 TLSTUNE_EXPORT STACK_OF(X509_OBJECT) *X509_STORE_get0_objects(CONST_30 X509_STORE *store)
 {
 	X509_STORE *mutableStore = const_cast<X509_STORE *>(store);
-	return enumerated(mutableStore, [&](const CaApi &real) -> STACK_OF(X509_OBJECT) * {
+	return enumerated(mutableStore, __builtin_return_address(0), [&](const CaApi &real) -> STACK_OF(X509_OBJECT) * {
 		return real.X509_STORE_get0_objects ? real.X509_STORE_get0_objects(mutableStore) : nullptr;
 	});
 }
@@ -232,14 +234,14 @@ TLSTUNE_EXPORT STACK_OF(X509_OBJECT) *X509_STORE_get0_objects(CONST_30 X509_STOR
 /* 3.3+ (python 3.13 lists a store with it); absent from the 3.0 headers, so declared here. */
 TLSTUNE_EXPORT STACK_OF(X509_OBJECT) *X509_STORE_get1_objects(X509_STORE *store)
 {
-	return enumerated(store, [&](const CaApi &real) -> STACK_OF(X509_OBJECT) * {
+	return enumerated(store, __builtin_return_address(0), [&](const CaApi &real) -> STACK_OF(X509_OBJECT) * {
 		return real.X509_STORE_get1_objects ? real.X509_STORE_get1_objects(store) : nullptr;
 	});
 }
 
 TLSTUNE_EXPORT STACK_OF(X509) *X509_STORE_get1_all_certs(X509_STORE *store)
 {
-	return enumerated(store, [&](const CaApi &real) -> STACK_OF(X509) * {
+	return enumerated(store, __builtin_return_address(0), [&](const CaApi &real) -> STACK_OF(X509) * {
 		return real.X509_STORE_get1_all_certs ? real.X509_STORE_get1_all_certs(store) : nullptr;
 	});
 }

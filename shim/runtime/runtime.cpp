@@ -1,3 +1,4 @@
+#include <dlfcn.h>
 #include "runtime.h"
 
 #include <atomic>
@@ -181,17 +182,25 @@ Crypto *buildCrypto() noexcept
 	const Config &config = process().config;
 	noteUsesOpenSsl();
 	const bool found = resolveCrypto(&instance.api);
-	instance.caching = found && instance.api.complete() && config.caCache && !config.disable;
-	instance.lazyLoading = instance.caching && config.caLazy && instance.lazy.init(instance.api);
-	if (instance.caching && config.caLazy && !instance.lazyLoading)
-		logLine(LogLevel::Info, "TLSTUNE_CA_LAZY: this libcrypto is not one lazy loading knows "
-			"(OpenSSL 3.0 and 3.5): CA files load eagerly");
-	if (found && !instance.api.complete())
-		logLine(LogLevel::Warn, "this libcrypto lacks functions the CA cache needs: CA cache off");
+	Dl_info info;
+	if (found && instance.api.X509_STORE_get0_objects &&
+	    dladdr(reinterpret_cast<const void *>(instance.api.X509_STORE_get0_objects), &info))
+		instance.libcryptoBase = info.dli_fbase;
+	const bool wanted = found && config.caCache && config.caLazy && !config.disable;
+	instance.caching = wanted && instance.api.complete() && instance.lazy.init(instance.api);
+	if (wanted && !instance.caching)
+		logLine(LogLevel::Info, "this libcrypto is not one the CA cache knows (OpenSSL 3.0 and "
+			"3.5, with every function it calls): OpenSSL loads CA files itself");
 	return &instance;
 }
 
 } /* namespace */
+
+bool Crypto::inLibcrypto(const void *address) const noexcept
+{
+	Dl_info info;
+	return libcryptoBase && dladdr(address, &info) && info.dli_fbase == libcryptoBase;
+}
 
 SocketCalls Process::socketCalls() noexcept
 {

@@ -1,9 +1,9 @@
 #pragma once
 
 #include "core/buffered_fds.h"
-#include "core/ca_api.h"
-#include "core/ca_cache.h"
-#include "core/ca_lazy.h"
+#include "core/ca/api.h"
+#include "core/ca/cache.h"
+#include "core/ca/lazy.h"
 #include "core/coalescer.h"
 #include "core/coalescing_bio.h"
 #include "core/config.h"
@@ -73,11 +73,12 @@ const OpenSsl &openssl() noexcept;
 /* libcrypto's CA loading, resolved on the first load of a CA file. */
 struct Crypto {
 	CaApi api;
-	/* CA files are served from Process::caCache. */
+	/* CA files are served from Process::caCache, indexed; stores get their certificates lazily. */
 	bool caching = false;
-	/* TLSTUNE_CA_LAZY: files are indexed, their certificates parsed on demand. */
 	LazyStores lazy;
-	bool lazyLoading = false;
+	/* Where libcrypto is mapped: a call from libcrypto's own code, told by its return address. */
+	const void *libcryptoBase = nullptr;
+	bool inLibcrypto(const void *address) const noexcept;
 };
 const Crypto &crypto() noexcept;
 

@@ -210,23 +210,20 @@ bool resolveCrypto(CaApi *api) noexcept
 
 	RESOLVE(X509_load_cert_crl_file);
 	RESOLVE(X509_load_cert_crl_file_ex);
-	RESOLVE(BIO_new_fp);
-	RESOLVE(BIO_free);
-	RESOLVE(PEM_X509_INFO_read_bio);
-	RESOLVE(PEM_X509_INFO_read_bio_ex);
-	RESOLVE(X509_INFO_free);
 	RESOLVE(ERR_set_mark);
 	RESOLVE(ERR_pop_to_mark);
 	RESOLVE(X509_check_purpose);
+	RESOLVE(X509_get0_pubkey);
+	RESOLVE(OSSL_PROVIDER_do_all);
+	RESOLVE(EVP_default_properties_is_fips_enabled);
+	RESOLVE(EVP_get1_default_properties);
+	RESOLVE(CRYPTO_free);
 	RESOLVE(OpenSSL_version_num);
 	RESOLVE(OPENSSL_sk_num);
 	RESOLVE(OPENSSL_sk_value);
 	RESOLVE(OPENSSL_sk_push);
 	RESOLVE(OPENSSL_sk_sort);
-	RESOLVE(OPENSSL_sk_free);
 	RESOLVE(X509_LOOKUP_get_store);
-	RESOLVE(X509_STORE_new);
-	RESOLVE(X509_STORE_free);
 	RESOLVE(X509_STORE_add_cert);
 	RESOLVE(X509_STORE_add_crl);
 	RESOLVE(X509_STORE_lock);
@@ -241,6 +238,7 @@ bool resolveCrypto(CaApi *api) noexcept
 	RESOLVE(X509_OBJECT_set1_X509_CRL);
 	RESOLVE(X509_OBJECT_retrieve_match);
 	RESOLVE(d2i_X509);
+	RESOLVE(X509_new_ex);
 	RESOLVE(X509_free);
 	RESOLVE(d2i_X509_NAME);
 	RESOLVE(X509_NAME_free);

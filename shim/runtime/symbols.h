@@ -1,6 +1,6 @@
 #pragma once
 
-#include "core/ca_api.h"
+#include "core/ca/api.h"
 #include "core/openssl_api.h"
 #include "libc_api.h"
 

@@ -1,4 +1,4 @@
-#include "ca_store_model.h"
+#include "store_model.h"
 
 #include <algorithm>
 
@@ -82,11 +82,10 @@ void StoreModel::sync(STACK_OF(X509_OBJECT) *objects)
 bool StoreModel::materialise(STACK_OF(X509_OBJECT) *objects, std::size_t at, int storeIndex)
 {
 	Entry &entry = entries_[at];
-	bool own = false;
-	X509 *x = files_[static_cast<std::size_t>(entry.file)]->certificate(entry.position, &own);
+	X509 *x = files_[static_cast<std::size_t>(entry.file)]->certificate(entry.position);
 	X509_OBJECT *object = x ? api_.X509_OBJECT_new() : nullptr;
 	bool ok = object && api_.X509_OBJECT_set1_X509(object, x);
-	if (own && x)
+	if (x)
 		api_.X509_free(x);
 	ok = ok && api_.OPENSSL_sk_insert(stack(objects), object, storeIndex) > 0;
 	if (!ok) {
@@ -246,12 +245,11 @@ bool StoreModel::load(STACK_OF(X509_OBJECT) *objects, std::shared_ptr<const CaIn
 		}
 		/* The run holds the program's certificates or another file's: OpenSSL compares. */
 		beforeDuplicateCheck(objects, X509_LU_X509, name);
-		bool own = false;
-		X509 *x = index->certificate(position, &own);
+		X509 *x = index->certificate(position);
 		int result = 0;
 		if (x)
 			appended |= append(objects, x, nullptr, name, &result) != nullptr;
-		if (own && x)
+		if (x)
 			api_.X509_free(x);
 		ok = ok && result == 1;
 	}

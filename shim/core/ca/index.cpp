@@ -1,4 +1,4 @@
-#include "ca_index.h"
+#include "index.h"
 
 #include <algorithm>
 #include <cstring>
@@ -106,13 +106,18 @@ bool decodes(const CaApi &api, const Element &element, const ASN1_ITEM *item) no
 } /* namespace */
 
 bool checkCertificate(const CaApi &api, const unsigned char *der, std::size_t length,
-		      const unsigned char **subject, std::size_t *subjectLength) noexcept
+		      const unsigned char **subject, std::size_t *subjectLength,
+		      std::string *keyAlgorithm) noexcept
 {
-	/* Certificate ::= SEQUENCE { tbsCertificate, signatureAlgorithm, signature BIT STRING } */
+	/*
+	 * Certificate ::= SEQUENCE { tbsCertificate, signatureAlgorithm, signature BIT STRING },
+	 * and nothing after it in the block: what OpenSSL makes of trailing bytes differs by
+	 * version (3.5 reports them), so such a file loads the way OpenSSL loads it.
+	 */
 	const unsigned char *at = der;
 	Element certificate;
 	if (!readElement(&at, der + length, &certificate) || certificate.tag != 0x30 ||
-	    !wellFramed(certificate, 0))
+	    at != der + length || !wellFramed(certificate, 0))
 		return false;
 	std::vector<Element> parts;
 	if (!children(certificate, { 0x30, 0x30, 0x03 }, &parts) ||
@@ -168,16 +173,16 @@ bool checkCertificate(const CaApi &api, const unsigned char *der, std::size_t le
 		return false;
 	*subject = subjectField.start;
 	*subjectLength = static_cast<std::size_t>(subjectField.end() - *subject);
+	if (keyAlgorithm)
+		keyAlgorithm->assign(reinterpret_cast<const char *>(keyParts[0].start),
+				     static_cast<std::size_t>(keyParts[0].end() - keyParts[0].start));
 	return true;
 }
 
 CaIndex::~CaIndex()
 {
-	for (const std::unique_ptr<Entry> &entry : entries_) {
+	for (const std::unique_ptr<Entry> &entry : entries_)
 		api_.X509_NAME_free(entry->subject);
-		if (X509 *x = entry->parsed.load())
-			api_.X509_free(x);
-	}
 }
 
 std::vector<int> CaIndex::withSubject(const X509_NAME *name) const
@@ -192,47 +197,65 @@ std::vector<int> CaIndex::withSubject(const X509_NAME *name) const
 	return found;
 }
 
-X509 *CaIndex::parse(const Entry &entry) const
+X509 *CaIndex::parse(int position) const
 {
-	const unsigned char *p = reinterpret_cast<const unsigned char *>(entry.der.data());
-	Stats::add(stats_.caCertsParsed, 1);
-	return api_.d2i_X509(nullptr, &p, static_cast<long>(entry.der.size()));
+	const std::string &der = entries_[position]->der;
+	const unsigned char *p = reinterpret_cast<const unsigned char *>(der.data());
+	if (propq_.empty())
+		return api_.d2i_X509(nullptr, &p, static_cast<long>(der.size()));
+	/* As the loader does for a query: a certificate made for it, then decoded into. */
+	X509 *x = api_.X509_new_ex ? api_.X509_new_ex(nullptr, propq_.c_str()) : nullptr;
+	if (x && !api_.d2i_X509(&x, &p, static_cast<long>(der.size()))) {
+		/* d2i frees what it was given when it fails. */
+		x = nullptr;
+	}
+	return x;
 }
 
-X509 *CaIndex::certificate(int position, bool *own) const
+X509 *CaIndex::certificate(int position) const
 {
-	const Entry &entry = *entries_[position];
-	*own = false;
-	if (X509 *x = entry.parsed.load(std::memory_order_acquire))
-		return x;
-	if (entry.invalid.load(std::memory_order_acquire)) {
-		*own = true;
-		return parse(entry);
+	Stats::add(stats_.caCertsParsed, 1);
+	return parse(position);
+}
+
+DecodingState decodingState(const CaApi &api)
+{
+	DecodingState state;
+	if (api.OSSL_PROVIDER_do_all) {
+		/* Lists the active providers, activating the fallback as a decode would. */
+		api.OSSL_PROVIDER_do_all(nullptr, [](void *provider, void *providers) {
+			static_cast<std::vector<const void *> *>(providers)->push_back(provider);
+			return 1;
+		}, &state.providers);
 	}
-	/*
-	 * No lock: two threads may parse the same certificate at once, and the one that
-	 * publishes second frees its copy. A lock here would be one more to hold across fork.
-	 */
+	if (api.EVP_default_properties_is_fips_enabled)
+		state.fips = api.EVP_default_properties_is_fips_enabled(nullptr) == 1;
+	if (api.EVP_get1_default_properties && api.CRYPTO_free) {
+		if (char *properties = api.EVP_get1_default_properties(nullptr)) {
+			state.properties = properties;
+			api.CRYPTO_free(properties, __FILE__, __LINE__);
+		}
+	}
+	return state;
+}
+
+bool CaIndex::keysDecode() const
+{
 	api_.ERR_set_mark();
-	X509 *x = parse(entry);
-	/* As parseBundle: derived fields filled before the certificate is shared. */
-	const bool valid = x && api_.X509_check_purpose(x, -1, 0) == 1;
+	bool ok = true;
+	for (int position : keyAlgorithms_) {
+		X509 *x = parse(position);
+		ok = ok && x && api_.X509_get0_pubkey(x);
+		if (x)
+			api_.X509_free(x);
+	}
 	api_.ERR_pop_to_mark();
-	if (x && !valid) {
-		/* This copy has its fields filled already: the caller gets a fresh one. */
-		api_.X509_free(x);
-		entry.invalid.store(true, std::memory_order_release);
-		*own = true;
-		return parse(entry);
-	}
-	X509 *published = nullptr;
-	if (x && !entry.parsed.compare_exchange_strong(published, x, std::memory_order_acq_rel)) {
-		api_.X509_free(x);
-		return published;
-	}
-	if (x)
-		parsedCount_.fetch_add(1, std::memory_order_relaxed);
-	return x;
+	return ok;
+}
+
+bool CaIndex::keysDecodeNow() const
+{
+	return decodingState(api_) == decodedUnder_ || keysDecode();
 }
 
 namespace {
@@ -329,19 +352,27 @@ bool scanPem(const std::string &content, std::vector<std::string> *ders)
 
 } /* namespace */
 
-std::shared_ptr<CaIndex> indexFile(const CaApi &api, Stats &stats, const std::string &content)
+std::shared_ptr<CaIndex> indexFile(const CaApi &api, Stats &stats, const std::string &content,
+				   const std::string &propq)
 {
 	std::vector<std::string> ders;
 	if (!scanPem(content, &ders) || ders.empty())
 		return nullptr;
 	api.ERR_set_mark();
-	auto index = std::make_shared<CaIndex>(api, stats);
+	auto index = std::make_shared<CaIndex>(api, stats, propq);
 	bool ok = true;
+	std::vector<std::string> keyAlgorithms;
 	for (std::string &der : ders) {
 		const unsigned char *subject = nullptr;
 		std::size_t subjectLength = 0;
+		std::string keyAlgorithm;
 		ok = checkCertificate(api, reinterpret_cast<const unsigned char *>(der.data()), der.size(),
-				      &subject, &subjectLength);
+				      &subject, &subjectLength, &keyAlgorithm);
+		if (ok && std::find(keyAlgorithms.begin(), keyAlgorithms.end(), keyAlgorithm) ==
+				  keyAlgorithms.end()) {
+			keyAlgorithms.push_back(keyAlgorithm);
+			index->keyAlgorithms_.push_back(index->count());
+		}
 		X509_NAME *decoded = ok ? api.d2i_X509_NAME(nullptr, &subject, static_cast<long>(subjectLength))
 					: nullptr;
 		if (!decoded)
@@ -376,15 +407,16 @@ std::shared_ptr<CaIndex> indexFile(const CaApi &api, Stats &stats, const std::st
 		if (api.X509_NAME_cmp(index->entries_[a]->subject, index->entries_[b]->subject) != 0)
 			continue;
 		for (int position : { a, b }) {
-			bool own = false;
-			X509 *x = index->certificate(position, &own);
-			ok = ok && x && !own;
-			if (own)
+			X509 *x = index->parse(position);
+			ok = ok && x && api.X509_check_purpose(x, -1, 0) == 1;
+			if (x)
 				api.X509_free(x);
 		}
 	}
 	api.ERR_pop_to_mark();
-	if (!ok)
+	/* Decided now, as loading decides it: a key that does not decode loads eagerly. */
+	index->decodedUnder_ = decodingState(api);
+	if (!ok || !index->keysDecode())
 		return nullptr;
 	Stats::add(stats.caCertsIndexed, static_cast<uint64_t>(count));
 	return index;

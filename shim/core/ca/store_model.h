@@ -3,8 +3,8 @@
 #include <memory>
 #include <vector>
 
-#include "ca_api.h"
-#include "ca_index.h"
+#include "api.h"
+#include "index.h"
 
 namespace tlstune {
 

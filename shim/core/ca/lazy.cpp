@@ -1,9 +1,9 @@
-#include "ca_lazy.h"
+#include "lazy.h"
 
 #include <atomic>
 #include <vector>
 
-#include "ca_store_model.h"
+#include "store_model.h"
 
 namespace tlstune {
 
@@ -108,11 +108,10 @@ namespace {
 X509_OBJECT *materialise(const CaApi &api, STACK_OF(X509_OBJECT) *objects, const CaIndex &index,
 			 int position, bool *failed)
 {
-	bool own = false;
-	X509 *x = index.certificate(position, &own);
+	X509 *x = index.certificate(position);
 	X509_OBJECT *object = x ? api.X509_OBJECT_new() : nullptr;
 	bool ok = object && api.X509_OBJECT_set1_X509(object, x);
-	if (own && x)
+	if (x)
 		api.X509_free(x);
 	if (ok && api.X509_OBJECT_retrieve_match(objects, object)) {
 		api.X509_OBJECT_free(object);

@@ -2,8 +2,8 @@
 
 #include <memory>
 
-#include "ca_api.h"
-#include "ca_index.h"
+#include "api.h"
+#include "index.h"
 
 namespace tlstune {
 

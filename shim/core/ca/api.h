@@ -6,7 +6,7 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
-#include "openssl_compat.h"
+#include "core/openssl_compat.h"
 
 namespace tlstune {
 
@@ -20,15 +20,22 @@ struct CaApi {
 	decltype(&::X509_load_cert_crl_file) X509_load_cert_crl_file = nullptr;
 	decltype(&::X509_load_cert_crl_file_ex) X509_load_cert_crl_file_ex = nullptr; /* 3.0+ */
 
-	/* Parsing a file, as the loader does. */
-	decltype(&::BIO_new_fp) BIO_new_fp = nullptr;
-	decltype(&::BIO_free) BIO_free = nullptr;
-	decltype(&::PEM_X509_INFO_read_bio) PEM_X509_INFO_read_bio = nullptr;
-	decltype(&::PEM_X509_INFO_read_bio_ex) PEM_X509_INFO_read_bio_ex = nullptr; /* 3.0+ */
-	decltype(&::X509_INFO_free) X509_INFO_free = nullptr;
+	/* The error queue around what the index parses, and the purpose check's derived fields. */
 	decltype(&::ERR_set_mark) ERR_set_mark = nullptr;
 	decltype(&::ERR_pop_to_mark) ERR_pop_to_mark = nullptr;
 	decltype(&::X509_check_purpose) X509_check_purpose = nullptr;
+	decltype(&::X509_get0_pubkey) X509_get0_pubkey = nullptr;
+	/*
+	 * What decides whether a key decodes (3.0+; DecodingState), in forms of their own:
+	 * the 1.1.1 leg's headers declare none of them.
+	 */
+	using ProviderDoAll = int (*)(void *libctx, int (*each)(void *provider, void *arg), void *arg);
+	ProviderDoAll OSSL_PROVIDER_do_all = nullptr;
+	using FipsEnabled = int (*)(void *libctx);
+	FipsEnabled EVP_default_properties_is_fips_enabled = nullptr;
+	using DefaultProperties = char *(*)(void *libctx); /* 3.2+ */
+	DefaultProperties EVP_get1_default_properties = nullptr;
+	decltype(&::CRYPTO_free) CRYPTO_free = nullptr;
 	decltype(&::OpenSSL_version_num) OpenSSL_version_num = nullptr;
 
 	/* The stacks behind the sk_* macros, which call these. */
@@ -36,12 +43,9 @@ struct CaApi {
 	decltype(&::OPENSSL_sk_value) OPENSSL_sk_value = nullptr;
 	decltype(&::OPENSSL_sk_push) OPENSSL_sk_push = nullptr;
 	decltype(&::OPENSSL_sk_sort) OPENSSL_sk_sort = nullptr;
-	decltype(&::OPENSSL_sk_free) OPENSSL_sk_free = nullptr;
 
-	/* Filling a store. */
+	/* A store's objects. */
 	decltype(&::X509_LOOKUP_get_store) X509_LOOKUP_get_store = nullptr;
-	decltype(&::X509_STORE_new) X509_STORE_new = nullptr;
-	decltype(&::X509_STORE_free) X509_STORE_free = nullptr;
 	decltype(&::X509_STORE_add_cert) X509_STORE_add_cert = nullptr;
 	decltype(&::X509_STORE_add_crl) X509_STORE_add_crl = nullptr;
 	decltype(&::X509_STORE_lock) X509_STORE_lock = nullptr;
@@ -70,6 +74,9 @@ struct CaApi {
 
 	/* Lazy loading (TLSTUNE_CA_LAZY): indexing a file, parsing one certificate, the store's state. */
 	decltype(&::d2i_X509) d2i_X509 = nullptr;
+	/* 3.0: a certificate for a property query, as the loader makes one. */
+	using NewX509Ex = X509 *(*)(void *libctx, const char *propq);
+	NewX509Ex X509_new_ex = nullptr;
 	decltype(&::X509_free) X509_free = nullptr;
 	decltype(&::d2i_X509_NAME) d2i_X509_NAME = nullptr;
 	decltype(&::X509_NAME_free) X509_NAME_free = nullptr;
@@ -135,7 +142,7 @@ struct CaApi {
 
 	bool hasLazy() const noexcept
 	{
-		return d2i_X509 && X509_free &&
+		return d2i_X509 && X509_new_ex && X509_free && X509_get0_pubkey && OSSL_PROVIDER_do_all &&
 		       d2i_X509_NAME && X509_NAME_free && X509_NAME_cmp && ASN1_item_d2i &&
 		       ASN1_item_free && ASN1_INTEGER_it && ASN1_BIT_STRING_it && ASN1_TIME_it &&
 		       X509_ALGOR_it && X509_NAME_it && X509_EXTENSIONS_it && X509_get_subject_name &&
@@ -148,16 +155,13 @@ struct CaApi {
 
 	bool complete() const noexcept
 	{
-		return X509_load_cert_crl_file && BIO_new_fp && BIO_free && PEM_X509_INFO_read_bio &&
-		       X509_INFO_free && ERR_set_mark && ERR_pop_to_mark && X509_check_purpose &&
-		       OpenSSL_version_num && OPENSSL_sk_num &&
-		       OPENSSL_sk_value && OPENSSL_sk_push && OPENSSL_sk_sort && OPENSSL_sk_free &&
-		       X509_LOOKUP_get_store && X509_STORE_new && X509_STORE_free &&
-		       X509_STORE_add_cert && X509_STORE_add_crl && X509_STORE_lock &&
-		       X509_STORE_unlock && X509_STORE_get0_objects && X509_OBJECT_new &&
-		       X509_OBJECT_free && X509_OBJECT_get_type && X509_OBJECT_get0_X509 &&
-		       X509_OBJECT_get0_X509_CRL && X509_OBJECT_set1_X509 &&
-		       X509_OBJECT_set1_X509_CRL && X509_OBJECT_retrieve_match;
+		return X509_load_cert_crl_file && ERR_set_mark && ERR_pop_to_mark && X509_check_purpose &&
+		       OpenSSL_version_num && OPENSSL_sk_num && OPENSSL_sk_value && OPENSSL_sk_push &&
+		       OPENSSL_sk_sort && X509_LOOKUP_get_store && X509_STORE_add_cert &&
+		       X509_STORE_add_crl && X509_STORE_lock && X509_STORE_unlock &&
+		       X509_STORE_get0_objects && X509_OBJECT_new && X509_OBJECT_free &&
+		       X509_OBJECT_get_type && X509_OBJECT_get0_X509 && X509_OBJECT_get0_X509_CRL &&
+		       X509_OBJECT_set1_X509 && X509_OBJECT_set1_X509_CRL && X509_OBJECT_retrieve_match;
 	}
 };
 

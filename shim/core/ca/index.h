@@ -1,0 +1,116 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "api.h"
+#include "core/stats.h"
+
+namespace tlstune {
+
+/*
+ * What decides at load time whether a certificate's public key decodes: the providers
+ * active in the default library context and its default property query. A lazy load
+ * reuses the decoding check of an index only while these are what they were then.
+ */
+struct DecodingState {
+	std::vector<const void *> providers; /* OSSL_PROVIDER pointers, in the store's order */
+	std::string properties;              /* 3.2+; before, only whether FIPS is asked for */
+	bool fips = false;
+	bool operator==(const DecodingState &other) const
+	{
+		return providers == other.providers && properties == other.properties &&
+		       fips == other.fips;
+	}
+};
+DecodingState decodingState(const CaApi &api);
+
+/*
+ * A CA file of PEM certificates, indexed without parsing them (issue 13): each
+ * certificate's DER and decoded subject name, in file order. What is shared is the bytes
+ * and the index, never an object: every store gets X509s of its own, parsed from the DER
+ * when they enter it (OpenSSL's load gives every store fresh objects, and a program may
+ * change one: trust and reject settings, aliases, ex_data).
+ */
+class CaIndex {
+public:
+	/* propq: the property query the file is loaded for (stunnel's "provider!=fips"), or "". */
+	CaIndex(const CaApi &api, Stats &stats, std::string propq = std::string())
+		: api_(api), stats_(stats), propq_(std::move(propq)) {}
+	~CaIndex();
+	CaIndex(const CaIndex &) = delete;
+	CaIndex &operator=(const CaIndex &) = delete;
+
+	/* Certificates in the file, repeats included: what loading it returns. */
+	int count() const noexcept { return static_cast<int>(entries_.size()); }
+
+	/* File positions of the certificates whose subject equals name, in file order. */
+	std::vector<int> withSubject(const X509_NAME *name) const;
+	const X509_NAME *subject(int position) const noexcept { return entries_[position]->subject; }
+	/* The certificate's bytes: equal bytes are what X509_cmp calls the same certificate. */
+	const std::string &der(int position) const noexcept { return entries_[position]->der; }
+	/* The distinct subjects in X509_NAME_cmp order, and which one a certificate has. */
+	int subjectCount() const noexcept { return static_cast<int>(firstWithSubject_.size()); }
+	const X509_NAME *distinctSubject(int rank) const noexcept
+	{
+		return entries_[firstWithSubject_[rank]]->subject;
+	}
+	int subjectRank(int position) const noexcept { return subjectRank_[position]; }
+
+	/* A new X509 of the certificate at position, the caller's to free; null if memory ran out. */
+	X509 *certificate(int position) const;
+
+	/*
+	 * Whether an eager load now would decode every certificate's key, as it did when the
+	 * file was indexed: true at once while the decoding state is the same, else one
+	 * certificate of each key algorithm is decoded to tell.
+	 */
+	bool keysDecodeNow() const;
+
+private:
+	friend std::shared_ptr<CaIndex> indexFile(const CaApi &api, Stats &stats,
+						  const std::string &content, const std::string &propq);
+
+	struct Entry {
+		std::string der;
+		X509_NAME *subject = nullptr;
+	};
+
+	X509 *parse(int position) const; /* certificate(), not counted in the stats */
+	bool keysDecode() const;
+
+	const CaApi &api_;
+	Stats &stats_;
+	const std::string propq_;
+	std::vector<std::unique_ptr<Entry>> entries_;
+	std::vector<int> bySubject_; /* positions, sorted by X509_NAME_cmp, then file order */
+	std::vector<int> firstWithSubject_; /* per distinct subject, in order: a position */
+	std::vector<int> subjectRank_;      /* per position: its subject's rank */
+	std::vector<int> keyAlgorithms_;    /* a position per distinct key algorithm */
+	DecodingState decodedUnder_;        /* when the index checked that every key decodes */
+};
+
+/*
+ * Indexes a PEM file's content, or returns null when loading it lazily could differ in
+ * any way from loading it: anything but CERTIFICATE blocks (CRLs, TRUSTED CERTIFICATE,
+ * keys, headers), a certificate whose framing or subject does not decode or whose block
+ * holds bytes after it, certificates that share a subject of which one has extensions
+ * that do not decode (loading compares them and leaves that error), a key that does not
+ * decode under the providers of the moment, an empty file. The error queue is left as
+ * it was.
+ */
+std::shared_ptr<CaIndex> indexFile(const CaApi &api, Stats &stats, const std::string &content,
+				   const std::string &propq = std::string());
+
+/*
+ * Whether d2i_X509 takes this DER certificate, and where its subject is (and, when asked,
+ * the bytes of its key's AlgorithmIdentifier): every field decoded by OpenSSL's own
+ * decoder but the public key, whose decoding d2i_X509 survives.
+ * Stricter than OpenSSL where that is simpler (BER lengths, unique ids: false).
+ */
+bool checkCertificate(const CaApi &api, const unsigned char *der, std::size_t length,
+		      const unsigned char **subject, std::size_t *subjectLength,
+		      std::string *keyAlgorithm = nullptr) noexcept;
+
+} /* namespace tlstune */

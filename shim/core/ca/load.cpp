@@ -1,0 +1,58 @@
+#include "load.h"
+
+#include "core/log.h"
+
+namespace tlstune {
+
+namespace {
+
+/* TLSTUNE_LOG=info: what the cache did, limited (python makes a context per request). */
+RateLimit cacheLines;
+
+const char *describe(CaLookup lookup) noexcept
+{
+	switch (lookup) {
+	case CaLookup::Hit:
+		return "served from the cache";
+	case CaLookup::Miss:
+		return "indexed once, and cached";
+	case CaLookup::Reload:
+		return "older than the TTL: indexed again";
+	case CaLookup::Uncached:
+		break;
+	}
+	return "not indexable: OpenSSL loads it itself";
+}
+
+} /* namespace */
+
+int loadCaFile(const CaApi &api, CaCache &cache, Stats &stats, const LazyStores &lazy,
+	       X509_STORE *store, const char *path, const std::string &propq)
+{
+	std::string content;
+	if (!readCaFile(path, &content))
+		return -1;
+	const CaCache::Found found = cache.find(content, propq, [&](const std::string &bytes) {
+		return std::shared_ptr<const CaIndex>(indexFile(api, stats, bytes, propq));
+	});
+	switch (found.lookup) {
+	case CaLookup::Hit:
+		Stats::add(stats.caHits, 1);
+		break;
+	case CaLookup::Miss:
+		Stats::add(stats.caMisses, 1);
+		break;
+	case CaLookup::Reload:
+		Stats::add(stats.caReloads, 1);
+		break;
+	case CaLookup::Uncached:
+		break;
+	}
+	const bool decodes = found.index && found.index->keysDecodeNow();
+	logLimited(cacheLines, LogLevel::Info, "CA file %s: %s", path,
+		   decodes || !found.index ? describe(found.lookup)
+					   : "a key would not decode now: OpenSSL loads it itself");
+	return decodes ? lazy.attach(store, found.index) : -1;
+}
+
+} /* namespace tlstune */
