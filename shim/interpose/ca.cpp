@@ -148,15 +148,18 @@ int added(X509_STORE *store, X509 *x, X509_CRL *crl, const X509_NAME *subject, C
  * check_issued callback, a lookup method of its own) sees the store an eager load made.
  */
 template <typename Call>
-auto enumerated(X509_STORE *store, const void *caller, Call call)
+auto enumerated(X509_STORE *store, const void *caller, bool keepsList, Call call)
 {
-	const bool libcryptoSearch = store && store == lookingUp && crypto().inLibcrypto(caller);
-	if (const LazyStores *lazy = libcryptoSearch ? nullptr : lazyFor(store)) {
-		const int savedErrno = errno;
+	const Crypto &crypto = tlstune::crypto();
+	if (!crypto.caching || !store || (store == lookingUp && crypto.inLibcrypto(caller)))
+		return call(crypto.api);
+	const int savedErrno = errno;
+	if (keepsList)
+		crypto.lazy.markListed(store);
+	if (const LazyStores *lazy = lazyFor(store))
 		lazy->beforeEnumeration(store);
-		errno = savedErrno;
-	}
-	return call(crypto().api);
+	errno = savedErrno;
+	return call(crypto.api);
 }
 
 } /* namespace */
@@ -226,7 +229,7 @@ TLSTUNE_EXPORT X509_OBJECT *X509_STORE_CTX_get_obj_by_subject(X509_STORE_CTX *ct
 TLSTUNE_EXPORT STACK_OF(X509_OBJECT) *X509_STORE_get0_objects(CONST_30 X509_STORE *store)
 {
 	X509_STORE *mutableStore = const_cast<X509_STORE *>(store);
-	return enumerated(mutableStore, __builtin_return_address(0), [&](const CaApi &real) -> STACK_OF(X509_OBJECT) * {
+	return enumerated(mutableStore, __builtin_return_address(0), true, [&](const CaApi &real) -> STACK_OF(X509_OBJECT) * {
 		return real.X509_STORE_get0_objects ? real.X509_STORE_get0_objects(mutableStore) : nullptr;
 	});
 }
@@ -234,14 +237,14 @@ TLSTUNE_EXPORT STACK_OF(X509_OBJECT) *X509_STORE_get0_objects(CONST_30 X509_STOR
 /* 3.3+ (python 3.13 lists a store with it); absent from the 3.0 headers, so declared here. */
 TLSTUNE_EXPORT STACK_OF(X509_OBJECT) *X509_STORE_get1_objects(X509_STORE *store)
 {
-	return enumerated(store, __builtin_return_address(0), [&](const CaApi &real) -> STACK_OF(X509_OBJECT) * {
+	return enumerated(store, __builtin_return_address(0), false, [&](const CaApi &real) -> STACK_OF(X509_OBJECT) * {
 		return real.X509_STORE_get1_objects ? real.X509_STORE_get1_objects(store) : nullptr;
 	});
 }
 
 TLSTUNE_EXPORT STACK_OF(X509) *X509_STORE_get1_all_certs(X509_STORE *store)
 {
-	return enumerated(store, __builtin_return_address(0), [&](const CaApi &real) -> STACK_OF(X509) * {
+	return enumerated(store, __builtin_return_address(0), false, [&](const CaApi &real) -> STACK_OF(X509) * {
 		return real.X509_STORE_get1_all_certs ? real.X509_STORE_get1_all_certs(store) : nullptr;
 	});
 }

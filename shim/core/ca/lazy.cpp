@@ -45,6 +45,7 @@ struct LazyStores::State {
 	};
 	std::vector<File> files;
 	std::atomic<bool> complete{ false };
+	bool listed = false; /* the program holds the store's object list */
 	/*
 	 * The object an eager load would have left last and unsorted in the stack: each
 	 * X509_STORE_add_cert sorts the stack, then appends. Any later lookup sorts it.
@@ -97,6 +98,34 @@ LazyStores::State *LazyStores::unfilled(X509_STORE *store) const noexcept
 {
 	State *s = state(store);
 	return s && !s->complete.load(std::memory_order_acquire) ? s : nullptr;
+}
+
+void LazyStores::markListed(X509_STORE *store) const noexcept
+{
+	if (slot_ < 0 || !store)
+		return;
+	StoreLock lock(*api_, store);
+	State *s = state(store);
+	if (!s) {
+		s = new (std::nothrow) State;
+		if (!s)
+			return;
+		s->complete.store(true, std::memory_order_relaxed); /* nothing lazy in it */
+		if (!api_->X509_STORE_set_ex_data(store, slot_, s)) {
+			delete s;
+			return;
+		}
+	}
+	s->listed = true;
+}
+
+bool LazyStores::listed(X509_STORE *store) const noexcept
+{
+	if (slot_ < 0 || !store)
+		return false;
+	StoreLock lock(*api_, store);
+	const State *s = state(store);
+	return s && s->listed;
 }
 
 namespace {

@@ -48,6 +48,14 @@ public:
 	/* Every lazy certificate in the store, in the order loading would have left them. */
 	void beforeEnumeration(X509_STORE *store) const noexcept;
 
+	/*
+	 * The program took the store's object list (X509_STORE_get0_objects): it may read that
+	 * list at any later moment, without a call the shim sees, so every later load into
+	 * the store is filled at once.
+	 */
+	void markListed(X509_STORE *store) const noexcept;
+	bool listed(X509_STORE *store) const noexcept;
+
 	/* Whether the store has lazy certificates not in it yet (a cheap check). */
 	bool pending(X509_STORE *store) const noexcept;
 

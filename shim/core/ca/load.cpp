@@ -52,7 +52,12 @@ int loadCaFile(const CaApi &api, CaCache &cache, Stats &stats, const LazyStores 
 	logLimited(cacheLines, LogLevel::Info, "CA file %s: %s", path,
 		   decodes || !found.index ? describe(found.lookup)
 					   : "a key would not decode now: OpenSSL loads it itself");
-	return decodes ? lazy.attach(store, found.index) : -1;
+	if (!decodes)
+		return -1;
+	const int count = lazy.attach(store, found.index);
+	if (count >= 0 && lazy.listed(store))
+		lazy.beforeEnumeration(store);
+	return count;
 }
 
 } /* namespace tlstune */
