@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cerrno>
+#include <cstring>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/epoll.h>
@@ -73,7 +74,13 @@ int selectMerged(const BufferedFds &buffered, int nfds, fd_set *readfds, RealSel
 	if (!any)
 		return realSelect(false);
 
-	const fd_set wanted = *readfds;
+	/*
+	 * The words nfds names, and no more: programs allocate howmany(nfds, NFDBITS) of them
+	 * (OpenSSH, perl), and a whole fd_set copied from the end of a page faults.
+	 */
+	fd_set wanted;
+	FD_ZERO(&wanted);
+	std::memcpy(&wanted, readfds, static_cast<std::size_t>((limit + __NFDBITS - 1) / __NFDBITS) * sizeof(__fd_mask));
 	int ready = realSelect(true);
 	if (ready < 0)
 		return ready;

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+
 #include <atomic>
 #include <set>
 #include <sys/wait.h>
@@ -289,6 +291,38 @@ TEST(SelectMerged, ReportsABufferedSocketReadableAtOnce)
 	EXPECT_EQ(n, 1);
 	EXPECT_TRUE(FD_ISSET(pair.fds[0], &readable));
 	EXPECT_FALSE(FD_ISSET(pair.fds[1], &readable));
+}
+
+TEST(SelectMerged, ReadsAndWritesNoBitBeyondNfds)
+{
+	RecordProperty("fault", "an fd_set allocated for nfds only, at the end of a page (OpenSSH, perl)");
+	SocketPair pair;
+	BufferedFds buffered;
+	buffered.set(&kOwner, pair.fds[0], inodeOf(pair.fds[0]), true);
+	ASSERT_LT(std::max(pair.fds[0], pair.fds[1]), __NFDBITS) << "one word of bits";
+	/* One word of bits, the last of a page whose next page cannot be touched. */
+	const long page = sysconf(_SC_PAGESIZE);
+	char *pages = static_cast<char *>(mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE,
+					       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+	ASSERT_NE(pages, MAP_FAILED);
+	ASSERT_EQ(mprotect(pages + page, page, PROT_NONE), 0);
+	fd_set *small = reinterpret_cast<fd_set *>(pages + page - sizeof(__fd_mask));
+	__FDS_BITS(small)[0] = static_cast<__fd_mask>(1) << pair.fds[0] | static_cast<__fd_mask>(1) << pair.fds[1];
+	const int nfds = std::max(pair.fds[0], pair.fds[1]) + 1;
+	const int n = selectMerged(buffered, nfds, small, [&](bool zero) {
+		EXPECT_TRUE(zero);
+		/* The real select with a whole set of the test's own, as the kernel reads nfds bits. */
+		fd_set whole;
+		FD_ZERO(&whole);
+		__FDS_BITS(&whole)[0] = __FDS_BITS(small)[0];
+		struct timeval none = { 0, 0 };
+		const int ready = select(nfds, &whole, nullptr, nullptr, &none);
+		__FDS_BITS(small)[0] = __FDS_BITS(&whole)[0];
+		return ready;
+	});
+	EXPECT_EQ(n, 1);
+	EXPECT_EQ(__FDS_BITS(small)[0], static_cast<__fd_mask>(1) << pair.fds[0]);
+	munmap(pages, 2 * page);
 }
 
 TEST(Fionread, SaysABufferedSocketHasBytes)

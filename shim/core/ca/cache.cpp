@@ -22,30 +22,35 @@ bool readCaFile(const char *path, std::string *content) noexcept
 	 * Replaced by something else since the stat: that open was an event already, and
 	 * OpenSSL's own open would be a second one. A race a CA file does not run in practice.
 	 */
-	bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
-	content->clear();
-	char buffer[64 * 1024];
+	bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+		  static_cast<std::size_t>(st.st_size) < kLargest;
+	/* Read in place, the size known: one more byte than fstat said, to meet the end. */
+	std::size_t used = 0;
+	if (ok)
+		content->resize(static_cast<std::size_t>(st.st_size) + 1);
 	while (ok) {
-		const ssize_t n = read(fd, buffer, sizeof(buffer));
+		if (used == content->size())
+			content->resize(used * 2);
+		const ssize_t n = read(fd, &(*content)[used], content->size() - used);
 		if (n < 0 && errno == EINTR)
 			continue;
-		ok = n >= 0 && content->size() + static_cast<std::size_t>(n) <= kLargest;
+		ok = n >= 0 && used + static_cast<std::size_t>(n) <= kLargest;
 		if (!ok || n == 0)
 			break;
-		content->append(buffer, static_cast<std::size_t>(n));
+		used += static_cast<std::size_t>(n);
 	}
+	content->resize(used);
 	close(fd);
 	return ok && !content->empty();
 }
 
 CaCache::Found CaCache::find(const std::string &content, const std::string &propq, const Index &index)
 {
-	const std::size_t hash = std::hash<std::string>()(content);
+	/* A handful of entries: compared whole (sizes first), no hash to compute. */
 	std::lock_guard<std::mutex> lock(mutex_);
 	const auto now = clock_();
 	auto entry = entries_.begin();
-	while (entry != entries_.end() && (entry->hash != hash || entry->content != content ||
-					       entry->propq != propq))
+	while (entry != entries_.end() && (entry->content != content || entry->propq != propq))
 		++entry;
 	CaLookup lookup = CaLookup::Miss;
 	if (entry != entries_.end()) {
@@ -57,7 +62,7 @@ CaCache::Found CaCache::find(const std::string &content, const std::string &prop
 		lookup = CaLookup::Reload;
 	}
 	std::shared_ptr<const CaIndex> made = index(content);
-	entries_.push_front(Entry{ hash, content, propq, now, made });
+	entries_.push_front(Entry{ content, propq, now, made });
 	while (entries_.size() > capacity_)
 		entries_.pop_back();
 	return { made, made ? lookup : CaLookup::Uncached };

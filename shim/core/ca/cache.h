@@ -64,7 +64,6 @@ public:
 
 private:
 	struct Entry {
-		std::size_t hash;
 		std::string content;
 		std::string propq;
 		std::chrono::steady_clock::time_point indexedAt;
