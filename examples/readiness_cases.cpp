@@ -25,6 +25,14 @@
  *                     0, then polls and recv()s the plaintext. Prints "lines 2", then
  *                     "plain TEXT" or "plain none" (no byte within 2 s), and
  *                     "empty wakeups N": the polls that said readable with nothing to read.
+ *   ssl-bio PORT      against tls_server --burst 20: an SSL BIO (BIO_new_ssl) over a
+ *                     socket BIO, reading through BIO_read, which OpenSSL serves by its
+ *                     internal path; polls the socket before each line. Prints "lines 20",
+ *                     or "poll timed out after N lines" and exits 3.
+ *   read-ahead-setting PORT
+ *                     against tls_server --burst 20: prints what SSL_get_read_ahead and
+ *                     SSL_CTX_get_read_ahead answer before and after the handshake and a
+ *                     read, and after the program sets them itself.
  */
 
 #include <cerrno>
@@ -279,11 +287,72 @@ int stoptls(SSL_CTX *server)
 
 } /* namespace */
 
+/* BIO_new_ssl over a socket BIO: the program sees a BIO, OpenSSL reads by its own path. */
+int sslBio(const char *port)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	const int fd = connectTo("127.0.0.1", port);
+	BIO *ssl = BIO_new_ssl(ctx, 1);
+	BIO_push(ssl, BIO_new_socket(fd, BIO_CLOSE));
+	if (BIO_do_handshake(ssl) != 1)
+		fail("BIO_do_handshake");
+	SSL *connection = nullptr;
+	BIO_get_ssl(ssl, &connection);
+	int lines = 0;
+	for (; lines < 20; lines++) {
+		if (BIO_pending(ssl) == 0) {
+			struct pollfd pfd = { fd, POLLIN, 0 };
+			if (poll(&pfd, 1, kPollMs) != 1) {
+				std::printf("poll timed out after %d lines\n", lines);
+				return 3;
+			}
+		}
+		char buffer[256];
+		if (BIO_read(ssl, buffer, sizeof(buffer)) <= 0)
+			fail("BIO_read");
+	}
+	std::printf("lines %d\n", lines);
+	BIO_free_all(ssl);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
+int readAheadSetting(const char *port)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	std::printf("context %ld\n", static_cast<long>(SSL_CTX_get_read_ahead(ctx)));
+	const int fd = connectTo("127.0.0.1", port);
+	SSL *ssl = SSL_new(ctx);
+	SSL_set_fd(ssl, fd);
+	std::printf("new %d\n", SSL_get_read_ahead(ssl));
+	if (SSL_connect(ssl) != 1)
+		fail("SSL_connect");
+	std::string line;
+	if (!pollThenRead(ssl, fd, &line))
+		fail("the first line never came");
+	std::printf("after a read %d, context %ld\n", SSL_get_read_ahead(ssl),
+		    static_cast<long>(SSL_CTX_get_read_ahead(ctx)));
+	SSL_set_read_ahead(ssl, 1);
+	std::printf("set by the program %d\n", SSL_get_read_ahead(ssl));
+	SSL_set_read_ahead(ssl, 0);
+	std::printf("cleared by the program %d\n", SSL_get_read_ahead(ssl));
+	SSL_CTX_set_read_ahead(ctx, 1);
+	std::printf("context set by the program %ld\n", static_cast<long>(SSL_CTX_get_read_ahead(ctx)));
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const std::string which = argc > 1 ? argv[1] : "";
 	if ((which == "moved" || which == "peek") && argc > 2)
 		return which == "moved" ? anotherFd(argv[2], which) : peek(argv[2]);
+	if (which == "ssl-bio" && argc > 2)
+		return sslBio(argv[2]);
+	if (which == "read-ahead-setting" && argc > 2)
+		return readAheadSetting(argv[2]);
 	if (which == "duplicate" && argc > 3)
 		return anotherFd(argv[3], argv[2]);
 	if (which == "pipes" || which == "stoptls") {

@@ -39,7 +39,26 @@ public:
 	int fd() const noexcept { return fd_; }
 	bool buffered() const noexcept { return buffered_; }
 
+	/*
+	 * Read tuning (core/read_tuning.h): decided once, at the program's own first call on
+	 * the connection that may read; whether the shim turned read-ahead on; whether the
+	 * program set read-ahead on the SSL itself (then it is the program's, as set).
+	 */
+	bool readTuningDecided() const noexcept { return readTuningDecided_; }
+	void decideReadTuning() noexcept { readTuningDecided_ = true; }
+	bool readAheadByShim() const noexcept { return readAheadByShim_; }
+	void setReadAheadByShim(bool on) noexcept { readAheadByShim_ = on; }
+	bool programSetReadAhead() const noexcept { return programSetReadAhead_; }
+	void noteProgramSetReadAhead() noexcept
+	{
+		programSetReadAhead_ = true;
+		readAheadByShim_ = false;
+	}
+
 private:
+	bool readTuningDecided_ = false;
+	bool readAheadByShim_ = false;
+	bool programSetReadAhead_ = false;
 	int fd_ = -1;
 	ino_t ino_ = 0;
 	/*

@@ -51,6 +51,13 @@ struct OpenSslApi {
 	/* What the features need. */
 	decltype(&::SSL_CTX_ctrl) SSL_CTX_ctrl = nullptr;
 	decltype(&::SSL_CTX_set_default_read_buffer_len) SSL_CTX_set_default_read_buffer_len = nullptr;
+	/* Read tuning is per connection: set on the SSL, and what the program set, answered. */
+	decltype(&::SSL_set_default_read_buffer_len) SSL_set_default_read_buffer_len = nullptr;
+	decltype(&::SSL_set_read_ahead) SSL_set_read_ahead = nullptr;
+	decltype(&::SSL_get_read_ahead) SSL_get_read_ahead = nullptr;
+	decltype(&::SSL_get_SSL_CTX) SSL_get_SSL_CTX = nullptr;
+	decltype(&::SSL_CTX_get_ex_data) SSL_CTX_get_ex_data = nullptr;
+	decltype(&::SSL_CTX_set_ex_data) SSL_CTX_set_ex_data = nullptr;
 	decltype(&::SSL_has_pending) SSL_has_pending = nullptr;
 	decltype(&::SSL_want) SSL_want = nullptr;
 	/* Optional: without them a moved fd is learnt at the next read, close_notify not seen. */
@@ -117,8 +124,10 @@ struct OpenSslApi {
 	/* Read-ahead is safe only with the readiness layer, so both need all of these. */
 	bool hasReadPath() const noexcept
 	{
-		return SSL_CTX_ctrl && SSL_CTX_set_default_read_buffer_len && SSL_has_pending &&
-		       SSL_want && CRYPTO_get_ex_new_index && SSL_get_ex_data && SSL_set_ex_data;
+		return SSL_CTX_ctrl && SSL_set_default_read_buffer_len && SSL_set_read_ahead &&
+		       SSL_get_read_ahead && SSL_get_SSL_CTX && SSL_CTX_get_ex_data &&
+		       SSL_CTX_set_ex_data && SSL_has_pending && SSL_want &&
+		       CRYPTO_get_ex_new_index && SSL_get_ex_data && SSL_set_ex_data;
 	}
 };
 

@@ -6,23 +6,41 @@
 namespace tlstune {
 
 namespace {
-/* A program may make a context per request (python's create_default_context per call). */
+
+/* A program may make a connection per request. */
 RateLimit tunedLines;
+
+/* What a context's ex_data holds once the program set its read-ahead: any non-null pointer. */
+char programSetReadAhead;
+
+} /* namespace */
+
+bool ReadTuning::init(const OpenSslApi &api) noexcept
+{
+	contextIndex_ = api.CRYPTO_get_ex_new_index(CRYPTO_EX_INDEX_SSL_CTX, 0, nullptr, nullptr,
+						    nullptr, nullptr);
+	return contextIndex_ >= 0;
 }
 
-void tuneContext(const OpenSslApi &api, const Config &config, SSL_CTX *ctx) noexcept
+void ReadTuning::noteContextSetting(const OpenSslApi &api, SSL_CTX *ctx) const noexcept
 {
-	if (!ctx || !config.readAhead)
-		return;
+	if (ctx && contextIndex_ >= 0)
+		api.SSL_CTX_set_ex_data(ctx, contextIndex_, &programSetReadAhead);
+}
 
-	/*
-	 * Both are per-context defaults that SSL_new copies, so a program that later turns
-	 * read-ahead off on its context or connection keeps it off.
-	 * SSL_CTX_set_read_ahead() is a macro over SSL_CTX_ctrl().
-	 */
-	api.SSL_CTX_ctrl(ctx, SSL_CTRL_SET_READ_AHEAD, 1, nullptr);
-	api.SSL_CTX_set_default_read_buffer_len(ctx, config.readBuffer);
-	logLimited(tunedLines, LogLevel::Info, "new SSL_CTX tuned: read-ahead on, read buffer %zu bytes",
+void ReadTuning::tuneConnection(const OpenSslApi &api, const Config &config, SSL *ssl,
+				Connection &connection) const noexcept
+{
+	connection.decideReadTuning();
+	SSL_CTX *ctx = api.SSL_get_SSL_CTX(ssl);
+	if (!config.readAhead || connection.programSetReadAhead() ||
+	    (ctx && api.SSL_CTX_get_ex_data(ctx, contextIndex_)) || api.SSL_get_read_ahead(ssl))
+		return;
+	/* Before the handshake makes the read buffer: four records, one recv. */
+	api.SSL_set_default_read_buffer_len(ssl, config.readBuffer);
+	api.SSL_set_read_ahead(ssl, 1);
+	connection.setReadAheadByShim(true);
+	logLimited(tunedLines, LogLevel::Info, "connection tuned: read-ahead on, read buffer %zu bytes",
 		   config.readBuffer);
 }
 

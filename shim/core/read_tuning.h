@@ -1,16 +1,41 @@
 #pragma once
 
-#include <cstddef>
-
 #include <openssl/ssl.h>
 
 #include "config.h"
+#include "connection.h"
 
 namespace tlstune {
 
 struct OpenSslApi;
 
-/* Turns read-ahead on and sizes the read buffer of a context the program just created. */
-void tuneContext(const OpenSslApi &api, const Config &config, SSL_CTX *ctx) noexcept;
+/*
+ * Read tuning is per connection, and only for connections tlstune follows (issue 23).
+ * Read-ahead holds records the kernel no longer shows, so it is on only where the shim
+ * sees the connection's reads and so serves its waits. It is decided at the program's
+ * own first call on the connection that may read (a handshake, a read, a peek, a write
+ * that runs the handshake), before OpenSSL makes its read buffer: a call libssl makes
+ * itself (SSL_connect's SSL_do_handshake, an SSL BIO's handshake and reads) and a
+ * connection the program drives past the shim (a library loaded with RTLD_DEEPBIND, as
+ * PHP loads its curl extension) are never tuned. Contexts are never changed, so
+ * SSL_CTX_get_read_ahead answers the program's own setting, and SSL_get_read_ahead does
+ * (interpose/conn.cpp). A program that sets read-ahead itself, on the context or the
+ * connection, keeps what it set.
+ */
+class ReadTuning {
+public:
+	/* False when this libssl cannot carry the context mark: then nothing is tuned. */
+	bool init(const OpenSslApi &api) noexcept;
+
+	/* The program set read-ahead on ctx (SSL_CTX_set_read_ahead, a macro over SSL_CTX_ctrl). */
+	void noteContextSetting(const OpenSslApi &api, SSL_CTX *ctx) const noexcept;
+
+	/* Before the program's first call on ssl that may read. */
+	void tuneConnection(const OpenSslApi &api, const Config &config, SSL *ssl,
+			    Connection &connection) const noexcept;
+
+private:
+	int contextIndex_ = -1;
+};
 
 } /* namespace tlstune */

@@ -11,11 +11,51 @@ TLSTUNE_EXPORT SSL *SSL_new(SSL_CTX *ctx)
 	SSL *created = ssl.api.SSL_new ? ssl.api.SSL_new(ctx) : nullptr;
 	if (created && ssl.tracking && ssl.slot.attach(ssl.api, created))
 		Stats::add(process().stats.connections, 1);
+	/*
+	 * TLSTUNE_READINESS=off, which exists to show the stalls read-ahead causes: every
+	 * connection made here reads ahead, followed or not.
+	 */
+	if (created && ssl.tuning && !ssl.tracking && ssl.api.SSL_get_read_ahead(created) == 0) {
+		ssl.api.SSL_set_default_read_buffer_len(created, process().config.readBuffer);
+		ssl.api.SSL_set_read_ahead(created, 1);
+	}
 	return created;
+}
+
+/* The program's own setting: the shim's read-ahead is not the program's to see. */
+TLSTUNE_EXPORT int SSL_get_read_ahead(const SSL *s)
+{
+	const OpenSsl &ssl = openssl();
+	if (!ssl.api.SSL_get_read_ahead)
+		return 0;
+	const int on = ssl.api.SSL_get_read_ahead(s);
+	if (on && ssl.tracking) {
+		const Connection *connection = ssl.slot.of(ssl.api, const_cast<SSL *>(s));
+		if (connection && connection->readAheadByShim())
+			return 0;
+	}
+	return on;
+}
+
+TLSTUNE_EXPORT void SSL_set_read_ahead(SSL *s, int yes)
+{
+	const OpenSsl &ssl = openssl();
+	if (ssl.tracking && !ssl.inLibssl(__builtin_return_address(0))) {
+		const int savedErrno = errno;
+		if (Connection *connection = ssl.slot.of(ssl.api, s)) {
+			/* Decided by the program: the shim leaves it as set. */
+			connection->noteProgramSetReadAhead();
+			connection->decideReadTuning();
+		}
+		errno = savedErrno;
+	}
+	if (ssl.api.SSL_set_read_ahead)
+		ssl.api.SSL_set_read_ahead(s, yes);
 }
 
 TLSTUNE_EXPORT int SSL_read(SSL *s, void *buf, int num)
 {
+	tuneReads(s, __builtin_return_address(0));
 	flushWrites(s);
 	int n = onConnection(s, &OpenSslApi::SSL_read, buf, num);
 	if (n > 0)
@@ -25,6 +65,7 @@ TLSTUNE_EXPORT int SSL_read(SSL *s, void *buf, int num)
 
 TLSTUNE_EXPORT int SSL_read_ex(SSL *s, void *buf, size_t num, size_t *readbytes)
 {
+	tuneReads(s, __builtin_return_address(0));
 	flushWrites(s);
 	int ok = onConnection(s, &OpenSslApi::SSL_read_ex, buf, num, readbytes);
 	if (ok > 0 && readbytes)
@@ -34,12 +75,14 @@ TLSTUNE_EXPORT int SSL_read_ex(SSL *s, void *buf, size_t num, size_t *readbytes)
 
 TLSTUNE_EXPORT int SSL_peek(SSL *s, void *buf, int num)
 {
+	tuneReads(s, __builtin_return_address(0));
 	flushWrites(s);
 	return onConnection(s, &OpenSslApi::SSL_peek, buf, num);
 }
 
 TLSTUNE_EXPORT int SSL_peek_ex(SSL *s, void *buf, size_t num, size_t *readbytes)
 {
+	tuneReads(s, __builtin_return_address(0));
 	flushWrites(s);
 	return onConnection(s, &OpenSslApi::SSL_peek_ex, buf, num, readbytes);
 }
@@ -47,6 +90,7 @@ TLSTUNE_EXPORT int SSL_peek_ex(SSL *s, void *buf, size_t num, size_t *readbytes)
 /* A write runs the handshake when none was done yet, and may read records past it. */
 TLSTUNE_EXPORT int SSL_write(SSL *s, const void *buf, int num)
 {
+	tuneReads(s, __builtin_return_address(0));
 	if (num > 0 && holdWrite(s, buf, static_cast<size_t>(num)))
 		return num;
 	return onWrite(s, num > 0 ? static_cast<size_t>(num) : 0, &OpenSslApi::SSL_write, buf, num);
@@ -54,6 +98,7 @@ TLSTUNE_EXPORT int SSL_write(SSL *s, const void *buf, int num)
 
 TLSTUNE_EXPORT int SSL_write_ex(SSL *s, const void *buf, size_t num, size_t *written)
 {
+	tuneReads(s, __builtin_return_address(0));
 	if (holdWrite(s, buf, num)) {
 		if (written)
 			*written = num;
@@ -68,6 +113,7 @@ TLSTUNE_EXPORT int SSL_write_ex(SSL *s, const void *buf, size_t num, size_t *wri
  */
 TLSTUNE_EXPORT int SSL_write_ex2(SSL *s, const void *buf, size_t num, uint64_t flags, size_t *written)
 {
+	tuneReads(s, __builtin_return_address(0));
 	return onWrite(s, num, &OpenSslApi::SSL_write_ex2, buf, num, flags, written);
 }
 
@@ -77,18 +123,21 @@ TLSTUNE_EXPORT int SSL_write_ex2(SSL *s, const void *buf, size_t num, uint64_t f
  */
 TLSTUNE_EXPORT int SSL_do_handshake(SSL *s)
 {
+	tuneReads(s, __builtin_return_address(0));
 	flushWrites(s);
 	return onConnection(s, &OpenSslApi::SSL_do_handshake);
 }
 
 TLSTUNE_EXPORT int SSL_connect(SSL *s)
 {
+	tuneReads(s, __builtin_return_address(0));
 	flushWrites(s);
 	return onConnection(s, &OpenSslApi::SSL_connect);
 }
 
 TLSTUNE_EXPORT int SSL_accept(SSL *s)
 {
+	tuneReads(s, __builtin_return_address(0));
 	flushWrites(s);
 	return onConnection(s, &OpenSslApi::SSL_accept);
 }

@@ -304,6 +304,25 @@ int onWrite(SSL *ssl, size_t length, Function OpenSslApi::*function, Args... arg
 	return onConnection(ssl, function, args...);
 }
 
+/*
+ * Read tuning, decided at the program's own first call on ssl that may read. caller: the
+ * interposed call's return address; libssl calling its own exported functions (SSL_connect
+ * calls SSL_do_handshake, an SSL BIO its handshake) is not the program. After the first
+ * decision: one load and a branch.
+ */
+inline void tuneReads(SSL *ssl, const void *caller) noexcept
+{
+	const OpenSsl &o = openssl();
+	if (!o.tuning || !o.tracking)
+		return;
+	Connection *connection = o.slot.of(o.api, ssl);
+	if (!connection || connection->readTuningDecided() || o.inLibssl(caller))
+		return;
+	const int savedErrno = errno;
+	o.readTuning.tuneConnection(o.api, process().config, ssl, *connection);
+	errno = savedErrno;
+}
+
 /* Counts data the program read through OpenSSL, for TLSTUNE_STATS. */
 inline void countSslRead(size_t bytes) noexcept
 {

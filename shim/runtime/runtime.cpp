@@ -171,7 +171,12 @@ OpenSsl *buildOpenSsl() noexcept
 	 * Read-ahead without the readiness layer stalls programs that poll before reading;
 	 * only TLSTUNE_READINESS=off, set to show exactly that, asks for it anyway.
 	 */
-	instance.tuning = p.config.readAhead && (instance.tracking || !p.config.readiness);
+	instance.tuning = p.config.readAhead && (instance.tracking || !p.config.readiness) &&
+			  instance.readTuning.init(instance.api);
+	Dl_info info;
+	if (instance.api.SSL_new &&
+	    dladdr(reinterpret_cast<const void *>(instance.api.SSL_new), &info))
+		instance.libsslBase = info.dli_fbase;
 	return &instance;
 }
 
@@ -195,6 +200,12 @@ Crypto *buildCrypto() noexcept
 }
 
 } /* namespace */
+
+bool OpenSsl::inLibssl(const void *address) const noexcept
+{
+	Dl_info info;
+	return libsslBase && dladdr(address, &info) && info.dli_fbase == libsslBase;
+}
 
 bool Crypto::inLibcrypto(const void *address) const noexcept
 {

@@ -2,6 +2,7 @@
 
 #include "core/buffered_fds.h"
 #include "core/ca/api.h"
+#include "core/read_tuning.h"
 #include "core/ca/cache.h"
 #include "core/ca/lazy.h"
 #include "core/coalescer.h"
@@ -60,8 +61,12 @@ struct OpenSsl {
 	ConnectionSlot slot;
 	/* Connections are followed (readiness and fd learning). */
 	bool tracking = false;
-	/* New contexts get read-ahead and the read buffer. */
+	/* Followed connections get read-ahead and the read buffer (core/read_tuning.h). */
 	bool tuning = false;
+	ReadTuning readTuning;
+	/* Where libssl is mapped: a call libssl makes to itself, told by its return address. */
+	const void *libsslBase = nullptr;
+	bool inLibssl(const void *address) const noexcept;
 	/* Writes to plain sockets go through the coalescing filter. */
 	CoalescingBio filter;
 	bool coalescing = false;

@@ -169,6 +169,12 @@ bool resolveOpenSsl(OpenSslApi *api) noexcept
 
 	RESOLVE(SSL_CTX_ctrl);
 	RESOLVE(SSL_CTX_set_default_read_buffer_len);
+	RESOLVE(SSL_set_default_read_buffer_len);
+	RESOLVE(SSL_set_read_ahead);
+	RESOLVE(SSL_get_read_ahead);
+	RESOLVE(SSL_get_SSL_CTX);
+	RESOLVE(SSL_CTX_get_ex_data);
+	RESOLVE(SSL_CTX_set_ex_data);
 	RESOLVE(SSL_has_pending);
 	RESOLVE(SSL_want);
 	RESOLVE(SSL_get_rfd);

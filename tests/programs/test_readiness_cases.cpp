@@ -93,3 +93,17 @@ TEST(Readiness, PlaintextAfterCloseNotifyDoesNotSpinThePollLoop)
 	EXPECT_EQ(runs[1].status, 0) << runs[1].err;
 	EXPECT_EQ(runs[1].out, "lines 2\nplain none\nempty wakeups 0\n");
 }
+
+TEST(Readiness, AnSslBioTheShimCannotFollowReadsAsWithoutIt)
+{
+	RecordProperty("fault", "BIO_new_ssl, poll, BIO_read: OpenSSL's SSL BIO reads past the shim");
+	expectBothWays(bothWays({ "ssl-bio" }, { "--burst", "20" }), "lines 20\n");
+}
+
+TEST(Readiness, ReadAheadAnswersWhatTheProgramSet)
+{
+	RecordProperty("fault", "SSL_get_read_ahead answered 1 where the program set nothing");
+	expectBothWays(bothWays({ "read-ahead-setting" }, { "--burst", "20" }),
+		       "context 0\nnew 0\nafter a read 0, context 0\nset by the program 1\n"
+		       "cleared by the program 0\ncontext set by the program 1\n");
+}
