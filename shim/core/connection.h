@@ -45,6 +45,12 @@ public:
 	 * program set read-ahead on the SSL itself (then it is the program's, as set).
 	 */
 	bool readTuningDecided() const noexcept { return readTuningDecided_; }
+	/*
+	 * The program made this SSL through the shim's SSL_new: not libssl (BIO_new_ssl), not
+	 * a library bound past the shim (RTLD_DEEPBIND), whose later calls may bypass it too.
+	 */
+	bool madeThroughShim() const noexcept { return madeThroughShim_; }
+	void noteMadeThroughShim() noexcept { madeThroughShim_ = true; }
 	void decideReadTuning() noexcept { readTuningDecided_ = true; }
 	bool readAheadByShim() const noexcept { return readAheadByShim_; }
 	void setReadAheadByShim(bool on) noexcept { readAheadByShim_ = on; }
@@ -57,6 +63,7 @@ public:
 
 private:
 	bool readTuningDecided_ = false;
+	bool madeThroughShim_ = false;
 	bool readAheadByShim_ = false;
 	bool programSetReadAhead_ = false;
 	int fd_ = -1;

@@ -9,8 +9,13 @@ TLSTUNE_EXPORT SSL *SSL_new(SSL_CTX *ctx)
 {
 	const OpenSsl &ssl = openssl();
 	SSL *created = ssl.api.SSL_new ? ssl.api.SSL_new(ctx) : nullptr;
-	if (created && ssl.tracking && ssl.slot.attach(ssl.api, created))
-		Stats::add(process().stats.connections, 1);
+	if (created && ssl.tracking) {
+		if (Connection *connection = ssl.slot.of(ssl.api, created)) {
+			Stats::add(process().stats.connections, 1);
+			if (!ssl.inLibssl(__builtin_return_address(0)))
+				connection->noteMadeThroughShim();
+		}
+	}
 	/*
 	 * TLSTUNE_READINESS=off, which exists to show the stalls read-ahead causes: every
 	 * connection made here reads ahead, followed or not.

@@ -318,6 +318,14 @@ inline void tuneReads(SSL *ssl, const void *caller) noexcept
 	Connection *connection = o.slot.of(o.api, ssl);
 	if (!connection || connection->readTuningDecided() || o.inLibssl(caller))
 		return;
+	/*
+	 * A connection made past the shim is never tuned: PHP's curl extension (RTLD_DEEPBIND)
+	 * makes its SSL and reads and waits past the shim, yet its SSL_do_handshake comes here.
+	 */
+	if (!connection->madeThroughShim()) {
+		connection->decideReadTuning();
+		return;
+	}
 	const int savedErrno = errno;
 	o.readTuning.tuneConnection(o.api, process().config, ssl, *connection);
 	errno = savedErrno;

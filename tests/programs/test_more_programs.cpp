@@ -9,6 +9,8 @@
 
 #include <algorithm>
 
+#include <unistd.h>
+
 #include "servers.h"
 #include "tls_fixture.h"
 
@@ -191,4 +193,37 @@ TEST_F(CurlImaps, StallsWithReadAheadAndNoReadinessLayer)
 {
 	std::string out;
 	EXPECT_EQ(fetch(shimEnv({ "TLSTUNE_READINESS=off" }), 5, &out), 28) << "curl's timeout";
+}
+
+/*
+ * PHP loads its extensions with RTLD_DEEPBIND, so libcurl's SSL_new, SSL_read, poll and
+ * recv bind straight to libssl and libc, past the shim, while libssl's own SSL_CTX_new
+ * calls SSL_CTX_new_ex through its PLT. With read-ahead on the context, nothing reported
+ * the records OpenSSL held and the GET hung (3 of 3). Issue 23: such connections are not
+ * tuned, and the GET ends as without the shim, with the same bytes.
+ */
+TEST_F(MorePrograms, PhpCurlGetsThroughAPreloadItBindsPast)
+{
+	if (access("/usr/bin/php", X_OK) != 0)
+		GTEST_SKIP() << "php-cli is not installed";
+	const std::string script =
+		"$c = curl_init($argv[1]); curl_setopt($c, CURLOPT_CAINFO, $argv[2]);"
+		"curl_setopt($c, CURLOPT_RETURNTRANSFER, true); curl_setopt($c, CURLOPT_TIMEOUT, 60);"
+		"$body = curl_exec($c); if ($body === false) { fwrite(STDERR, curl_error($c)); exit(1); }"
+		"echo hash('sha256', $body), \"\\n\";";
+	for (const char *tls : { "1.2", "1.3" }) {
+		Nginx nginx(dir_.path(), tls);
+		std::string outputs[2];
+		for (bool withShim : { false, true }) {
+			std::string errors;
+			const int status = runTo({ "/usr/bin/php", "-r", script, nginx.url("/data"), certificate().cert },
+						 withShim ? shimEnv({ "TLSTUNE_STATS=1" }) : std::vector<std::string>{},
+						 &errors);
+			EXPECT_EQ(status, 0) << tls << (withShim ? " with" : " without") << " the shim: " << errors;
+			outputs[withShim] = readFile(dir_.file("out"));
+		}
+		EXPECT_EQ(outputs[0], expected_ + "\n") << tls;
+		EXPECT_EQ(outputs[1], outputs[0]) << tls;
+		nginx.stop();
+	}
 }
