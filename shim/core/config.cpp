@@ -34,7 +34,8 @@ const Option kOptions[] = {
 	    "Turn every feature off: each call goes straight to OpenSSL or libc." },
 	  Kind::Bool, &Config::disable, nullptr, nullptr, nullptr },
 	{ { "TLSTUNE_READ_AHEAD", "1/true/yes/on or 0/false/no/off", "on",
-	    "Turn read-ahead on and size the read buffer of every new SSL_CTX." },
+	    "Turn read-ahead on and size the read buffer of each connection tlstune follows "
+	    "(made through its SSL_new, read through its SSL_read)." },
 	  Kind::Bool, &Config::readAhead, nullptr, nullptr, nullptr },
 	{ { "TLSTUNE_READ_BUFFER", "bytes from 16KiB to 1MiB, suffix K, KiB, M or MiB", "65655",
 	    "Read buffer length: the default holds four whole 16 KiB TLS records." },

@@ -1,7 +1,7 @@
 # Cold start rows for tools/tlstune-bench (issue 13): what a one-shot process pays for the
-# CA bundle, without the shim, with it eager (TLSTUNE_CA_LAZY=off: the first load parses
-# everything) and lazy (the default: the first load indexes the file and parses what
-# chain building asks for). Expects the bench's $work (bundle.pem, cert.pem), $shim,
+# CA bundle, without the shim, with the shim and its CA cache off (TLSTUNE_CA_CACHE=off:
+# what the rest of the shim costs) and with the cache (the default: the first load indexes
+# the file and each store parses what chain building asks for). Expects the bench's $work (bundle.pem, cert.pem), $shim,
 # $tree, $port (nginx up, serving $work/small) and its say and progress functions.
 
 # cold_ms COMMAND...: one run's wall time in ms; with COLD_INSIDE set, what COMMAND prints.
@@ -17,8 +17,8 @@ cold_ms() {
 	echo "$(((end - start) / 1000))" | awk '{ print $1 / 1000 }'
 }
 
-# cold_row NAME A B C: arrays A, B and C hold the commands without the shim, eager and
-# lazy; they run interleaved $cold_runs times (other load drifts alike for all three) and
+# cold_row NAME A B C: arrays A, B and C hold the commands without the shim, with it and
+# the cache off, and with the cache; they run interleaved $cold_runs times (other load drifts alike for all three) and
 # the row shows each median in ms and its ratio to the first.
 cold_row() {
 	local name=$1 i
@@ -40,21 +40,21 @@ cold_row() {
 cold_start_rows() {
 	local cold_runs=${1:-21}
 	local env_plain=(env SSL_CERT_FILE="$work/bundle.pem")
-	local env_eager=(env SSL_CERT_FILE="$work/bundle.pem" LD_PRELOAD="$shim" TLSTUNE_CA_LAZY=off)
-	local env_lazy=(env SSL_CERT_FILE="$work/bundle.pem" LD_PRELOAD="$shim" TLSTUNE_CA_LAZY=on)
+	local env_off=(env SSL_CERT_FILE="$work/bundle.pem" LD_PRELOAD="$shim" TLSTUNE_CA_CACHE=off)
+	local env_cached=(env SSL_CERT_FILE="$work/bundle.pem" LD_PRELOAD="$shim" TLSTUNE_CA_CACHE=on)
 	say "## Cold start: one process, one context ($(grep -c 'BEGIN CERT' "$work/bundle.pem") certificates in the bundle), median of $cold_runs interleaved runs, ms"
 	say ""
-	say "| what | without | with, eager (TLSTUNE_CA_LAZY=off) | with, lazy (default) |"
-	say "|------|---------|-----------------------------------|----------------------|"
+	say "| what | without | with, cache off (TLSTUNE_CA_CACHE=off) | with the cache (default) |"
+	say "|------|---------|----------------------------------------|--------------------------|"
 
 	progress "cold start: curl"
 	local curl_bundle=(curl -s --fail --cacert "$work/bundle.pem" "https://127.0.0.1:$port/small")
 	local curl_floor=(curl -s --fail --cacert "$work/cert.pem" "https://127.0.0.1:$port/small")
-	local a=("${env_plain[@]}" "${curl_bundle[@]}") b=("${env_eager[@]}" "${curl_bundle[@]}")
-	local c=("${env_lazy[@]}" "${curl_bundle[@]}")
+	local a=("${env_plain[@]}" "${curl_bundle[@]}") b=("${env_off[@]}" "${curl_bundle[@]}")
+	local c=("${env_cached[@]}" "${curl_bundle[@]}")
 	cold_row "curl, one HTTPS GET, process wall time" a b c
-	a=("${env_plain[@]}" "${curl_floor[@]}") b=("${env_eager[@]}" "${curl_floor[@]}")
-	c=("${env_lazy[@]}" "${curl_floor[@]}")
+	a=("${env_plain[@]}" "${curl_floor[@]}") b=("${env_off[@]}" "${curl_floor[@]}")
+	c=("${env_cached[@]}" "${curl_floor[@]}")
 	cold_row "curl, the same with a CA file of the one server certificate (the floor)" a b c
 
 	progress "cold start: C"
@@ -62,15 +62,15 @@ cold_start_rows() {
 	local c_context=("$tree/examples/ca_client" --loader ctx-default --quiet --contexts 0)
 	local seconds_to_ms=(sh -c '"$@" | awk "{ print \$4 * 1000 }"' -)
 	a=("${env_plain[@]}" "${seconds_to_ms[@]}" "${c_context[@]}")
-	b=("${env_eager[@]}" "${seconds_to_ms[@]}" "${c_context[@]}")
-	c=("${env_lazy[@]}" "${seconds_to_ms[@]}" "${c_context[@]}")
+	b=("${env_off[@]}" "${seconds_to_ms[@]}" "${c_context[@]}")
+	c=("${env_cached[@]}" "${seconds_to_ms[@]}" "${c_context[@]}")
 	COLD_INSIDE=1 cold_row "C: first SSL_CTX_new + SSL_CTX_set_default_verify_paths, in process" a b c
-	a=("${env_plain[@]}" "${c_context[@]}") b=("${env_eager[@]}" "${c_context[@]}")
-	c=("${env_lazy[@]}" "${c_context[@]}")
+	a=("${env_plain[@]}" "${c_context[@]}") b=("${env_off[@]}" "${c_context[@]}")
+	c=("${env_cached[@]}" "${c_context[@]}")
 	cold_row "C: the same, process wall time" a b c
 	a=(env SSL_CERT_FILE="$work/cert.pem" "${seconds_to_ms[@]}" "${c_context[@]}")
-	b=(env SSL_CERT_FILE="$work/cert.pem" LD_PRELOAD="$shim" TLSTUNE_CA_LAZY=off "${seconds_to_ms[@]}" "${c_context[@]}")
-	c=(env SSL_CERT_FILE="$work/cert.pem" LD_PRELOAD="$shim" TLSTUNE_CA_LAZY=on "${seconds_to_ms[@]}" "${c_context[@]}")
+	b=(env SSL_CERT_FILE="$work/cert.pem" LD_PRELOAD="$shim" TLSTUNE_CA_CACHE=off "${seconds_to_ms[@]}" "${c_context[@]}")
+	c=(env SSL_CERT_FILE="$work/cert.pem" LD_PRELOAD="$shim" TLSTUNE_CA_CACHE=on "${seconds_to_ms[@]}" "${c_context[@]}")
 	COLD_INSIDE=1 cold_row "C: first context, in process, with SSL_CERT_FILE of the one server certificate (the floor)" a b c
 
 	progress "cold start: python"
@@ -78,16 +78,16 @@ cold_start_rows() {
 start = time.perf_counter()
 ssl.create_default_context()
 print((time.perf_counter() - start) * 1000)')
-	a=("${env_plain[@]}" "${python_context[@]}") b=("${env_eager[@]}" "${python_context[@]}")
-	c=("${env_lazy[@]}" "${python_context[@]}")
+	a=("${env_plain[@]}" "${python_context[@]}") b=("${env_off[@]}" "${python_context[@]}")
+	c=("${env_cached[@]}" "${python_context[@]}")
 	COLD_INSIDE=1 cold_row "python: first ssl.create_default_context(), in process" a b c
 	cold_row "python: the same, process wall time" a b c
 	a=(env SSL_CERT_FILE="$work/cert.pem" "${python_context[@]}")
-	b=(env SSL_CERT_FILE="$work/cert.pem" LD_PRELOAD="$shim" TLSTUNE_CA_LAZY=off "${python_context[@]}")
-	c=(env SSL_CERT_FILE="$work/cert.pem" LD_PRELOAD="$shim" TLSTUNE_CA_LAZY=on "${python_context[@]}")
+	b=(env SSL_CERT_FILE="$work/cert.pem" LD_PRELOAD="$shim" TLSTUNE_CA_CACHE=off "${python_context[@]}")
+	c=(env SSL_CERT_FILE="$work/cert.pem" LD_PRELOAD="$shim" TLSTUNE_CA_CACHE=on "${python_context[@]}")
 	COLD_INSIDE=1 cold_row "python: first context, in process, with SSL_CERT_FILE of the one server certificate (the floor)" a b c
 	printf '\r\033[K' >&2
 	say ""
-	say "Goals (issue 13): C's first context <= 2 ms, curl within 1.25x of the one-certificate floor (compare the two curl rows), python's first context <= 3 ms. The floor rows are what the same context costs with one certificate to load: SSL_CTX_new and the program's own set-up, which no CA loading can remove."
+	say "Goals (issues 13 and 21): C's first context <= 2 ms, curl within 1.25x of the one-certificate floor (compare the two curl rows), python's first context <= 3 ms. The floor rows are what the same context costs with one certificate to load: SSL_CTX_new and the program's own set-up, which no CA loading can remove."
 	say ""
 }
