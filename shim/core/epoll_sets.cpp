@@ -207,6 +207,12 @@ void EpollSets::changed(int epfd, int op, int fd, const struct epoll_event *even
 		stored->registration.events = event->events;
 		stored->registration.data = event->data.u64;
 		stored->fired = false; /* MOD re-arms */
+		/*
+		 * The kernel polls the file again on MOD, edge-triggered too, and queues an event
+		 * when it is ready: a held connection is, so its next wait reports it once more
+		 * (a one-shot re-armed after reading one record stalled for ever otherwise).
+		 */
+		stored->told = false;
 	} else {
 		if (stored)
 			erase(*set, stored); /* a registration whose end the shim missed */

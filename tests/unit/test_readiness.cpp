@@ -487,6 +487,29 @@ TEST_F(EpollMerged, EdgeTriggeredGetsOneEventPerArrival)
 	EXPECT_EQ(wait(events, 4), 0);
 }
 
+TEST_F(EpollMerged, ModPollsAgainAsTheKernelDoesEdgeTriggeredToo)
+{
+	RecordProperty("fault", "EPOLLET|EPOLLONESHOT re-armed with EPOLL_CTL_MOD after one record");
+	for (uint32_t flags : { static_cast<uint32_t>(EPOLLET), static_cast<uint32_t>(EPOLLET | EPOLLONESHOT) }) {
+		SCOPED_TRACE(flags);
+		add(pair_.fds[0], EPOLLIN | flags, 7);
+		hold(pair_.fds[0], 1);
+		struct epoll_event events[4];
+		ASSERT_EQ(wait(events, 4), 1);
+		EXPECT_EQ(wait(events, 4), 0);
+		control(EPOLL_CTL_MOD, pair_.fds[0], EPOLLIN | flags, 7);
+		ASSERT_EQ(wait(events, 4), 1) << "the MOD found the connection ready";
+		EXPECT_EQ(events[0].data.u64, 7u);
+		EXPECT_EQ(wait(events, 4), 0);
+		/* Interest off, then on again (backpressure): the kernel re-polls on the second MOD. */
+		control(EPOLL_CTL_MOD, pair_.fds[0], flags, 7);
+		EXPECT_EQ(wait(events, 4), 0);
+		control(EPOLL_CTL_MOD, pair_.fds[0], EPOLLIN | flags, 7);
+		ASSERT_EQ(wait(events, 4), 1);
+		control(EPOLL_CTL_DEL, pair_.fds[0], 0, 0);
+	}
+}
+
 TEST_F(EpollMerged, ANewSslOnTheSameSocketGetsItsOwnEdge)
 {
 	add(pair_.fds[0], EPOLLIN | EPOLLET, 1);
