@@ -410,6 +410,23 @@ int EpollSets::claim(int epfd, const BufferedFds &buffered, EpollRegistration *o
 	return found;
 }
 
+void EpollSets::owe(int epfd) noexcept
+{
+	std::lock_guard<std::mutex> lock(mutex_);
+	if (Set *set = find(epfd))
+		set->owed = true;
+}
+
+bool EpollSets::takeOwed(int epfd) noexcept
+{
+	std::lock_guard<std::mutex> lock(mutex_);
+	Set *set = find(epfd);
+	const bool owed = set && set->owed;
+	if (owed)
+		set->owed = false;
+	return owed;
+}
+
 void EpollSets::unclaim(int epfd, const EpollRegistration &registration) noexcept
 {
 	std::lock_guard<std::mutex> lock(mutex_);

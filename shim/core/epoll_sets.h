@@ -68,6 +68,14 @@ public:
 	int claim(int epfd, const BufferedFds &buffered, EpollRegistration *out, int max) noexcept;
 	void unclaim(int epfd, const EpollRegistration &registration) noexcept;
 
+	/*
+	 * A wait could not deliver some of the shim's events: the kernel's filled maxevents.
+	 * The kernel's ready list rotates, so every ready file gets its turn; owe() notes the
+	 * debt, and takeOwed() answers (once) whether the next wait serves the shim's first.
+	 */
+	void owe(int epfd) noexcept;
+	bool takeOwed(int epfd) noexcept;
+
 	/* The real wait returned these events: EPOLLONESHOT registrations among them are disarmed. */
 	void delivered(int epfd, const struct epoll_event *events, int count) noexcept;
 
@@ -96,6 +104,7 @@ private:
 		std::unordered_multimap<unsigned long long, Stored *> oneShotByData;
 		size_t detached = 0;
 		bool exact = true;
+		bool owed = false; /* the last wait left some of the shim's events undelivered */
 	};
 
 	Set *find(int epfd) noexcept;

@@ -154,17 +154,29 @@ int epollMerged(const BufferedFds &buffered, EpollSets &sets, EpollCtl realCtl, 
 
 	EpollRegistration extra[kMaxExtra];
 	const int found = sets.claim(epfd, buffered, extra, kMaxExtra);
-	int ready = realWait(found > 0);
-	sets.delivered(epfd, events, ready);
+	/*
+	 * The last wait's maxevents were filled by the kernel's events (an always-readable
+	 * eventfd next to the socket, maxevents 1): this one serves the held connections, and
+	 * the kernel's events stay queued for the next, as the kernel's rotating ready list
+	 * would have served them in turn.
+	 */
+	const bool shimsTurn = found > 0 && sets.takeOwed(epfd);
+	int ready = shimsTurn ? 0 : realWait(found > 0);
+	if (!shimsTurn)
+		sets.delivered(epfd, events, ready);
+	bool full = false;
 	for (int i = 0; i < found; i++) {
 		bool delivered = false;
 		if (ready >= 0)
 			ready = mergeEpollEvent(events, ready, maxevents, extra[i], &delivered);
+		full |= ready >= 0 && !delivered;
 		if (!delivered)
 			sets.unclaim(epfd, extra[i]);
 		else if (extra[i].events & EPOLLONESHOT)
 			disarmOneShot(realCtl, epfd, extra[i]);
 	}
+	if (full && !shimsTurn)
+		sets.owe(epfd);
 	return ready;
 }
 

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 
 #include <atomic>
@@ -508,6 +509,27 @@ TEST_F(EpollMerged, ModPollsAgainAsTheKernelDoesEdgeTriggeredToo)
 		ASSERT_EQ(wait(events, 4), 1);
 		control(EPOLL_CTL_DEL, pair_.fds[0], 0, 0);
 	}
+}
+
+TEST_F(EpollMerged, AnAlwaysReadyFdDoesNotStarveAHeldConnection)
+{
+	RecordProperty("fault", "epoll_wait(maxevents=1) with an always-readable eventfd next to the socket");
+	const int ready = eventfd(1, EFD_CLOEXEC); /* readable for ever: nobody reads it */
+	ASSERT_GE(ready, 0);
+	add(ready, EPOLLIN, 100);
+	add(pair_.fds[0], EPOLLIN, 1);
+	hold(pair_.fds[0], 1);
+	struct epoll_event events[1];
+	int socketTurns = 0, eventfdTurns = 0;
+	for (int i = 0; i < 6; i++) {
+		ASSERT_EQ(wait(events, 1), 1);
+		socketTurns += events[0].data.u64 == 1;
+		eventfdTurns += events[0].data.u64 == 100;
+	}
+	EXPECT_EQ(socketTurns, 3) << "served in turn";
+	EXPECT_EQ(eventfdTurns, 3);
+	control(EPOLL_CTL_DEL, ready, 0, 0);
+	close(ready);
 }
 
 TEST_F(EpollMerged, ANewSslOnTheSameSocketGetsItsOwnEdge)
