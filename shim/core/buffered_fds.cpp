@@ -144,4 +144,19 @@ void BufferedFds::closed(int first, int last) noexcept
 	closings_.fetch_add(1, std::memory_order_relaxed);
 }
 
+void BufferedFds::quieted(int fd) noexcept
+{
+	if (fd < 0 || empty())
+		return;
+	std::lock_guard<std::mutex> lock(mutex_);
+	const std::size_t before = entries_.size();
+	entries_.erase(std::remove_if(entries_.begin(), entries_.end(),
+				      [fd](const Entry &e) { return e.fd == fd; }),
+		       entries_.end());
+	if (entries_.size() == before)
+		return;
+	publishCount();
+	closings_.fetch_add(1, std::memory_order_relaxed);
+}
+
 } /* namespace tlstune */

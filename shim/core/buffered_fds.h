@@ -74,7 +74,15 @@ public:
 	 * may now name other files, which must not inherit the readiness.
 	 */
 	void closed(int first, int last) noexcept;
-	/* Counts closed() calls: a connection whose entry one may have dropped registers again. */
+	/*
+	 * The program read fd itself, outside OpenSSL, and found nothing (EAGAIN): the data
+	 * OpenSSL holds is not the socket's to report until the connection's next OpenSSL call
+	 * (a drain loop after SSL_shutdown was woken a million times otherwise). Its entries
+	 * go, and the connection registers again at that call, as after a close.
+	 */
+	void quieted(int fd) noexcept;
+
+	/* Counts closed() and quieted() calls: a connection whose entry one dropped registers again. */
 	unsigned closings() const noexcept { return closings_.load(std::memory_order_relaxed); }
 
 	/* fork() must not leave the child with the lock held by a thread it does not have. */

@@ -24,12 +24,28 @@ ssize_t forward(Function LibcApi::*function, int fd, Args... args)
 	return n;
 }
 
+/*
+ * A read of the program's own (not a peek) that found the socket empty: what OpenSSL
+ * holds is not reported until the connection's next OpenSSL call.
+ */
+template <typename Function, typename... Args>
+ssize_t forwardRead(Function LibcApi::*function, int fd, bool peek, Args... args)
+{
+	ssize_t n = forward(function, fd, args...);
+	if (n < 0 && !peek && (errno == EAGAIN || errno == EWOULDBLOCK) && !CallScope::active()) {
+		int savedErrno = errno;
+		process().buffered.quieted(fd);
+		errno = savedErrno;
+	}
+	return n;
+}
+
 /* The recv family also answers a program's MSG_PEEK for data OpenSSL holds. */
 template <typename Function, typename... Args>
 ssize_t forwardPeek(Function LibcApi::*function, int fd, void *buf, size_t len, int flags,
 		    Args... args)
 {
-	ssize_t n = forward(function, fd, buf, len, args...);
+	ssize_t n = forwardRead(function, fd, (flags & MSG_PEEK) != 0, buf, len, args...);
 	if (!(flags & MSG_PEEK) || CallScope::active())
 		return n;
 	return peekBuffered(process().buffered, fd, buf, len, flags, n);
@@ -39,17 +55,17 @@ ssize_t forwardPeek(Function LibcApi::*function, int fd, void *buf, size_t len, 
 
 TLSTUNE_EXPORT ssize_t read(int fd, void *buf, size_t count)
 {
-	return forward(&LibcApi::read, fd, buf, count);
+	return forwardRead(&LibcApi::read, fd, false, buf, count);
 }
 
 TLSTUNE_EXPORT ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen)
 {
-	return forward(&LibcApi::read_chk, fd, buf, count, buflen);
+	return forwardRead(&LibcApi::read_chk, fd, false, buf, count, buflen);
 }
 
 TLSTUNE_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 {
-	return forward(&LibcApi::readv, fd, iov, iovcnt);
+	return forwardRead(&LibcApi::readv, fd, false, iov, iovcnt);
 }
 
 TLSTUNE_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
@@ -76,5 +92,5 @@ TLSTUNE_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t bufl
 
 TLSTUNE_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
-	return forward(&LibcApi::recvmsg, fd, msg, flags);
+	return forwardRead(&LibcApi::recvmsg, fd, (flags & MSG_PEEK) != 0, msg, flags);
 }

@@ -326,6 +326,22 @@ TEST(SelectMerged, ReadsAndWritesNoBitBeyondNfds)
 	munmap(pages, 2 * page);
 }
 
+TEST(BufferedFdsQuiet, AnEmptyRawReadQuietsTheFdUntilTheConnectionsNextCall)
+{
+	RecordProperty("fault", "after SSL_shutdown, a non-blocking poll and raw recv drain: a million empty wake-ups");
+	SocketPair pair;
+	BufferedFds buffered;
+	Connection connection;
+	connection.noteSocketRead(pair.fds[0]);
+	connection.afterCall(buffered, true, false, true);
+	ASSERT_TRUE(buffered.holds(pair.fds[0]));
+	buffered.quieted(pair.fds[0]);
+	EXPECT_FALSE(buffered.holds(pair.fds[0])) << "the program found the socket empty";
+	connection.afterCall(buffered, false, false, true);
+	EXPECT_TRUE(buffered.holds(pair.fds[0])) << "its next OpenSSL call, still holding data";
+	buffered.forget(&connection);
+}
+
 TEST(Fionread, SaysABufferedSocketHasBytes)
 {
 	SocketPair pair;
