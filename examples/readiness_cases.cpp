@@ -29,6 +29,10 @@
  *                     socket BIO, reading through BIO_read, which OpenSSL serves by its
  *                     internal path; polls the socket before each line. Prints "lines 20",
  *                     or "poll timed out after N lines" and exits 3.
+ *   drain PORT        against tls_server --burst 20: reads one line, sends close_notify
+ *                     (SSL_shutdown), then drains the socket itself until the peer's FIN:
+ *                     poll, then recv(MSG_DONTWAIT). Prints "fin" and "spins" when more
+ *                     than 100 polls said readable with nothing to read, else "no spin".
  *   read-ahead-setting PORT
  *                     against tls_server --burst 20: prints what SSL_get_read_ahead and
  *                     SSL_CTX_get_read_ahead answer before and after the handshake and a
@@ -317,6 +321,34 @@ int sslBio(const char *port)
 	return 0;
 }
 
+int drain(const char *port)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	const int fd = connectTo("127.0.0.1", port);
+	SSL *ssl = connectTls(ctx, fd);
+	std::string line;
+	if (!pollThenRead(ssl, fd, &line))
+		fail("the first line never came");
+	SSL_shutdown(ssl);
+	int empty = 0;
+	bool fin = false;
+	/* Bounded: a spinning loop ends after a million wake-ups, a stalled one at the poll's timeout. */
+	for (int i = 0; i < 1000000 && !fin; i++) {
+		struct pollfd pfd = { fd, POLLIN, 0 };
+		if (poll(&pfd, 1, 10 * kPollMs) != 1)
+			break;
+		char buffer[65536];
+		const ssize_t n = recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+		fin = n == 0;
+		empty += n < 0 && errno == EAGAIN;
+	}
+	std::printf("%s\n%s\n", fin ? "fin" : "no fin", empty > 100 ? "spins" : "no spin");
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 int readAheadSetting(const char *port)
 {
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
@@ -351,6 +383,8 @@ int main(int argc, char **argv)
 		return which == "moved" ? anotherFd(argv[2], which) : peek(argv[2]);
 	if (which == "ssl-bio" && argc > 2)
 		return sslBio(argv[2]);
+	if (which == "drain" && argc > 2)
+		return drain(argv[2]);
 	if (which == "read-ahead-setting" && argc > 2)
 		return readAheadSetting(argv[2]);
 	if (which == "duplicate" && argc > 3)

@@ -107,3 +107,9 @@ TEST(Readiness, ReadAheadAnswersWhatTheProgramSet)
 		       "context 0\nnew 0\nafter a read 0, context 0\nset by the program 1\n"
 		       "cleared by the program 0\ncontext set by the program 1\n");
 }
+
+TEST(Readiness, ADrainAfterShutdownWaitsForTheFinAsWithoutTheShim)
+{
+	RecordProperty("fault", "SSL_shutdown, then poll + recv(MSG_DONTWAIT) until the peer's FIN: empty wake-ups");
+	expectBothWays(bothWays({ "drain" }, { "--burst", "20" }), "fin\nno spin\n");
+}
