@@ -33,6 +33,9 @@
  *                     SSL_set_max_send_fragment (SSL_ctrl), SSL_set_options,
  *                     SSL_clear_options and SSL_set_block_padding on the connection;
  *                     prints "options changed N" (rounds whose setters all worked)
+ *   closefrom         20 short lines, closefrom(3) (glibc makes the close_range system
+ *                     call itself), then a socketpair that takes the freed numbers: prints
+ *                     "socketpair got N bytes" (what arrived on it) and "closed"
  *   write-ex2         20 times: 50 short lines by SSL_write, then one by SSL_write_ex2
  *                     (OpenSSL 3.3+; prints "no SSL_write_ex2" where libssl lacks it)
  */
@@ -259,6 +262,32 @@ int sigpipeCase(const char *port)
 	return 0;
 }
 
+int closefromCase(const char *port)
+{
+	SSL_CTX *ctx = client();
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	writeLines(ssl, 0, 20);
+	closefrom(3);
+	int pair[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair) != 0)
+		fail("socketpair");
+	/* Anything sent into the old numbers now arrives on the pair; a short wait for it. */
+	struct pollfd other[2] = { { pair[0], POLLIN, 0 }, { pair[1], POLLIN, 0 } };
+	poll(other, 2, 500);
+	size_t got = 0;
+	char buffer[65536];
+	for (int end : { pair[0], pair[1] }) {
+		ssize_t n;
+		while ((n = recv(end, buffer, sizeof(buffer), MSG_DONTWAIT)) > 0)
+			got += static_cast<size_t>(n);
+	}
+	std::printf("socketpair got %zu bytes\nclosed\n", got);
+	SSL_free(ssl);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 int reuseCase(const char *port)
 {
 	SSL_CTX *ctx = client();
@@ -371,6 +400,8 @@ int main(int argc, char **argv)
 		return sigpipeCase(argv[1]);
 	if (how == "reuse")
 		return reuseCase(argv[1]);
+	if (how == "closefrom")
+		return closefromCase(argv[1]);
 	if (how == "msg-callback")
 		return msgCallbackCase(argv[1]);
 	if (how == "set-mode")

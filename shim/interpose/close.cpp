@@ -118,6 +118,24 @@ TLSTUNE_EXPORT int close_range(unsigned first, unsigned last, int flags)
 }
 
 /*
+ * glibc's closefrom calls the close_range system call itself, not through its PLT: seen
+ * only here (records the shim still held went out into a socketpair that took fd 3).
+ */
+TLSTUNE_EXPORT void closefrom(int lowfd)
+{
+	Process &p = process();
+	if (!p.libc.closefrom)
+		return;
+	const bool closes = lowfd >= 0 && tracking(p);
+	if (closes) {
+		p.held.encryptAll();
+		p.coalescer.closing(lowfd, INT_MAX);
+	}
+	p.libc.closefrom(lowfd);
+	forgetClosed(p, closes, lowfd, INT_MAX);
+}
+
+/*
  * Shutting down the sending side before bytes the shim still holds would lose them. When
  * the socket is full they go out as it drains, and the shutdown after them: the peer sees
  * what it would have, and the call returns at once, as it does without the shim.

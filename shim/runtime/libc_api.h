@@ -43,6 +43,7 @@ struct LibcApi {
 	int (*dup2)(int, int) = nullptr;
 	int (*dup3)(int, int, int) = nullptr;
 	int (*close_range)(unsigned, unsigned, int) = nullptr; /* glibc 2.34+ */
+	void (*closefrom)(int) = nullptr;                       /* glibc 2.34+ */
 	int (*shutdown)(int, int) = nullptr;
 	int (*fcntl)(int, int, ...) = nullptr;
 	int (*fcntl64)(int, int, ...) = nullptr; /* glibc 2.28+ */

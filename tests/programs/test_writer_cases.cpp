@@ -185,6 +185,12 @@ TEST(Writers, WritingOnAfterAResetDiesOfSigpipeBothWays)
 	expectTheSameBothWays("sigpipe", { "--reset-after", "100" }, "", 128 + SIGPIPE, 1);
 }
 
+TEST(Writers, ClosefromHandsOverWhatWasWrittenAndSendsNothingIntoTheNewFiles)
+{
+	RecordProperty("fault", "closefrom(3) (close_range inside glibc), then a socketpair on fd 3");
+	expectTheSameBothWays("closefrom", {}, "socketpair got 0 bytes\nclosed\n", 0, 1);
+}
+
 TEST(Writers, AnSslReusedWithSslClearOnANewSocketWorks)
 {
 	RecordProperty("fault", "SSL_clear and a new socket on the closed fd's number");
