@@ -36,6 +36,7 @@
  *   closefrom         20 short lines, closefrom(3) (glibc makes the close_range system
  *                     call itself), then a socketpair that takes the freed numbers: prints
  *                     "socketpair got N bytes" (what arrived on it) and "closed"
+ *   daemon            20 short lines, daemon(1, 1), then 20 more from the child
  *   write-ex2         20 times: 50 short lines by SSL_write, then one by SSL_write_ex2
  *                     (OpenSSL 3.3+; prints "no SSL_write_ex2" where libssl lacks it)
  */
@@ -288,6 +289,19 @@ int closefromCase(const char *port)
 	return 0;
 }
 
+int daemonCase(const char *port)
+{
+	SSL_CTX *ctx = client();
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	writeLines(ssl, 0, 20);
+	if (daemon(1, 1) != 0)
+		fail("daemon");
+	writeLines(ssl, 20, 20);
+	endConnection(ssl, fd, ctx);
+	return 0;
+}
+
 int reuseCase(const char *port)
 {
 	SSL_CTX *ctx = client();
@@ -400,6 +414,8 @@ int main(int argc, char **argv)
 		return sigpipeCase(argv[1]);
 	if (how == "reuse")
 		return reuseCase(argv[1]);
+	if (how == "daemon")
+		return daemonCase(argv[1]);
 	if (how == "closefrom")
 		return closefromCase(argv[1]);
 	if (how == "msg-callback")

@@ -65,8 +65,15 @@ void noteUsesOpenSsl() noexcept
 
 void lockForFork()
 {
-	/* Held plaintext becomes records in the parent, which alone sends them. */
+	/*
+	 * Held plaintext becomes records, and the records go to the kernel now, in the calling
+	 * thread, while the socket takes them: both processes then share a connection whose
+	 * bytes are all the kernel's. daemon(3) forks and leaves the parent by glibc's own
+	 * _exit, which the shim never sees: records left with the parent were lost, and the
+	 * child's next records reached the peer out of sequence (bad record mac).
+	 */
 	process().held.encryptAll();
+	process().coalescer.flushAll();
 	process().held.lockForFork();
 	process().caCache.lockForFork();
 	process().coalescer.lockForFork();

@@ -191,6 +191,12 @@ TEST(Writers, ClosefromHandsOverWhatWasWrittenAndSendsNothingIntoTheNewFiles)
 	expectTheSameBothWays("closefrom", {}, "socketpair got 0 bytes\nclosed\n", 0, 1);
 }
 
+TEST(Writers, ADaemonsChildWritesOnAfterTheParentLeft)
+{
+	RecordProperty("fault", "daemon(3): fork, the parent leaves by glibc's own _exit, the child writes on");
+	expectTheSameBothWays("daemon", {}, "", 0, 1);
+}
+
 TEST(Writers, AnSslReusedWithSslClearOnANewSocketWorks)
 {
 	RecordProperty("fault", "SSL_clear and a new socket on the closed fd's number");
