@@ -6,6 +6,7 @@
  *   exit     exit(0)
  *   _exit    _exit(0)
  *   _Exit    _Exit(0)
+ *   quick_exit  quick_exit(0)
  *   execl    execl("/bin/true", ...)
  *   execv    execv("/bin/true", ...)
  *   execvp   execvp("true", ...)
@@ -49,7 +50,7 @@ void writeAtExit()
 int main(int argc, char **argv)
 {
 	if (argc < 3)
-		fail("usage: exit_paths PORT exit|_exit|_Exit|execl|execv|execvp|atexit|vfork");
+		fail("usage: exit_paths PORT exit|_exit|_Exit|quick_exit|execl|execv|execvp|atexit|vfork");
 	const std::string how = argv[2];
 	if (how == "atexit")
 		std::atexit(writeAtExit);
@@ -95,6 +96,8 @@ int main(int argc, char **argv)
 		_exit(0);
 	if (how == "_Exit")
 		_Exit(0);
+	if (how == "quick_exit")
+		std::quick_exit(0);
 	if (how == "abort")
 		std::abort();
 	if (how == "assert")

@@ -1,5 +1,5 @@
 /*
- * Where the process image ends without exit(): _exit, _Exit and the exec family. What the
+ * Where the process image ends without exit(): _exit, _Exit, quick_exit and the exec family. What the
  * coalescer holds is sent first, as the kernel would have had it already without the
  * shim (issue 11: ten short writes then _exit reached the peer as nothing). exit() itself
  * is covered by the library's destructor (runtime.cpp), after the atexit handlers.
@@ -49,6 +49,16 @@ TLSTUNE_EXPORT void _exit(int status)
 TLSTUNE_EXPORT void _Exit(int status)
 {
 	process().drainBeforeImageEnds();
+	process().libc._exit(status);
+	__builtin_unreachable();
+}
+
+/* quick_exit runs the at_quick_exit handlers, not atexit's nor the library's destructor. */
+TLSTUNE_EXPORT void quick_exit(int status)
+{
+	process().drainBeforeImageEnds();
+	if (process().libc.quick_exit)
+		process().libc.quick_exit(status);
 	process().libc._exit(status);
 	__builtin_unreachable();
 }

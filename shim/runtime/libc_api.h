@@ -49,6 +49,7 @@ struct LibcApi {
 	int (*fcntl64)(int, int, ...) = nullptr; /* glibc 2.28+ */
 
 	void (*_exit)(int) = nullptr;
+	void (*quick_exit)(int) = nullptr;
 	void (*abort)() = nullptr;
 	void (*assert_fail)(const char *, const char *, unsigned, const char *) = nullptr;
 	int (*execve)(const char *, char *const[], char *const[]) = nullptr;
