@@ -80,7 +80,8 @@ int selectMerged(const BufferedFds &buffered, int nfds, fd_set *readfds, RealSel
 	 */
 	fd_set wanted;
 	FD_ZERO(&wanted);
-	std::memcpy(&wanted, readfds, static_cast<std::size_t>((limit + __NFDBITS - 1) / __NFDBITS) * sizeof(__fd_mask));
+	const std::size_t words = static_cast<std::size_t>((limit + __NFDBITS - 1) / __NFDBITS);
+	std::memcpy(&wanted, readfds, words * sizeof(__fd_mask));
 	int ready = realSelect(true);
 	if (ready < 0)
 		return ready;

@@ -6,11 +6,11 @@
  * serves them all, with OpenSSL itself resolving SSL_CERT_FILE and the default paths.
  * Directories (CApath) are looked up lazily by OpenSSL already and pass through.
  *
- * A cached file's certificates reach a store when something reads it: the store readers below (chain building's issuer and certificate lookups, adds, enumeration)
- * first let core/ca_lazy put in what an eager load would have, then call OpenSSL. libcrypto
- * calls them through its PLT or through pointers it took (X509_STORE_CTX_init), so its
+ * A cached file's certificates reach a store when something reads it: the store readers
+ * below (chain building's issuer and certificate lookups, adds, enumeration) first let
+ * core/ca/lazy put in what an eager load would have, then call OpenSSL. libcrypto calls them through its PLT or through pointers it took (X509_STORE_CTX_init), so its
  * own verification comes through here too (read in 3.0's and 3.5's libcrypto). On 3.5
- * an add to a store with lazy certificates is made by core/ca_lazy itself, under the
+ * an add to a store with lazy certificates is made by core/ca/lazy itself, under the
  * store's lock together with its model of the store's order.
  */
 
@@ -229,7 +229,8 @@ TLSTUNE_EXPORT X509_OBJECT *X509_STORE_CTX_get_obj_by_subject(X509_STORE_CTX *ct
 TLSTUNE_EXPORT STACK_OF(X509_OBJECT) *X509_STORE_get0_objects(CONST_30 X509_STORE *store)
 {
 	X509_STORE *mutableStore = const_cast<X509_STORE *>(store);
-	return enumerated(mutableStore, __builtin_return_address(0), true, [&](const CaApi &real) -> STACK_OF(X509_OBJECT) * {
+	const void *caller = __builtin_return_address(0);
+	return enumerated(mutableStore, caller, true, [&](const CaApi &real) -> STACK_OF(X509_OBJECT) * {
 		return real.X509_STORE_get0_objects ? real.X509_STORE_get0_objects(mutableStore) : nullptr;
 	});
 }
@@ -237,14 +238,16 @@ TLSTUNE_EXPORT STACK_OF(X509_OBJECT) *X509_STORE_get0_objects(CONST_30 X509_STOR
 /* 3.3+ (python 3.13 lists a store with it); absent from the 3.0 headers, so declared here. */
 TLSTUNE_EXPORT STACK_OF(X509_OBJECT) *X509_STORE_get1_objects(X509_STORE *store)
 {
-	return enumerated(store, __builtin_return_address(0), false, [&](const CaApi &real) -> STACK_OF(X509_OBJECT) * {
+	const void *caller = __builtin_return_address(0);
+	return enumerated(store, caller, false, [&](const CaApi &real) -> STACK_OF(X509_OBJECT) * {
 		return real.X509_STORE_get1_objects ? real.X509_STORE_get1_objects(store) : nullptr;
 	});
 }
 
 TLSTUNE_EXPORT STACK_OF(X509) *X509_STORE_get1_all_certs(X509_STORE *store)
 {
-	return enumerated(store, __builtin_return_address(0), false, [&](const CaApi &real) -> STACK_OF(X509) * {
+	const void *caller = __builtin_return_address(0);
+	return enumerated(store, caller, false, [&](const CaApi &real) -> STACK_OF(X509) * {
 		return real.X509_STORE_get1_all_certs ? real.X509_STORE_get1_all_certs(store) : nullptr;
 	});
 }

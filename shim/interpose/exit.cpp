@@ -1,10 +1,10 @@
 /*
- * Where the process image ends without exit(): _exit, _Exit, quick_exit and the exec family. What the
- * coalescer holds is sent first, as the kernel would have had it already without the
- * shim (issue 11: ten short writes then _exit reached the peer as nothing). exit() itself
- * is covered by the library's destructor (runtime.cpp), after the atexit handlers.
- * An exec that fails returns with the program as it was: the bytes went out earlier.
- * abort() sends only what it can at once (see Coalescer::drainForAbort).
+ * Where the process image ends without exit(): _exit, _Exit, quick_exit and the exec
+ * family. What the coalescer holds is sent first, as the kernel would have had it already
+ * without the shim (issue 11: ten short writes then _exit reached the peer as nothing).
+ * exit() itself is covered by the library's destructor (runtime.cpp), after the atexit
+ * handlers. An exec that fails returns with the program as it was: the bytes went out
+ * earlier. abort() sends only what it can at once (see Coalescer::drainForAbort).
  */
 
 #include <alloca.h>

@@ -112,7 +112,7 @@ struct CaApi {
 	using Get1Objects = STACK_OF(X509_OBJECT) *(*)(X509_STORE *store);
 	Get1Objects X509_STORE_get1_objects = nullptr;
 
-	/* Lazy loading on 3.5, which follows the store's stack as it is (ca_store_model.h). */
+	/* Lazy loading on 3.5, which follows the store's stack as it is (store_model.h). */
 	decltype(&::OPENSSL_sk_insert) OPENSSL_sk_insert = nullptr;
 	decltype(&::OPENSSL_sk_pop) OPENSSL_sk_pop = nullptr;
 	decltype(&::OPENSSL_sk_is_sorted) OPENSSL_sk_is_sorted = nullptr;

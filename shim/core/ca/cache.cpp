@@ -44,7 +44,8 @@ bool readCaFile(const char *path, std::string *content) noexcept
 	return ok && !content->empty();
 }
 
-CaCache::Found CaCache::find(const std::string &content, const std::string &propq, const Index &index)
+CaCache::Found CaCache::find(const std::string &content, const std::string &propq,
+			     const Index &index)
 {
 	/* A handful of entries: compared whole (sizes first), no hash to compute. */
 	std::lock_guard<std::mutex> lock(mutex_);
