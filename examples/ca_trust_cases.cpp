@@ -466,7 +466,14 @@ int lookupBySubject(X509_LOOKUP *, X509_LOOKUP_TYPE type, const X509_NAME *name,
 	X509_OBJECT *found = X509_OBJECT_retrieve_by_subject(objects, type, const_cast<X509_NAME *>(name));
 	X509 *x = found ? X509_OBJECT_get0_X509(found) : nullptr;
 	std::printf("own lookup: source holds %d, found %d\n", sk_X509_OBJECT_num(objects), x != nullptr);
-	return x && X509_OBJECT_set1_X509(ret, x);
+	/*
+	 * As OpenSSL's own lookups answer: ret borrows the object (the source store keeps it),
+	 * and the caller takes its own reference.
+	 */
+	if (!x || !X509_OBJECT_set1_X509(ret, x))
+		return 0;
+	X509_free(x);
+	return 1;
 }
 
 int ownLookup(const Pki &p)
@@ -578,5 +585,10 @@ int main(int argc, char **argv)
 	}
 	const Pki pki = makePki();
 	setvbuf(stdout, nullptr, _IOLBF, 0);
-	return found->second(pki);
+	const int status = found->second(pki);
+	for (X509 *x : { pki.rootA, pki.rootB, pki.rootC, pki.leaf })
+		X509_free(x);
+	for (EVP_PKEY *key : { pki.keyA, pki.keyB, pki.keyC, pki.leafKey })
+		EVP_PKEY_free(key);
+	return status;
 }
