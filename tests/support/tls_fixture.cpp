@@ -48,6 +48,11 @@ bool sanitizerBuild()
 	return !sanitizerRuntime().empty();
 }
 
+bool threadSanitizerBuild()
+{
+	return sanitizerRuntime().find("libtsan") != std::string::npos;
+}
+
 std::string preloadValue()
 {
 	/*

@@ -21,6 +21,8 @@ std::string preloadValue();
  * (measured), so tests of programs built without a sanitizer skip themselves.
  */
 bool sanitizerBuild();
+/* This build runs under ThreadSanitizer. */
+bool threadSanitizerBuild();
 #define SKIP_IN_SANITIZER_BUILD()                                                           \
 	do {                                                                                 \
 		if (testsupport::sanitizerBuild())                                           \
