@@ -34,6 +34,12 @@ Captured runWith(bool withShim, const std::vector<std::string> &argv,
 	return runProgram(argv, withShim, env);
 }
 
+/* What a run counts where the CA cache runs; elsewhere (1.1.1) OpenSSL loads every file itself. */
+std::string counts(const std::string &expected)
+{
+	return caCacheRunsHere() ? expected : "ca_hits=0 ca_misses=0 ca_reloads=0";
+}
+
 /* "ca_hits=2 ca_misses=1 ca_reloads=0" from the shim's stats line. */
 std::string caCounts(const std::string &err)
 {
@@ -87,17 +93,17 @@ TEST(CaCache, EveryLoaderAnswersAsOpenSslDoesAndParsesOnce)
 		std::string out;
 		EXPECT_EQ(expectSameOutput(caClient({ "--loader", loader, "--ca", pki().ca1, "--contexts", "3" }),
 					   {}, &out),
-			  "ca_hits=2 ca_misses=1 ca_reloads=0") << loader;
+			  counts("ca_hits=2 ca_misses=1 ca_reloads=0")) << loader;
 		EXPECT_NE(out.find("load 1\nobjects 1 "), std::string::npos) << loader << "\n" << out;
 	}
 	/* The default paths, resolved by OpenSSL: SSL_CERT_FILE, else the system bundle. */
 	for (const char *loader : { "ctx-default", "store-default" }) {
 		EXPECT_EQ(expectSameOutput(caClient({ "--loader", loader, "--contexts", "3" }),
 					   { "SSL_CERT_FILE=" + pki().ca2 }),
-			  "ca_hits=2 ca_misses=1 ca_reloads=0") << loader;
+			  counts("ca_hits=2 ca_misses=1 ca_reloads=0")) << loader;
 		std::string out;
 		EXPECT_EQ(expectSameOutput(caClient({ "--loader", loader, "--contexts", "3" }), {}, &out),
-			  "ca_hits=2 ca_misses=1 ca_reloads=0") << loader;
+			  counts("ca_hits=2 ca_misses=1 ca_reloads=0")) << loader;
 		EXPECT_EQ(out.find("objects 0 "), std::string::npos) << "the system bundle is empty?\n" << out;
 	}
 }
@@ -111,13 +117,13 @@ TEST(CaCache, FailuresAreOpenSslsOwn)
 			std::string out;
 			EXPECT_EQ(expectSameOutput(caClient({ "--loader", loader, "--ca", file, "--contexts", "2" }),
 						   {}, &out),
-				  "ca_hits=0 ca_misses=0 ca_reloads=0") << loader << " " << file;
+				  counts("ca_hits=0 ca_misses=0 ca_reloads=0")) << loader << " " << file;
 			EXPECT_NE(out.find("load 0\nerror "), std::string::npos) << loader << " " << file << "\n" << out;
 		}
 		/* The default loader clears its errors and answers 1 whatever the file holds. */
 		EXPECT_EQ(expectSameOutput(caClient({ "--loader", "ctx-default", "--contexts", "2" }),
 					   { "SSL_CERT_FILE=" + file }),
-			  "ca_hits=0 ca_misses=0 ca_reloads=0") << file;
+			  counts("ca_hits=0 ca_misses=0 ca_reloads=0")) << file;
 	}
 }
 
@@ -135,7 +141,7 @@ TEST(CaCache, AProcessThatCanNoLongerReadTheFileGetsNothingFromTheCache)
 		std::string out;
 		EXPECT_EQ(expectSameOutput(caClient({ "--loader", loader, "--ca", file, "--contexts", "2",
 						      "--drop-after", "1" }), {}, &out),
-			  "ca_hits=0 ca_misses=1 ca_reloads=0") << loader;
+			  counts("ca_hits=0 ca_misses=1 ca_reloads=0")) << loader;
 		EXPECT_EQ(out.substr(0, out.find("load", 1)).find("load 1\nobjects 1 "), 0u) << out;
 		/* 3.0 says "system library::BIO_new_file", 1.1.1 "BIO routines:system lib:BIO_new_file". */
 		const std::string::size_type failed = out.find("load 0\nerror ");
@@ -188,7 +194,7 @@ TEST(CaCache, VerificationIsTheSame)
 		std::string out;
 		EXPECT_EQ(expectSameOutput(caClient({ "--ca", c.ca, "--contexts", "2", "--port",
 						      server.portText() }), {}, &out),
-			  "ca_hits=1 ca_misses=1 ca_reloads=0");
+			  counts("ca_hits=1 ca_misses=1 ca_reloads=0"));
 		/* OpenSSL 1.1.1 says "Hostname mismatch", 3.x "hostname mismatch". */
 		std::string lowered = out;
 		std::transform(lowered.begin(), lowered.end(), lowered.begin(),
@@ -201,8 +207,8 @@ TEST(CaCache, VerificationIsTheSame)
 TEST(CaCache, TtlZeroParsesEveryTimeAndOffNever)
 {
 	const auto argv = caClient({ "--ca", pki().ca1, "--contexts", "3" });
-	EXPECT_EQ(expectSameOutput(argv, { "TLSTUNE_CA_CACHE_TTL=0" }), "ca_hits=0 ca_misses=1 ca_reloads=2");
-	EXPECT_EQ(expectSameOutput(argv, { "TLSTUNE_CA_CACHE=off" }), "ca_hits=0 ca_misses=0 ca_reloads=0");
+	EXPECT_EQ(expectSameOutput(argv, { "TLSTUNE_CA_CACHE_TTL=0" }), counts("ca_hits=0 ca_misses=1 ca_reloads=2"));
+	EXPECT_EQ(expectSameOutput(argv, { "TLSTUNE_CA_CACHE=off" }), counts("ca_hits=0 ca_misses=0 ca_reloads=0"));
 }
 
 TEST(CaCache, ThreadsCreatingContextsAtOnceParseOnce)
@@ -213,7 +219,7 @@ TEST(CaCache, ThreadsCreatingContextsAtOnceParseOnce)
 						      "--server-key", pki().server.key }));
 	EXPECT_EQ(run.status, 0) << run.err;
 	EXPECT_EQ(run.out, "stress ok 4000 handshakes\n");
-	EXPECT_EQ(caCounts(run.err), "ca_hits=3999 ca_misses=1 ca_reloads=0");
+	EXPECT_EQ(caCounts(run.err), counts("ca_hits=3999 ca_misses=1 ca_reloads=0"));
 }
 
 TEST(CaCache, PythonSeesTheSameStoreAndErrors)
@@ -224,7 +230,7 @@ TEST(CaCache, PythonSeesTheSameStoreAndErrors)
 	for (const std::string &file : badFiles(dir))
 		argv.push_back(file);
 	std::string out;
-	EXPECT_EQ(expectSameOutput(argv, {}, &out), "ca_hits=0 ca_misses=1 ca_reloads=0");
+	EXPECT_EQ(expectSameOutput(argv, {}, &out), counts("ca_hits=0 ca_misses=1 ca_reloads=0"));
 	EXPECT_NE(out.find("missing.pem FileNotFoundError"), std::string::npos) << out;
 	EXPECT_NE(out.find("garbage.pem SSLError"), std::string::npos) << out;
 }
@@ -240,7 +246,7 @@ TEST(CaCache, PythonVerifiesTheSame)
 		std::vector<std::string> argv = { "/usr/bin/python3", kChecks, "verify", ca };
 		argv.insert(argv.end(), ports.begin(), ports.end());
 		std::string out;
-		EXPECT_EQ(expectSameOutput(argv, {}, &out), "ca_hits=2 ca_misses=1 ca_reloads=0");
+		EXPECT_EQ(expectSameOutput(argv, {}, &out), counts("ca_hits=2 ca_misses=1 ca_reloads=0"));
 		if (ca == pki().ca1) {
 			EXPECT_NE(out.find(good.portText() + " ok\n"), std::string::npos) << out;
 			EXPECT_NE(out.find(expired.portText() + " rejected 10 certificate has expired"),
@@ -276,7 +282,7 @@ TEST(CaCache, ARewrittenFileIsParsedAgainEvenWithItsOldMtime)
 		EXPECT_EQ(run.status, 0) << run.err;
 		if (withShim) {
 			/* The bytes decide: the rewritten file is new bytes, indexed as a file of its own. */
-			EXPECT_EQ(caCounts(run.err), "ca_hits=2 ca_misses=2 ca_reloads=0");
+			EXPECT_EQ(caCounts(run.err), counts("ca_hits=2 ca_misses=2 ca_reloads=0"));
 		}
 		outputs[withShim] = run.out;
 	}
@@ -304,7 +310,7 @@ TEST(CaCache, AFileTruncatedOrRemovedBetweenLoadsFailsAsWithoutTheShim)
 			 * The half file is not indexable and the missing one not read: OpenSSL
 			 * loads both. The restored file has the first bytes again: a hit.
 			 */
-			EXPECT_EQ(caCounts(run.err), "ca_hits=1 ca_misses=1 ca_reloads=0");
+			EXPECT_EQ(caCounts(run.err), counts("ca_hits=1 ca_misses=1 ca_reloads=0"));
 		}
 		outputs[withShim] = run.out;
 	}
@@ -344,7 +350,7 @@ TEST(CaCache, CurlAnswersTheSame)
 		EXPECT_NE(plain.status, 0);
 		EXPECT_EQ(tuned.status, plain.status) << tuned.err;
 		EXPECT_EQ(tuned.err.substr(0, tuned.err.find("tlstune:")), plain.err);
-		EXPECT_EQ(caCounts(tuned.err), "ca_hits=0 ca_misses=1 ca_reloads=0");
+		EXPECT_EQ(caCounts(tuned.err), counts("ca_hits=0 ca_misses=1 ca_reloads=0"));
 	}
 }
 
@@ -368,7 +374,7 @@ TEST(CaCache, SocatAndStunnelVerifyTheSame)
 		/* A failed verify is exit 1 from socat 1.7 (Debian 12), 255 from 1.8 (Debian 13). */
 		EXPECT_EQ(socat[0].status != 0, !trusted) << socat[0].err;
 		EXPECT_EQ(socat[1].status, socat[0].status) << socat[1].err;
-		EXPECT_EQ(caCounts(socat[1].err), "ca_hits=0 ca_misses=1 ca_reloads=0");
+		EXPECT_EQ(caCounts(socat[1].err), counts("ca_hits=0 ca_misses=1 ca_reloads=0"));
 
 		/* stunnel as a client relay: a plain reader gets the bytes only through a trusted chain. */
 		int readerStatus[2] = { -1, -1 };
@@ -395,7 +401,7 @@ TEST(CaCache, SocatAndStunnelVerifyTheSame)
 			unlink(out.c_str());
 			const std::string log = stunnel.stop();
 			if (withShim) {
-				EXPECT_EQ(caCounts(log), "ca_hits=0 ca_misses=1 ca_reloads=0");
+				EXPECT_EQ(caCounts(log), counts("ca_hits=0 ca_misses=1 ca_reloads=0"));
 			}
 		}
 		EXPECT_EQ(readerStatus[1], readerStatus[0]);

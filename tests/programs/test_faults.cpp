@@ -95,7 +95,9 @@ TEST(Faults, TlsFromALibraryConstructorBeforeMainWorksThroughTheShim)
 		if (withShim) {
 			/* Both exchanges went through the shim: tuned, cached, coalesced. */
 			EXPECT_NE(run.err.find("contexts_tuned=2 connections=2 "), std::string::npos) << run.err;
-			EXPECT_NE(run.err.find("ca_hits=1 ca_misses=1 "), std::string::npos) << run.err;
+			if (caCacheRunsHere()) {
+				EXPECT_NE(run.err.find("ca_hits=1 ca_misses=1 "), std::string::npos) << run.err;
+			}
 			EXPECT_EQ(run.err.find("records_held=0 "), std::string::npos) << run.err;
 		}
 		outputs[withShim] = run.out;

@@ -48,6 +48,12 @@ bool sanitizerBuild()
 	return !sanitizerRuntime().empty();
 }
 
+bool caCacheRunsHere()
+{
+	const unsigned long version = OpenSSL_version_num() >> 20;
+	return version == 0x300 || version == 0x305;
+}
+
 bool threadSanitizerBuild()
 {
 	return sanitizerRuntime().find("libtsan") != std::string::npos;

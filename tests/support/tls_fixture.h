@@ -23,6 +23,8 @@ std::string preloadValue();
 bool sanitizerBuild();
 /* This build runs under ThreadSanitizer. */
 bool threadSanitizerBuild();
+/* The CA cache runs with the OpenSSL the programs load (3.0 or 3.5); elsewhere OpenSSL loads CA files itself. */
+bool caCacheRunsHere();
 #define SKIP_IN_SANITIZER_BUILD()                                                           \
 	do {                                                                                 \
 		if (testsupport::sanitizerBuild())                                           \

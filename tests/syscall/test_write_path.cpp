@@ -205,6 +205,8 @@ TEST_P(WritePath, ThreadsWritingReadingAndMakingContextsAtOnceKeepTheirBytes)
 					true, modeEnv(GetParam(), { "TLSTUNE_STATS=1" }));
 	EXPECT_EQ(run.status, 0) << run.err;
 	EXPECT_EQ(run.out, "threads 8 ok\n");
-	EXPECT_NE(run.err.find("ca_hits=31 ca_misses=1 "), std::string::npos) << run.err;
+	if (caCacheRunsHere()) {
+		EXPECT_NE(run.err.find("ca_hits=31 ca_misses=1 "), std::string::npos) << run.err;
+	}
 	countCheckedBytes(8 * 4 * 5000 * 100);
 }
