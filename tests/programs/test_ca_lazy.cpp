@@ -174,8 +174,13 @@ TEST(CaLazy, AVerificationParsesOnlyWhatItNeeds)
 					  "--leaf", dir->file("duplicates.leaf2.pem"), "--partial" },
 					true, kLazy);
 	EXPECT_NE(run.out.find("verify 1 0 ok depth 0\n"), std::string::npos) << run.out;
-	/* The listing at the end parses all five; the verification alone took one. */
-	EXPECT_EQ(certCounts(run.err), "ca_certs_indexed=5 ca_certs_parsed=5");
+	/*
+	 * The listing at the end parses all five; the verification alone took one. 3.5's store
+	 * model tells the two repeats by their bytes, and never parses them.
+	 */
+	const bool model = OpenSSL_version_num() >> 20 == 0x305;
+	EXPECT_EQ(certCounts(run.err), model ? "ca_certs_indexed=5 ca_certs_parsed=3"
+					     : "ca_certs_indexed=5 ca_certs_parsed=5");
 	const Captured bundle = runProgram({ examplePath("ca_client"), "--loader", "ctx-default",
 					     "--contexts", "1", "--quiet" }, true, kLazy);
 	EXPECT_EQ(bundle.status, 0) << bundle.err;
