@@ -28,17 +28,22 @@ void ReadTuning::noteContextSetting(const OpenSslApi &api, SSL_CTX *ctx) const n
 		api.SSL_CTX_set_ex_data(ctx, contextIndex_, &programSetReadAhead);
 }
 
+void ReadTuning::turnOn(const OpenSslApi &api, const Config &config, SSL *ssl) noexcept
+{
+	/* Four records, one recv. */
+	api.SSL_set_default_read_buffer_len(ssl, config.readBuffer);
+	api.SSL_set_read_ahead(ssl, 1);
+}
+
 void ReadTuning::tuneConnection(const OpenSslApi &api, const Config &config, SSL *ssl,
 				Connection &connection) const noexcept
 {
 	connection.decideReadTuning();
 	SSL_CTX *ctx = api.SSL_get_SSL_CTX(ssl);
-	if (!config.readAhead || connection.programSetReadAhead() ||
-	    (ctx && api.SSL_CTX_get_ex_data(ctx, contextIndex_)) || api.SSL_get_read_ahead(ssl))
+	if (connection.programSetReadAhead() || (ctx && api.SSL_CTX_get_ex_data(ctx, contextIndex_)) ||
+	    api.SSL_get_read_ahead(ssl))
 		return;
-	/* Before the handshake makes the read buffer: four records, one recv. */
-	api.SSL_set_default_read_buffer_len(ssl, config.readBuffer);
-	api.SSL_set_read_ahead(ssl, 1);
+	turnOn(api, config, ssl);
 	connection.setReadAheadByShim(true);
 	logLimited(tunedLines, LogLevel::Info, "connection tuned: read-ahead on, read buffer %zu bytes",
 		   config.readBuffer);

@@ -30,6 +30,9 @@ public:
 	/* The program set read-ahead on ctx (SSL_CTX_set_read_ahead, a macro over SSL_CTX_ctrl). */
 	void noteContextSetting(const OpenSslApi &api, SSL_CTX *ctx) const noexcept;
 
+	/* Read-ahead and the read buffer on ssl, before OpenSSL makes the buffer. */
+	static void turnOn(const OpenSslApi &api, const Config &config, SSL *ssl) noexcept;
+
 	/* Before the program's first call on ssl that may read. */
 	void tuneConnection(const OpenSslApi &api, const Config &config, SSL *ssl,
 			    Connection &connection) const noexcept;

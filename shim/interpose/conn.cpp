@@ -20,10 +20,8 @@ TLSTUNE_EXPORT SSL *SSL_new(SSL_CTX *ctx)
 	 * TLSTUNE_READINESS=off, which exists to show the stalls read-ahead causes: every
 	 * connection made here reads ahead, followed or not.
 	 */
-	if (created && ssl.tuning && !ssl.tracking && ssl.api.SSL_get_read_ahead(created) == 0) {
-		ssl.api.SSL_set_default_read_buffer_len(created, process().config.readBuffer);
-		ssl.api.SSL_set_read_ahead(created, 1);
-	}
+	if (created && ssl.tuning && !ssl.tracking && ssl.api.SSL_get_read_ahead(created) == 0)
+		ReadTuning::turnOn(ssl.api, process().config, created);
 	return created;
 }
 

@@ -44,7 +44,7 @@ struct LazyStores::State {
 		std::vector<bool> inStore; /* per certificate: materialised (or found a repeat) */
 	};
 	std::vector<File> files;
-	std::atomic<bool> complete{ false };
+	std::atomic<bool> complete{ true }; /* nothing lazy in it until a load attaches a file */
 	bool listed = false; /* the program holds the store's object list */
 	/*
 	 * The object an eager load would have left last and unsorted in the stack: each
@@ -105,18 +105,20 @@ void LazyStores::markListed(X509_STORE *store) const noexcept
 	if (slot_ < 0 || !store)
 		return;
 	StoreLock lock(*api_, store);
-	State *s = state(store);
-	if (!s) {
-		s = new (std::nothrow) State;
-		if (!s)
-			return;
-		s->complete.store(true, std::memory_order_relaxed); /* nothing lazy in it */
-		if (!api_->X509_STORE_set_ex_data(store, slot_, s)) {
-			delete s;
-			return;
-		}
+	if (State *s = stateOrNew(store))
+		s->listed = true;
+}
+
+LazyStores::State *LazyStores::stateOrNew(X509_STORE *store) const noexcept
+{
+	if (State *s = state(store))
+		return s;
+	State *s = new (std::nothrow) State;
+	if (s && !api_->X509_STORE_set_ex_data(store, slot_, s)) {
+		delete s;
+		s = nullptr;
 	}
-	s->listed = true;
+	return s;
 }
 
 bool LazyStores::listed(X509_STORE *store) const noexcept
@@ -163,14 +165,8 @@ int LazyStores::attach(X509_STORE *store, const std::shared_ptr<const CaIndex> &
 	if (slot_ < 0)
 		return -1;
 	StoreLock lock(*api_, store);
-	State *s = state(store);
-	bool ok = true;
-	if (!s) {
-		s = new (std::nothrow) State;
-		ok = s && api_->X509_STORE_set_ex_data(store, slot_, s);
-		if (!ok)
-			delete s;
-	}
+	State *s = stateOrNew(store);
+	bool ok = s != nullptr;
 	if (ok && ordered_) {
 		STACK_OF(X509_OBJECT) *objects = api_->X509_STORE_get0_objects(store);
 		if (!s->model) {

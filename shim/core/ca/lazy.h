@@ -62,6 +62,8 @@ public:
 private:
 	struct State;
 	State *state(X509_STORE *store) const noexcept;
+	/* The store's state, made now if it has none; null if memory ran out. The store's lock held. */
+	State *stateOrNew(X509_STORE *store) const noexcept;
 	/* The store's state while some of its lazy certificates are not in it; the store's lock held. */
 	State *unfilled(X509_STORE *store) const noexcept;
 	/* 3.5: drops the model once every certificate is in the store. */
