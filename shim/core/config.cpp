@@ -14,7 +14,7 @@ constexpr std::size_t kMinReadBuffer = 16 * 1024;
 constexpr std::size_t kMaxReadBuffer = 1024 * 1024;
 constexpr unsigned long kMaxDuration = 365ul * 24 * 60 * 60;
 constexpr std::size_t kMinCoalesceLimit = 1024;
-constexpr std::size_t kMaxCoalesceLimit = 1024 * 1024;
+constexpr std::size_t kMaxCoalesceLimit = kDefaultCoalesceLimit;
 constexpr unsigned long kMinDelayUs = 10;
 constexpr unsigned long kMaxDelayUs = 100 * 1000;
 
@@ -63,7 +63,7 @@ const Option kOptions[] = {
 	    "few syscalls; syscalls: only send their records in few syscalls. Each byte goes "
 	    "out within TLSTUNE_COALESCE_DELAY." },
 	  Kind::Coalesce, nullptr, nullptr, nullptr, nullptr },
-	{ { "TLSTUNE_COALESCE_LIMIT", "bytes from 1KiB to 1MiB, suffix K, KiB, M or MiB", "64K",
+	{ { "TLSTUNE_COALESCE_LIMIT", "bytes from 1KiB to 16KiB (one record), suffix K or KiB", "16K",
 	    "Bytes held per connection at most; a write this large goes out directly." },
 	  Kind::Limit, nullptr, &Config::coalesceLimit, nullptr, nullptr },
 	{ { "TLSTUNE_COALESCE_DELAY", "microseconds from 10 to 100000, suffix us or ms", "200us",

@@ -24,10 +24,11 @@ constexpr unsigned long kDefaultCaCacheTtl = 24 * 60 * 60;
 
 /*
  * Writes at or above this many bytes are not coalesced: nbdkit found that copying large
- * writes costs more than it saves (seeds/nbdkit-gnutls-cork.txt). It also bounds the
- * memory held per connection.
+ * writes costs more than it saves (seeds/nbdkit-gnutls-cork.txt). It is also the most a
+ * connection holds, and at most one record: what the shim has acknowledged and not sent
+ * is never more than one record (issue 22), so every way out can hand it over at once.
  */
-constexpr std::size_t kDefaultCoalesceLimit = 64 * 1024;
+constexpr std::size_t kDefaultCoalesceLimit = 16 * 1024;
 /* How long a written byte may wait in the shim at most, in microseconds. */
 constexpr unsigned long kDefaultCoalesceDelayUs = 200;
 

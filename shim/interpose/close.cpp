@@ -41,7 +41,6 @@ void forgetClosed(Process &p, bool closed, int first, int last)
 	if (!p.buffered.idle())
 		p.buffered.closed(first, last);
 	p.epoll.closed(first, last);
-	p.coalescer.closed();
 	errno = savedErrno;
 }
 
@@ -135,17 +134,13 @@ TLSTUNE_EXPORT void closefrom(int lowfd)
 	forgetClosed(p, closes, lowfd, INT_MAX);
 }
 
-/*
- * Shutting down the sending side before bytes the shim still holds would lose them. When
- * the socket is full they go out as it drains, and the shutdown after them: the peer sees
- * what it would have, and the call returns at once, as it does without the shim.
- */
+/* Shutting down the sending side before bytes the shim still holds would lose them. */
 TLSTUNE_EXPORT int shutdown(int fd, int how)
 {
 	Process &p = process();
-	if (how != SHUT_RD && tracking(p))
+	if (how != SHUT_RD && tracking(p)) {
 		p.held.encryptAll();
-	if (how == SHUT_RD || !tracking(p) || !p.coalescer.shuttingDown(fd, how))
-		return p.libc.shutdown(fd, how);
-	return how == SHUT_RDWR ? p.libc.shutdown(fd, SHUT_RD) : 0;
+		p.coalescer.shuttingDown(fd);
+	}
+	return p.libc.shutdown(fd, how);
 }

@@ -222,6 +222,30 @@ inline void encryptBeforeExit() noexcept
 		p.held.encryptAll();
 }
 
+/* holdWrite's last step: data joins the record being gathered. */
+inline bool holdMore(Process &p, HeldPlaintext *held, PendingWrites *writes, const void *data, size_t length,
+		     unsigned long waits, int savedErrno) noexcept
+{
+	bool becameHeld = false;
+	if (!held->hold(data, length, &becameHeld)) {
+		errno = savedErrno;
+		return false;
+	}
+	writes->setWaitsAtLastWrite(waits);
+	if (becameHeld) {
+		/* Before OpenSSL's atexit cleanup, which was registered before this. */
+		static const bool registered = atexit(encryptBeforeExit) == 0;
+		p.held.noteHeld();
+		/* No flusher thread could be started: nothing would bound the wait. */
+		if (!registered || !p.coalescer.plaintextHeld()) {
+			held->encryptIfIdle();
+			p.coalescer.sendAsOwner(writes);
+		}
+	}
+	errno = savedErrno;
+	return true;
+}
+
 /*
  * TLSTUNE_COALESCE=records: a small write on a connection that may hold plaintext is
  * copied and reported written. True when it was; false: it goes through as it is.
@@ -260,6 +284,7 @@ inline bool holdWrite(SSL *ssl, const void *data, size_t length) noexcept
 	 * the batch counts as a write: PendingWrites::appendOverflow).
 	 */
 	const unsigned long waits = waitsOfThisThread();
+	const int savedErrno = errno;
 	if (!held->held()) {
 		if (writes->waitsAtLastWrite() != waits)
 			return false;
@@ -267,26 +292,24 @@ inline bool holdWrite(SSL *ssl, const void *data, size_t length) noexcept
 		if (!writes->dirty() && now - writes->lastWrite() >= p.coalescer.delay())
 			return false;
 		writes->setLastWrite(now);
+	} else if (!held->fits(length)) {
+		/* The record gathered is full: it goes to the kernel in this call, as OpenSSL's would. */
+		held->encryptByOwner();
+	} else {
+		return holdMore(p, held, writes, data, length, waits, savedErrno);
 	}
-	const int savedErrno = errno;
-	bool becameHeld = false;
-	if (!held->hold(data, length, &becameHeld)) {
+	/*
+	 * A new record begins: with nothing else of this connection's left unsent, and on a
+	 * socket with room for it, so that what is held can always go to the kernel at once
+	 * (issue 22). Else the write goes through, and blocks or says WANT_WRITE as without.
+	 */
+	if (writes->dirty() && p.coalescer.sendAsOwner(writes) != PendingWrites::Result::Done) {
 		errno = savedErrno;
 		return false;
 	}
-	writes->setWaitsAtLastWrite(waits);
-	if (becameHeld) {
-		/* Before OpenSSL's atexit cleanup, which was registered before this. */
-		static const bool registered = atexit(encryptBeforeExit) == 0;
-		p.held.noteHeld();
-		/* No flusher thread could be started: nothing would bound the wait. */
-		if (!registered || !p.coalescer.plaintextHeld()) {
-			held->encryptIfIdle();
-			p.coalescer.sendAsOwner(writes);
-		}
-	}
-	errno = savedErrno;
-	return true;
+	if (!writes->socketHasRoom())
+		return false;
+	return holdMore(p, held, writes, data, length, waits, savedErrno);
 }
 
 /*

@@ -107,16 +107,6 @@ int libcPoll(struct pollfd *fds, unsigned long nfds, int timeout)
 	return process().libc.poll(fds, nfds, timeout);
 }
 
-int libcClose(int fd)
-{
-	return process().libc.close(fd);
-}
-
-int libcShutdown(int fd, int how)
-{
-	return process().libc.shutdown(fd, how);
-}
-
 bool plaintextPending() noexcept
 {
 	return process().held.anyHeld();
@@ -222,7 +212,7 @@ bool Crypto::inLibcrypto(const void *address) const noexcept
 
 SocketCalls Process::socketCalls() noexcept
 {
-	return { ::send, libcPoll, libcClose, libcShutdown };
+	return { ::send, libcPoll };
 }
 
 Process &process() noexcept

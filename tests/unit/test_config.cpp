@@ -192,7 +192,7 @@ TEST(Config, DescribeShowsEffectiveSettings)
 						{ "TLSTUNE_READINESS", "off" } });
 	EXPECT_EQ(describeConfig(parsed.config),
 		  "read_ahead=on read_buffer=32768 readiness=off ca_cache=on ca_cache_ttl=86400 "
-		  "coalesce=records coalesce_limit=65536 coalesce_delay_us=200 stats=off log=warn");
+		  "coalesce=records coalesce_limit=16384 coalesce_delay_us=200 stats=off log=warn");
 	EXPECT_EQ(describeConfig(parseEnvironment({ { "TLSTUNE_DISABLE", "1" } }).config), "disabled");
 }
 

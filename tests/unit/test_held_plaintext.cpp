@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "core/error_queue.h"
-#include "core/held_plaintext.h"
+#include "core/write/held_plaintext.h"
 
 using namespace tlstune;
 

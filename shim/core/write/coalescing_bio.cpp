@@ -96,10 +96,15 @@ int filterWrite(BIO *bio, const char *data, int length)
 		return length;
 	}
 
-	/* First: every write of the connection's own counts for "quiet", also a direct one. */
+	/*
+	 * First: every write of the connection's own counts for "quiet", also a direct one. A
+	 * batch begins only on a socket with room for it, so that what is held can always go
+	 * to the kernel at once.
+	 */
 	const bool quiet = g_coalescer->quietWrite(writes);
 	if (quiet || directWrites || writes->stalled() ||
-	    static_cast<std::size_t>(length) >= g_coalescer->limit()) {
+	    static_cast<std::size_t>(length) >= g_coalescer->limit() ||
+	    (!writes->dirty() && !writes->socketHasRoom())) {
 		if (const int error = writes->reportError())
 			return failAsTheKernelWould(error);
 		if (!flushed(bio, writes))

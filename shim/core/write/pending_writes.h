@@ -13,12 +13,10 @@
 
 namespace tlstune {
 
-/* libc's calls, never the shim's own (its poll flushes, its close drains). */
+/* libc's calls, never the shim's own (its poll flushes). */
 struct SocketCalls {
 	ssize_t (*send)(int fd, const void *data, size_t length, int flags);
 	int (*poll)(struct pollfd *fds, unsigned long nfds, int timeout);
-	int (*close)(int fd);
-	int (*shutdown)(int fd, int how);
 };
 
 /*
@@ -75,7 +73,6 @@ public:
 
 	PendingWrites(int fd, std::size_t limit, SocketCalls calls, Counters *counters) noexcept
 		: fd_(fd), limit_(limit), calls_(calls), counters_(counters) {}
-	~PendingWrites();
 
 	enum class Result {
 		Done,     /* appended, or nothing left to send */
@@ -110,25 +107,13 @@ public:
 	Result trySend();
 
 	/*
-	 * The connection lets go of its socket while bytes remain (close, SSL_free, shutdown
-	 * of the sending side): they move to a new PendingWrites that sends them to duplicate,
-	 * a duplicate of the descriptor the shim made, then shuts it down as shutdownHow says
-	 * (-1: not at all) and closes it. This one is left empty. nullptr: nothing remained,
-	 * or no memory (the bytes are dropped; duplicate is the caller's to close).
+	 * Before a batch begins (nothing pending): whether the socket can take bytes more than
+	 * the limit now, without blocking. Only then may the connection's writes be held: what
+	 * is held goes to the kernel at once on every way out (close, exit, fork, a signal
+	 * handler that exits), and never needs a thread or a wait to get there. One
+	 * getsockopt(SO_MEMINFO), the kernel's own accounting of the socket's send buffer.
 	 */
-	std::shared_ptr<PendingWrites> handOver(int duplicate, int shutdownHow);
-	/* A handed-over one: sends its last bytes, then shuts down and closes its descriptor. */
-	bool orphan() const noexcept { return orphan_; }
-	/* An orphan's descriptor is the program's now (it closed it by number): never touch it. */
-	void disown() noexcept;
-	/*
-	 * An orphan whose connection was reset (as the kernel resets a closed socket the peer
-	 * sent to): its bytes are dropped, and its descriptor is closed with it.
-	 */
-	void drop() noexcept;
-	/* An orphan polls for the peer's data (StalledWrites): until EOF, or while the process may read it. */
-	bool watchesInput() const noexcept { return watchesInput_.load(std::memory_order_relaxed); }
-	void setWatchesInput(bool on) noexcept { watchesInput_.store(on, std::memory_order_relaxed); }
+	bool socketHasRoom() const noexcept;
 
 	/* The socket is being closed: nothing more may be sent to that number. */
 	void detach() noexcept;
@@ -176,9 +161,6 @@ public:
 	{
 		waitsAtLastWrite_.store(waits, std::memory_order_relaxed);
 	}
-	/* When a send last moved bytes (an orphan gives up after a long stall). */
-	std::chrono::steady_clock::time_point lastProgress() noexcept;
-
 	/* On the Coalescer's list of connections to flush; only that list's lock reads it. */
 	bool listed() const noexcept { return listed_; }
 	void setListed(bool listed) noexcept { listed_ = listed; }
@@ -201,13 +183,9 @@ private:
 	std::atomic<bool> stalled_{false};
 	/* Written under mutex_; read without it by error(), once per held write. */
 	std::atomic<int> error_{0};
-	bool orphan_ = false;
-	std::atomic<bool> watchesInput_{false};
-	int shutdownHow_ = -1;
 	bool listed_ = false;
 	std::atomic<std::chrono::steady_clock::time_point> lastWrite_{};
 	std::atomic<unsigned long> waitsAtLastWrite_{0};
-	std::chrono::steady_clock::time_point lastProgress_{};
 };
 
 } /* namespace tlstune */

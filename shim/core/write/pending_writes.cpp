@@ -1,23 +1,14 @@
 #include "pending_writes.h"
 
 #include <cerrno>
+#include <algorithm>
+#include <linux/sock_diag.h>
 #include <new>
 #include <sys/socket.h>
 
 namespace tlstune {
 
 thread_local bool ShimLock::held = false;
-
-PendingWrites::~PendingWrites()
-{
-	if (orphan_ && fd() >= 0) {
-		const int savedErrno = errno;
-		if (shutdownHow_ >= 0 && bytes_.empty())
-			calls_.shutdown(fd(), shutdownHow_);
-		calls_.close(fd());
-		errno = savedErrno;
-	}
-}
 
 PendingWrites::Result PendingWrites::append(const void *record, std::size_t length, bool *becameDirty)
 {
@@ -105,7 +96,6 @@ PendingWrites::Result PendingWrites::sendAsOwner()
 	Result result = Result::Done;
 	if (done == taken.size()) {
 		stalled_.store(false, std::memory_order_relaxed);
-		lastProgress_ = std::chrono::steady_clock::now();
 	} else if (sendErrno == EAGAIN || sendErrno == EWOULDBLOCK) {
 		/* Back where they were: the owner appended nothing meanwhile, it was sending. */
 		bytes_.swap(taken);
@@ -150,7 +140,6 @@ PendingWrites::Result PendingWrites::sendLocked(int flags)
 		if (n >= 0) {
 			counters_->sends.fetch_add(1, std::memory_order_relaxed);
 			sent_ += static_cast<std::size_t>(n);
-			lastProgress_ = std::chrono::steady_clock::now();
 			continue;
 		}
 		if (errno == EINTR)
@@ -185,46 +174,6 @@ void PendingWrites::markDirty() noexcept
 		counters_->dirty.fetch_add(1, std::memory_order_relaxed);
 }
 
-std::shared_ptr<PendingWrites> PendingWrites::handOver(int duplicate, int shutdownHow)
-{
-	ShimLock lock(mutex_);
-	if (sent_ == bytes_.size())
-		return nullptr;
-	std::shared_ptr<PendingWrites> heir(new (std::nothrow) PendingWrites(duplicate, limit_, calls_,
-									       counters_));
-	if (!heir) {
-		markClean();
-		return nullptr;
-	}
-	heir->bytes_.swap(bytes_);
-	heir->sent_ = sent_;
-	heir->orphan_ = true;
-	heir->watchesInput_.store(true, std::memory_order_relaxed);
-	heir->shutdownHow_ = shutdownHow;
-	heir->stalled_.store(true, std::memory_order_relaxed);
-	heir->lastProgress_ = std::chrono::steady_clock::now();
-	heir->markDirty();
-	sent_ = 0;
-	markClean();
-	return heir;
-}
-
-void PendingWrites::disown() noexcept
-{
-	ShimLock lock(mutex_);
-	fd_.store(-1, std::memory_order_relaxed);
-	markClean();
-}
-
-void PendingWrites::drop() noexcept
-{
-	ShimLock lock(mutex_);
-	bytes_.clear();
-	sent_ = 0;
-	shutdownHow_ = -1;
-	markClean();
-}
-
 void PendingWrites::detach() noexcept
 {
 	fd_.store(-1, std::memory_order_relaxed);
@@ -232,12 +181,27 @@ void PendingWrites::detach() noexcept
 
 void PendingWrites::dropAfterFork() noexcept
 {
-	/* An orphan's descriptor is a copy in the child: closed, or the socket outlives the parent's. */
-	if (orphan_ && fd() >= 0) {
-		calls_.close(fd());
-		fd_.store(-1, std::memory_order_relaxed);
-	}
 	markClean();
+}
+
+bool PendingWrites::socketHasRoom() const noexcept
+{
+	/*
+	 * The kernel charges a buffer's overhead too (sk_wmem_queued counts whole skbs for
+	 * TCP, sk_wmem_alloc for a Unix socket): room for twice the limit keeps a batch of the
+	 * limit well inside what send() takes without blocking.
+	 */
+	uint32_t memory[SK_MEMINFO_VARS] = {};
+	socklen_t length = sizeof(memory);
+	const int savedErrno = errno;
+	const int fd = this->fd();
+	const bool known = fd >= 0 && getsockopt(fd, SOL_SOCKET, SO_MEMINFO, memory, &length) == 0 &&
+			   length >= sizeof(uint32_t) * (SK_MEMINFO_WMEM_QUEUED + 1);
+	errno = savedErrno;
+	if (!known)
+		return false;
+	const uint64_t used = std::max(memory[SK_MEMINFO_WMEM_ALLOC], memory[SK_MEMINFO_WMEM_QUEUED]);
+	return used + 2 * static_cast<uint64_t>(limit_) <= memory[SK_MEMINFO_SNDBUF];
 }
 
 std::size_t PendingWrites::pending() noexcept
@@ -259,12 +223,6 @@ void PendingWrites::fail(int error) noexcept
 {
 	ShimLock lock(mutex_);
 	error_ = error;
-}
-
-std::chrono::steady_clock::time_point PendingWrites::lastProgress() noexcept
-{
-	ShimLock lock(mutex_);
-	return lastProgress_;
 }
 
 } /* namespace tlstune */

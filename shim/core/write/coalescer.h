@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "pending_writes.h"
-#include "stalled_writes.h"
 
 namespace tlstune {
 
@@ -41,24 +40,26 @@ inline unsigned long &waitsOfThisThread() noexcept
  * own thread, inside its own OpenSSL call, touches OpenSSL state. A close of that fd
  * (seen by the close family) detaches it under the same lock before the number is freed.
  *
- * Nobody waits for a slow peer: what a socket does not take at once goes to
- * StalledWrites, which sends it as the socket drains, from a duplicate of the descriptor
- * once the program has closed, freed or shut down the connection. Only exit, _exit and
- * exec wait for it, up to kDrainTimeoutMs: after them nobody is left to send.
+ * What is held is bounded so that it never needs a thread, a duplicate descriptor or a
+ * wait to reach the kernel: a batch begins only while the socket has room for more than
+ * the limit (PendingWrites::socketHasRoom), and the limit is at most one record. So every
+ * way out (close, shutdown, SSL_free, exit, exec, fork) hands the bytes over at once, in
+ * the calling thread, and the kernel owns them as it would have without the shim. When
+ * the socket is full, the connection's own write sends (and blocks, or says WANT_WRITE)
+ * as without the shim.
  *
  * Nothing here is proportional to the number of connections: a server with thousands
  * closes files and waits all the time. A close finds its fd's connections by number, a
  * wait visits only the connections holding bytes (the dirty list), a connection leaves
  * by its address.
  *
- * Lock order: registry_, then dirtyListMutex_, then a PendingWrites' lock, then
- * StalledWrites' lock (never with a PendingWrites' lock held), then an orphan's lock.
+ * Lock order: registry_, then dirtyListMutex_, then a PendingWrites' lock.
  * wakeMutex_ is never held with another.
  */
 class Coalescer {
 public:
 	Coalescer(std::size_t limit, std::chrono::microseconds delay, SocketCalls calls) noexcept
-		: limit_(limit), delay_(delay), calls_(calls), stalled_(calls) {}
+		: limit_(limit), delay_(delay), calls_(calls) {}
 	/* Stops the flusher thread (it ends by itself once nothing was held for a second). */
 	~Coalescer();
 	Coalescer(const Coalescer &) = delete;
@@ -83,18 +84,15 @@ public:
 
 	/* A connection writing to fd; nullptr when out of memory. */
 	PendingWrites *open(int fd);
-	/*
-	 * The connection goes away (its filter BIO is freed): its bytes go out now, or from a
-	 * duplicate of the descriptor as the socket drains.
-	 */
+	/* The connection goes away (its filter BIO is freed): its bytes go to the kernel now. */
 	void release(PendingWrites *writes);
 
 	/*
 	 * From the connection's own call: sends what is pending as OpenSSL's write would.
-	 * Again: the socket is full, and the bytes go out as it drains.
+	 * Again: the socket is full; the bytes stay for the connection's next call.
 	 */
 	PendingWrites::Result sendAsOwner(PendingWrites *writes);
-	/* The connection's own send found the socket full: the bytes go out as it drains. */
+	/* The connection's own send found the socket full (logged). */
 	void stalled(PendingWrites *writes);
 
 	/*
@@ -121,23 +119,13 @@ public:
 			flushDirty();
 	}
 
-	/*
-	 * fds first..last are about to be closed: nothing may be sent to those numbers
-	 * afterwards. Their bytes go out first, or from a duplicate as the socket drains.
-	 */
+	/* fds first..last are about to be closed: their bytes go to the kernel first. */
 	void closing(int first, int last);
-	/* They are closed: a duplicate's socket may have no other descriptor now (StalledWrites). */
-	void closed() { stalled_.closed(); }
 
-	/*
-	 * fd's sending side is about to be shut down (how: SHUT_WR or SHUT_RDWR). True when
-	 * bytes remain for a full socket: they go out from a duplicate as the socket drains,
-	 * which then shuts it down; the caller must not shut down the sending side itself, and
-	 * the connection's later writes fail with EPIPE as after a shutdown.
-	 */
-	bool shuttingDown(int fd, int how);
+	/* fd's sending side is about to be shut down: its bytes go to the kernel first. */
+	void shuttingDown(int fd);
 
-	/* At exit, _exit or exec: what is pending goes out, waiting up to kDrainTimeoutMs. */
+	/* At exit, _exit or exec: what is pending goes to the kernel. */
 	void drainAll();
 	/*
 	 * At abort: the process may be broken (a lock held by the crashing thread, a corrupt
@@ -147,7 +135,7 @@ public:
 	/* No connection was ever attached (or all are gone), and no bytes are left over. */
 	bool idle() const noexcept
 	{
-		return entryCount_.load(std::memory_order_relaxed) == 0 && stalled_.empty();
+		return entryCount_.load(std::memory_order_relaxed) == 0;
 	}
 
 	void lockForFork();
@@ -155,7 +143,10 @@ public:
 	/* The child's copies of pending bytes are dropped: the parent sends them, once. */
 	void unlockInChild();
 
-	/* How long exit, _exit and exec wait for a peer that does not read. */
+	/*
+	 * How long a way out waits for a socket that filled under held bytes after their batch
+	 * began (socketHasRoom said there was room): the program's own write would have waited.
+	 */
 	static constexpr int kDrainTimeoutMs = 5000;
 
 private:
@@ -164,9 +155,8 @@ private:
 	/* With wakeMutex_ held: whether the flusher has anything to do. */
 	bool work() const noexcept;
 	void flusherLoop();
-	/* What writes still holds goes to a duplicate of its descriptor (see StalledWrites). */
-	struct HandedOn;
-	bool orphan(PendingWrites *writes, int shutdownHow, HandedOn *note);
+	/* With registry_ held: what writes holds goes to the kernel now. */
+	void handOver(PendingWrites *writes);
 	/* Sends what writes holds, waiting up to the deadline: the way out when nothing else is. */
 	void drainHere(PendingWrites *writes, std::chrono::steady_clock::time_point deadline);
 
@@ -183,7 +173,7 @@ private:
 	std::mutex dirtyListMutex_;
 	std::vector<PendingWrites *> dirtyList_;
 	PendingWrites::Counters counters_;
-	StalledWrites stalled_;
+	std::atomic<bool> fullSockets_{false}; /* the flusher's last pass met a full socket */
 
 	std::mutex wakeMutex_;
 	std::condition_variable wake_;

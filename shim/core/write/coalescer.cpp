@@ -4,13 +4,11 @@
 #include <cerrno>
 #include <climits>
 #include <new>
-#include <fcntl.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <thread>
 
-#include "log.h"
-#include "shim_thread.h"
+#include "core/log.h"
+#include "core/shim_thread.h"
 
 namespace tlstune {
 
@@ -30,26 +28,17 @@ constexpr std::chrono::seconds kFlusherIdleExit{1};
 constexpr long long kLookedUpRange = 64;
 
 /* What TLSTUNE_LOG=info and debug show of where held bytes went: a server has thousands. */
-RateLimit handedOnLines;
 RateLimit flushLines;
 RateLimit stalledLines;
+RateLimit waitedLines;
+
+/*
+ * A pass of the flusher's found sockets full (the peer stopped reading after a batch
+ * began): it tries again this much later, not every delay.
+ */
+constexpr std::chrono::milliseconds kFullSocketRetry{10};
 
 } /* namespace */
-
-/* Bytes handed on to a duplicate: logged once the locks are let go (stderr may block). */
-struct Coalescer::HandedOn {
-	const char *why;
-	int from = -1, to = -1;
-	std::size_t bytes = 0;
-
-	~HandedOn()
-	{
-		if (to >= 0)
-			logLimited(handedOnLines, LogLevel::Info,
-				   "%s of fd %d with %zu bytes the peer has not taken: they go out from fd %d "
-				   "as it reads", why, from, bytes, to);
-	}
-};
 
 Coalescer::~Coalescer()
 {
@@ -91,10 +80,8 @@ PendingWrites *Coalescer::open(int fd)
 void Coalescer::release(PendingWrites *writes)
 {
 	const int savedErrno = errno;
-	HandedOn note{ "SSL_free" };
 	ShimLock lock(registry_);
-	if (writes->dirty() && writes->send() == PendingWrites::Result::Again)
-		orphan(writes, -1, &note);
+	handOver(writes);
 	{
 		ShimLock listed(dirtyListMutex_);
 		const auto entry = std::find(dirtyList_.begin(), dirtyList_.end(), writes);
@@ -123,8 +110,7 @@ PendingWrites::Result Coalescer::sendAsOwner(PendingWrites *writes)
 
 void Coalescer::stalled(PendingWrites *writes)
 {
-	/* Without a thread to send them, the owner's next call does, as OpenSSL's retry would. */
-	stalled_.watch(writes->shared_from_this());
+	/* The bytes stay (one batch at most): the owner's retry sends them, as OpenSSL's would. */
 	/* Here, in the connection's own call, no lock is held: stderr may block. */
 	logLimited(stalledLines, LogLevel::Debug, "fd %d: socket full; held bytes go out as the peer reads",
 		   writes->fd());
@@ -216,7 +202,10 @@ void Coalescer::flusherLoop()
 			}
 		}
 		/* The first byte held waits one delay at most. */
-		std::this_thread::sleep_for(delay_);
+		if (fullSockets_.load(std::memory_order_relaxed))
+			std::this_thread::sleep_for(kFullSocketRetry);
+		else
+			std::this_thread::sleep_for(delay_);
 		if (void (*encrypt)() noexcept = encryptPlaintext_.load(std::memory_order_acquire))
 			encrypt();
 		flushAll();
@@ -231,20 +220,18 @@ void Coalescer::flushDirty()
 	/* A listed connection is not freed while this lock is held: release() unlists first. */
 	ShimLock listed(dirtyListMutex_);
 	std::size_t kept = 0;
+	bool full = false;
 	for (PendingWrites *writes : dirtyList_) {
 		/* Busy: another thread holds it, and is sending. */
-		PendingWrites::Result result = PendingWrites::Result::Done;
 		if (writes->dirty())
-			result = writes->trySend();
-		/* A full socket: sent as it drains, not retried here every delay. */
-		const bool handedOn = result == PendingWrites::Result::Again &&
-				      stalled_.watch(writes->shared_from_this());
-		if (writes->dirty() && !handedOn)
+			full = writes->trySend() == PendingWrites::Result::Again || full;
+		if (writes->dirty())
 			dirtyList_[kept++] = writes;
 		else
 			writes->setListed(false);
 	}
 	dirtyList_.resize(kept);
+	fullSockets_.store(full, std::memory_order_relaxed);
 	errno = savedErrno;
 }
 
@@ -253,13 +240,11 @@ void Coalescer::closing(int first, int last)
 	if (idle() || ShimLock::heldHere())
 		return;
 	const int savedErrno = errno;
-	HandedOn note{ "close" };
 	ShimLock lock(registry_);
-	/* Sends what fd's connection holds, or hands it on; then it leaves the index. */
+	/* Hands what fd's connection holds to the kernel; then it leaves the index. */
 	auto visit = [&](std::unordered_multimap<int, PendingWrites *>::iterator it) {
 		PendingWrites *writes = it->second;
-		if (writes->dirty() && writes->send() == PendingWrites::Result::Again)
-			orphan(writes, -1, &note);
+		handOver(writes);
 		writes->detach();
 		return byFd_.erase(it);
 	};
@@ -273,60 +258,38 @@ void Coalescer::closing(int first, int last)
 		for (auto it = byFd_.begin(); it != byFd_.end();)
 			it = it->first < first || it->first > last ? std::next(it) : visit(it);
 	}
-	stalled_.closing(first, last);
 	errno = savedErrno;
 }
 
-bool Coalescer::shuttingDown(int fd, int how)
+void Coalescer::shuttingDown(int fd)
 {
 	if (entryCount_.load(std::memory_order_relaxed) == 0 || ShimLock::heldHere())
-		return false;
+		return;
 	const int savedErrno = errno;
-	bool deferred = false;
-	HandedOn note{ "shutdown" };
 	ShimLock lock(registry_);
 	auto range = byFd_.equal_range(fd);
-	for (auto it = range.first; it != range.second; ++it) {
-		PendingWrites *writes = it->second;
-		if (!writes->dirty() || writes->send() != PendingWrites::Result::Again)
-			continue;
-		if (orphan(writes, how, &note)) {
-			deferred = true;
-			writes->fail(EPIPE);
-		}
-	}
+	for (auto it = range.first; it != range.second; ++it)
+		handOver(it->second);
 	errno = savedErrno;
-	return deferred;
 }
 
-bool Coalescer::orphan(PendingWrites *writes, int shutdownHow, HandedOn *note)
+void Coalescer::handOver(PendingWrites *writes)
 {
+	if (!writes->dirty() || writes->send() != PendingWrites::Result::Again)
+		return;
 	/*
-	 * High above the numbers the program uses: open() takes the lowest free number, and
-	 * a program that closes 1 and opens a file expects to get 1.
+	 * A batch begins only when the socket has room for it (socketHasRoom), so this is the
+	 * socket's own doing (another descriptor filled it, or it shrank): the bytes go out
+	 * here, as the program's write would have sent them, waiting a bounded while.
 	 */
-	struct rlimit files = {};
-	getrlimit(RLIMIT_NOFILE, &files);
-	const int floor = static_cast<int>(std::min<rlim_t>(files.rlim_cur / 2, 1 << 20));
-	int duplicate = fcntl(writes->fd(), F_DUPFD_CLOEXEC, floor);
-	if (duplicate < 0)
-		duplicate = fcntl(writes->fd(), F_DUPFD_CLOEXEC, 0);
-	std::shared_ptr<PendingWrites> heir =
-		duplicate >= 0 ? writes->handOver(duplicate, shutdownHow) : nullptr;
-	if (heir && stalled_.watch(heir)) {
-		*note = { note->why, writes->fd(), duplicate, heir->pending() };
-		return true;
-	}
-	/* No descriptor, memory or thread to spare: the old way, waiting here (bounded). */
-	const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kDrainTimeoutMs);
-	if (heir) {
-		drainHere(heir.get(), deadline);
-		return true;
-	}
-	if (duplicate >= 0)
-		calls_.close(duplicate);
-	drainHere(writes, deadline);
-	return false;
+	drainHere(writes, std::chrono::steady_clock::now() + std::chrono::milliseconds(kDrainTimeoutMs));
+	if (writes->dirty())
+		logLimited(waitedLines, LogLevel::Warn,
+			   "fd %d: the socket took nothing for %d ms: %zu bytes held are dropped", writes->fd(),
+			   kDrainTimeoutMs, writes->pending());
+	else
+		logLimited(waitedLines, LogLevel::Info, "fd %d: the socket filled under held bytes; they went out",
+			   writes->fd());
 }
 
 void Coalescer::drainHere(PendingWrites *writes, std::chrono::steady_clock::time_point deadline)
@@ -345,19 +308,12 @@ void Coalescer::drainAll()
 	if (idle() || ShimLock::heldHere())
 		return;
 	const int savedErrno = errno;
-	const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kDrainTimeoutMs);
-	logLimited(flushLines, LogLevel::Debug, "the process image ends: sending what is held (up to %d ms)",
-		   kDrainTimeoutMs);
+	logLimited(flushLines, LogLevel::Debug, "the process image ends: sending what is held");
 	{
 		ShimLock lock(registry_);
-		for (const auto &entry : entries_) {
-			PendingWrites *writes = entry.second.get();
-			if (writes->dirty() && writes->send() == PendingWrites::Result::Again &&
-			    !stalled_.watch(entry.second))
-				drainHere(writes, deadline);
-		}
+		for (const auto &entry : entries_)
+			handOver(entry.second.get());
 	}
-	stalled_.waitUntilEmpty(deadline);
 	errno = savedErrno;
 }
 
@@ -381,12 +337,10 @@ void Coalescer::lockForFork()
 	dirtyListMutex_.lock();
 	for (const auto &entry : entries_)
 		entry.second->mutex().lock();
-	stalled_.lockForFork();
 }
 
 void Coalescer::unlockInParent()
 {
-	stalled_.unlockInParent();
 	for (const auto &entry : entries_)
 		entry.second->mutex().unlock();
 	dirtyListMutex_.unlock();
@@ -396,7 +350,6 @@ void Coalescer::unlockInParent()
 
 void Coalescer::unlockInChild()
 {
-	stalled_.unlockInChild();
 	for (const auto &entry : entries_) {
 		entry.second->dropAfterFork();
 		entry.second->mutex().unlock();

@@ -96,6 +96,15 @@ bool HeldPlaintext::encryptIfIdle() noexcept
 	return size_.load(std::memory_order_relaxed) == 0;
 }
 
+void HeldPlaintext::encryptByOwner() noexcept
+{
+	if (encrypting)
+		return;
+	std::lock_guard<std::mutex> lock(mutex_);
+	if (inside_ == 0 && size_.load(std::memory_order_relaxed) > 0)
+		encryptLocked(true, true);
+}
+
 void HeldPlaintext::retire() noexcept
 {
 	std::lock_guard<std::mutex> lock(mutex_);

@@ -3,7 +3,7 @@
 #include <openssl/ssl.h>
 
 #include "coalescer.h"
-#include "openssl_api.h"
+#include "core/openssl_api.h"
 
 namespace tlstune {
 

@@ -6,7 +6,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "error_queue.h"
+#include "core/error_queue.h"
 
 namespace tlstune {
 
@@ -85,6 +85,17 @@ public:
 	int takeReportedError() noexcept;
 
 	bool held() const noexcept { return size_.load(std::memory_order_relaxed) > 0; }
+	/* Whether length more bytes fit in the record being gathered. */
+	bool fits(std::size_t length) const noexcept
+	{
+		return size_.load(std::memory_order_relaxed) + length <= kCapacity;
+	}
+	/*
+	 * The connection's own write, between its calls: the record gathered so far is
+	 * encrypted now (into the filter, without sending). A failure is kept for the write
+	 * that follows, which reports it (hold() refuses to hold then).
+	 */
+	void encryptByOwner() noexcept;
 
 	/* This thread is encrypting held plaintext: OpenSSL's calls back in go straight through. */
 	static bool encryptingHere() noexcept;
