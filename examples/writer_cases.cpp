@@ -14,6 +14,8 @@
  *                     SSL_free, print "returned", then wait for a line on stdin
  *   full-free         ... SSL_free, print "returned", wait for stdin, close(fd)
  *   full-exit         ... print, then exit(0)
+ *   full-emfile       ... dup until EMFILE, then as full-close
+ *   full-close-all    ... as full-close, then close every number from 3 to the fd limit
  *   echo-close        against tls_server --echo, which blocks writing back what it reads:
  *                     non-blocking, write until WANT_WRITE, never read, close(fd),
  *                     SSL_free, print "returned", then wait for a line on stdin (python's
@@ -47,6 +49,7 @@
 #include <cstdlib>
 #include <dlfcn.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -188,9 +191,25 @@ int fullSocket(const char *port, const std::string &how)
 	std::fflush(stdout);
 	if (how == "full-exit")
 		std::exit(0);
-	if (how == "full-close" || how == "echo-close") {
+	if (how == "full-emfile") {
+		/* No descriptor to spare at the close (bounded by the lowered limit). */
+		struct rlimit files = { 256, 256 };
+		getrlimit(RLIMIT_NOFILE, &files);
+		files.rlim_cur = files.rlim_cur > 256 ? 256 : files.rlim_cur;
+		setrlimit(RLIMIT_NOFILE, &files);
+		while (dup(0) >= 0) {
+		}
+	}
+	if (how == "full-close" || how == "echo-close" || how == "full-emfile" || how == "full-close-all") {
 		close(fd);
 		SSL_free(ssl);
+		if (how == "full-close-all") {
+			/* What a daemon does before it execs: every number up to the limit. */
+			struct rlimit files = {};
+			getrlimit(RLIMIT_NOFILE, &files);
+			for (rlim_t number = 3; number < files.rlim_cur && number < 4096; number++)
+				close(static_cast<int>(number));
+		}
 	} else {
 		SSL_free(ssl);
 	}

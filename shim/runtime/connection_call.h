@@ -256,7 +256,7 @@ inline bool holdWrite(SSL *ssl, const void *data, size_t length) noexcept
 	if (!o.records || length == 0 || length >= kHeldWriteBelow || HeldPlaintext::encryptingHere())
 		return false;
 	Process &p = process();
-	if (!p.held.holding() || p.recordCallbacks.load(std::memory_order_relaxed))
+	if (!p.held.holding() || !p.coalescer.holding() || p.recordCallbacks.load(std::memory_order_relaxed))
 		return false;
 	PendingWrites *writes = o.filter.attached(o.api, ssl);
 	/* A broken connection's writes go through the filter, which reports it as the kernel would. */

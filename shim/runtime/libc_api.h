@@ -58,6 +58,9 @@ struct LibcApi {
 	int (*execvpe)(const char *, char *const[], char *const[]) = nullptr;
 	int (*fexecve)(int, char *const[], char *const[]) = nullptr;
 	int (*execveat)(int, const char *, char *const[], char *const[], int) = nullptr; /* glibc 2.34+ */
+
+	int (*prctl)(int, unsigned long, unsigned long, unsigned long, unsigned long) = nullptr;
+	long (*syscall)(long, long, long, long, long, long, long) = nullptr;
 };
 
 } /* namespace tlstune */

@@ -261,6 +261,22 @@ __attribute__((destructor)) static void unloadShim()
 	process().drainBeforeImageEnds();
 }
 
+namespace {
+RateLimit sandboxLines;
+} /* namespace */
+
+void Process::enterSandbox() noexcept
+{
+	if (!coalescer.holding() || inVforkChild())
+		return;
+	const int savedErrno = errno;
+	held.stopHolding();
+	held.encryptAll();
+	coalescer.stopHolding();
+	logLimited(sandboxLines, LogLevel::Info, "seccomp: small writes are no longer held in this process");
+	errno = savedErrno;
+}
+
 /* Reads the configuration at load time, so TLSTUNE_VERBOSE shows the shim is there. */
 __attribute__((constructor)) static void loadShim()
 {

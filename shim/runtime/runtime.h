@@ -35,6 +35,12 @@ struct Process {
 	 * as at close). Not in a vfork child, which shares the parent's memory and locks.
 	 */
 	void drainBeforeImageEnds() noexcept;
+	/*
+	 * The program confines itself (seccomp): the calls the shim makes for it (send,
+	 * getsockopt, a thread) may be forbidden from now on. What is held goes out first,
+	 * and the process's writes go straight through afterwards (issue 22).
+	 */
+	void enterSandbox() noexcept;
 	/* This is a vfork child (or posix_spawn's): it must change no state of the shim's. */
 	bool inVforkChild() const noexcept;
 

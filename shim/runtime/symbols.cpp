@@ -109,6 +109,8 @@ void resolveLibc(LibcApi *libc) noexcept
 	next(&libc->execvpe, "execvpe");
 	next(&libc->fexecve, "fexecve");
 	next(&libc->execveat, "execveat");
+	next(&libc->prctl, "prctl");
+	next(&libc->syscall, "syscall");
 }
 
 bool resolveOpenSsl(OpenSslApi *api) noexcept

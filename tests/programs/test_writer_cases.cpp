@@ -35,15 +35,20 @@ std::string asReceived(const std::string &accepted)
 	return accepted.rfind("accepted ", 0) == 0 ? "received " + accepted.substr(9) : "(none)";
 }
 
-/* The case's output and status both ways, against a server that takes everything. */
+/*
+ * The case's output and status both ways, against a server that takes everything.
+ * program: the example that has the case.
+ */
 void expectTheSameBothWays(const std::string &name, const std::vector<std::string> &server,
-			   const std::string &expectedOut, int expectedStatus, int serverLines)
+			   const std::string &expectedOut, int expectedStatus, int serverLines,
+			   const std::string &program = "writer_cases")
 {
 	std::vector<std::string> received[2];
 	for (bool withShim : { false, true }) {
 		SCOPED_TRACE(withShim ? "with the shim" : "without the shim");
 		ExampleServer peer(serverArguments(server));
-		const Captured run = runProgram(writerCase(peer, name), withShim, {}, kTimeoutMs);
+		const Captured run = runProgram({ examplePath(program), peer.portText(), name }, withShim, {},
+						kTimeoutMs);
 		EXPECT_EQ(run.status, expectedStatus) << run.err;
 		EXPECT_EQ(run.out, expectedOut);
 		for (int i = 0; i < serverLines; i++)
@@ -130,7 +135,8 @@ TEST_P(FullSockets, EveryAcceptedByteArrivesAfterThePeerWakes)
 	}
 }
 
-INSTANTIATE_TEST_SUITE_P(Writers, FullSockets, ::testing::Values("full-close", "full-free", "full-exit"));
+INSTANTIATE_TEST_SUITE_P(Writers, FullSockets,
+			 ::testing::Values("full-close", "full-free", "full-exit", "full-emfile", "full-close-all"));
 
 /*
  * A non-blocking writer fills its socket against an echo server, never reads, and closes
@@ -243,4 +249,39 @@ TEST(Writers, SslWriteEx2AfterShortWritesKeepsTheProgramsOrder)
 		GTEST_SKIP() << "SSL_write_ex2 is OpenSSL 3.3's (the Debian 13 leg runs this)";
 	RecordProperty("fault", "SSL_write and SSL_write_ex2 mixed on one connection");
 	expectTheSameBothWays("write-ex2", {}, "", 0, 1);
+}
+
+/*
+ * Issue 22: ways out the shim has no call of its own in, or where its calls are refused.
+ * What SSL_write accepted is the kernel's at once without the shim; with it, what is held
+ * must be there before the way out can lose it (examples/leaving_writers).
+ */
+TEST(Writers, StrictSeccompThenShortWritesReachThePeer)
+{
+	RecordProperty("fault", "seccomp strict mode, then three short writes and the exit system call");
+	expectTheSameBothWays("seccomp-strict", {}, "", 0, 1, "leaving_writers");
+}
+
+TEST(Writers, ASeccompFilterRefusingSendsAndThreadsLosesNothing)
+{
+	RecordProperty("fault", "a seccomp filter refusing sendto, sendmsg, getsockopt and clone between writes");
+	expectTheSameBothWays("seccomp-filter", {}, "", 0, 1, "leaving_writers");
+}
+
+TEST(Writers, ACloseWithNoDescriptorToSpareLosesNothing)
+{
+	RecordProperty("fault", "RLIMIT_NOFILE exhausted, then SSL_free and close");
+	expectTheSameBothWays("emfile-close", {}, "dup failed with EMFILE\nclosed\n", 0, 1, "leaving_writers");
+}
+
+TEST(Writers, ClosingEveryNumberAfterTheConnectionLosesNothing)
+{
+	RecordProperty("fault", "close and SSL_free, then close every fd number up to the limit");
+	expectTheSameBothWays("close-all", {}, "closed\n", 0, 1, "leaving_writers");
+}
+
+TEST(Writers, SigtermAtItsDefaultAfterAWaitLosesNothing)
+{
+	RecordProperty("fault", "short writes, a poll, then SIGTERM at its default action");
+	expectTheSameBothWays("term-after-wait", {}, "", 128 + SIGTERM, 1, "leaving_writers");
 }

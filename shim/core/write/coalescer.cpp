@@ -31,6 +31,7 @@ constexpr long long kLookedUpRange = 64;
 RateLimit flushLines;
 RateLimit stalledLines;
 RateLimit waitedLines;
+RateLimit threadLines;
 
 /*
  * A pass of the flusher's found sockets full (the peer stopped reading after a batch
@@ -170,9 +171,14 @@ bool Coalescer::work() const noexcept
 
 bool Coalescer::startFlusher()
 {
-	const bool started = startShimThread([this] { flusherLoop(); });
-	if (started)
+	const bool started = holding() && startShimThread([this] { flusherLoop(); });
+	if (started) {
 		flusherRunning_.store(true, std::memory_order_release);
+	} else if (holding_.exchange(false, std::memory_order_relaxed)) {
+		/* EAGAIN, EPERM or ENOSYS (a sandbox): nothing would bound the delay. */
+		logLimited(threadLines, LogLevel::Warn,
+			   "no thread could be started: small writes are no longer held in this process");
+	}
 	return started;
 }
 

@@ -112,6 +112,17 @@ public:
 	 */
 	bool dirtied(PendingWrites *writes);
 
+	/*
+	 * From now on nothing is held: every write goes straight to the socket (the process
+	 * may no longer make the calls holding needs). What is held goes out now.
+	 */
+	void stopHolding()
+	{
+		holding_.store(false, std::memory_order_relaxed);
+		flushDirty();
+	}
+	bool holding() const noexcept { return holding_.load(std::memory_order_relaxed); }
+
 	/* The program is about to wait: every connection's bytes go out, without blocking. */
 	void flushAll()
 	{
@@ -173,6 +184,7 @@ private:
 	std::mutex dirtyListMutex_;
 	std::vector<PendingWrites *> dirtyList_;
 	PendingWrites::Counters counters_;
+	std::atomic<bool> holding_{true};
 	std::atomic<bool> fullSockets_{false}; /* the flusher's last pass met a full socket */
 
 	std::mutex wakeMutex_;

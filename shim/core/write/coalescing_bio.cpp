@@ -102,7 +102,7 @@ int filterWrite(BIO *bio, const char *data, int length)
 	 * to the kernel at once.
 	 */
 	const bool quiet = g_coalescer->quietWrite(writes);
-	if (quiet || directWrites || writes->stalled() ||
+	if (quiet || directWrites || writes->stalled() || !g_coalescer->holding() ||
 	    static_cast<std::size_t>(length) >= g_coalescer->limit() ||
 	    (!writes->dirty() && !writes->socketHasRoom())) {
 		if (const int error = writes->reportError())
@@ -211,7 +211,8 @@ PendingWrites *CoalescingBio::attached(const OpenSslApi &api, SSL *ssl) const no
 	const int type = socket ? api.BIO_method_type(socket) : 0;
 	if (type == type_)
 		return writesOf(socket);
-	if (type != BIO_TYPE_SOCKET)
+	/* A confined process (seccomp) may forbid the fstat below and the sends after it. */
+	if (type != BIO_TYPE_SOCKET || !g_coalescer->holding())
 		return nullptr;
 #ifdef BIO_CTRL_GET_KTLS_SEND
 	/* Kernel TLS sends each record with its own sendmsg: not ours to merge. */

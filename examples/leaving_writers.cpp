@@ -1,0 +1,153 @@
+/*
+ * Writers that leave, confine themselves or run out of descriptors right after short
+ * writes (issue 22). Without tlstune the kernel owns every byte SSL_write accepted the
+ * moment it returns; with it, what the shim holds must reach the kernel before any of
+ * these can lose it. Each prints what the program sees; tests compare it with and
+ * without tlstune, and what the server received.
+ * Usage: leaving_writers PORT CASE, against tls_server --tls 1.2 --sink. CASE:
+ *   seccomp-strict  seccomp's strict mode (read, write, exit and sigreturn only), then
+ *                   three short lines, then the exit system call
+ *   seccomp-filter  ten short lines, a filter that refuses sendto, sendmsg, getsockopt,
+ *                   clone and clone3 (EPERM), ten more, close_notify and exit
+ *   emfile-close    twenty short lines, dup until EMFILE, then SSL_free and close
+ *   close-all       twenty short lines, close and SSL_free, then close every number up to
+ *                   the descriptor limit (what a daemon does before it execs)
+ *   term-after-wait twenty short lines, a poll on stdin, then SIGTERM at its default
+ *                   action, raised by the process itself
+ */
+
+#include <csignal>
+#include <cstddef>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/example.h"
+
+using namespace example;
+
+namespace {
+
+SSL *connectSsl(SSL_CTX *ctx, const char *port, int *fd)
+{
+	*fd = connectTo("127.0.0.1", port);
+	SSL *ssl = SSL_new(ctx);
+	SSL_set_fd(ssl, *fd);
+	if (SSL_connect(ssl) != 1)
+		fail("SSL_connect");
+	return ssl;
+}
+
+void writeLines(SSL *ssl, int first, int count)
+{
+	for (int i = first; i < first + count; i++) {
+		const std::string line = "line " + std::to_string(i) + "\n";
+		if (SSL_write(ssl, line.data(), static_cast<int>(line.size())) <= 0)
+			fail("SSL_write");
+	}
+}
+
+/* Refuses the calls a preload shim would make for held bytes; allows everything else. */
+void refuseSendsAndThreads()
+{
+	struct sock_filter program[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendto, 5, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendmsg, 4, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_getsockopt, 3, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone, 2, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+	};
+	struct sock_fprog filter = { static_cast<unsigned short>(sizeof(program) / sizeof(program[0])),
+				     program };
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &filter) != 0)
+		fail("seccomp filter");
+}
+
+int seccompCase(const char *port, bool strict)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	if (strict) {
+		if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_STRICT, 0, 0, 0) != 0)
+			fail("seccomp strict");
+		writeLines(ssl, 0, 3);
+		/* exit_group is not allowed: the thread's own exit ends the process. */
+		syscall(SYS_exit, 0);
+	}
+	writeLines(ssl, 0, 10);
+	refuseSendsAndThreads();
+	writeLines(ssl, 10, 10);
+	SSL_shutdown(ssl);
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
+int descriptorsCase(const char *port, bool exhaust)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	writeLines(ssl, 0, 20);
+	struct rlimit files = {};
+	getrlimit(RLIMIT_NOFILE, &files);
+	const int limit = files.rlim_cur > 4096 ? 4096 : static_cast<int>(files.rlim_cur);
+	if (exhaust) {
+		/* Bounded by the lowered limit: a few thousand numbers at most. */
+		files.rlim_cur = static_cast<rlim_t>(limit);
+		setrlimit(RLIMIT_NOFILE, &files);
+		int taken = 0;
+		while (dup(0) >= 0)
+			taken++;
+		std::printf("dup failed with %s\n", errno == EMFILE ? "EMFILE" : "another error");
+		SSL_free(ssl);
+		close(fd);
+	} else {
+		close(fd);
+		SSL_free(ssl);
+		for (int number = 3; number < limit; number++)
+			close(number);
+	}
+	std::printf("closed\n");
+	std::fflush(stdout);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
+int termCase(const char *port)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	writeLines(ssl, 0, 20);
+	struct pollfd input = { 0, POLLIN, 0 };
+	poll(&input, 1, 0);
+	signal(SIGTERM, SIG_DFL);
+	raise(SIGTERM);
+	return 3; /* not reached */
+}
+
+} /* namespace */
+
+int main(int argc, char **argv)
+{
+	if (argc < 3)
+		fail("usage: leaving_writers PORT CASE");
+	const std::string how = argv[2];
+	if (how == "seccomp-strict" || how == "seccomp-filter")
+		return seccompCase(argv[1], how == "seccomp-strict");
+	if (how == "emfile-close" || how == "close-all")
+		return descriptorsCase(argv[1], how == "emfile-close");
+	if (how == "term-after-wait")
+		return termCase(argv[1]);
+	fail("unknown case");
+}
