@@ -5,6 +5,7 @@
 #include <new>
 #include <sys/stat.h>
 
+#include "known_fds.h"
 #include "log.h"
 
 namespace tlstune {
@@ -30,6 +31,8 @@ void BufferedFds::set(const void *owner, int fd, ino_t ino, bool buffered,
 		      unsigned long long arrival) noexcept
 {
 	bool added = false;
+	if (buffered)
+		knownFds().note(fd);
 	{
 		std::lock_guard<std::mutex> lock(mutex_);
 
@@ -95,6 +98,7 @@ bool BufferedFds::lookup(int fd, ino_t *ino) const noexcept
 
 void BufferedFds::duplicated(int fd, ino_t ino) noexcept
 {
+	knownFds().note(fd);
 	std::lock_guard<std::mutex> lock(mutex_);
 	duplicates_.erase(std::remove_if(duplicates_.begin(), duplicates_.end(),
 					 [fd](const std::pair<int, ino_t> &d) { return d.first == fd; }),

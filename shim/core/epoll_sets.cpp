@@ -1,4 +1,5 @@
 #include "epoll_sets.h"
+#include "known_fds.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -159,6 +160,7 @@ void EpollSets::dropSet(std::unordered_map<int, Set>::iterator it) noexcept
 
 void EpollSets::created(int epfd) noexcept
 {
+	knownFds().note(epfd);
 	std::lock_guard<std::mutex> lock(mutex_);
 	auto old = sets_.find(epfd);
 	if (old != sets_.end())
@@ -178,6 +180,7 @@ void EpollSets::changed(int epfd, int op, int fd, const struct epoll_event *even
 	const int savedErrno = errno;
 	const ino_t ino = op == EPOLL_CTL_ADD && fstat(fd, &st) == 0 ? st.st_ino : 0;
 	errno = savedErrno;
+	knownFds().note(fd);
 
 	std::lock_guard<std::mutex> lock(mutex_);
 	Set *set = find(epfd);
@@ -347,6 +350,7 @@ void EpollSets::reload(int epfd, const BufferedFds &buffered) noexcept
 	fresh.exact = false;
 	try {
 		for (int i = 0; i < found; i++) {
+			knownFds().note(kernel[i].fd);
 			Stored stored = { kernel[i], 0, false, false, false, 0 };
 			/* The same registration as last time keeps what it was told. */
 			auto range = set->byIno.equal_range(kernel[i].ino);

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/known_fds.h"
 #include "interpose/export.h"
 #include "runtime/duplicates.h"
 #include "runtime/runtime.h"
@@ -44,36 +45,55 @@ void forgetClosed(Process &p, bool closed, int first, int last)
 	errno = savedErrno;
 }
 
+/*
+ * A number the shim has state for is forgotten before the real call frees it (nobody can
+ * note it again until then), and noted again if it was not open after all.
+ */
+bool closingKnown(Process &p, int fd)
+{
+	if (!knownFds().mayKnow(fd) || !tracking(p))
+		return false;
+	knownFds().forget(fd);
+	return true;
+}
+
+void closeFailed(bool badNumber, int fd)
+{
+	if (badNumber)
+		knownFds().note(fd);
+}
+
 } /* namespace */
 
 TLSTUNE_EXPORT int close(int fd)
 {
 	Process &p = process();
-	if (!tracking(p))
+	if (!closingKnown(p, fd))
 		return p.libc.close(fd);
 	p.held.encryptAll();
 	p.coalescer.closing(fd, fd);
 	int result = p.libc.close(fd);
 	/* Linux frees the number even when close reports an error (EINTR, EIO), not for EBADF. */
-	forgetClosed(p, result == 0 || errno != EBADF, fd, fd);
+	const bool closed = result == 0 || errno != EBADF;
+	closeFailed(!closed, fd);
+	forgetClosed(p, closed, fd, fd);
 	return result;
 }
 
 TLSTUNE_EXPORT int dup2(int oldfd, int newfd)
 {
 	Process &p = process();
-	if (!tracking(p)) {
+	if (oldfd == newfd || !closingKnown(p, newfd)) {
 		const int result = p.libc.dup2(oldfd, newfd);
 		if (oldfd != newfd)
 			noteDuplicate(p, oldfd, result);
 		return result;
 	}
-	if (oldfd != newfd) {
-		p.held.encryptAll();
-		p.coalescer.closing(newfd, newfd);
-	}
+	p.held.encryptAll();
+	p.coalescer.closing(newfd, newfd);
 	int result = p.libc.dup2(oldfd, newfd);
-	forgetClosed(p, result >= 0 && oldfd != newfd, newfd, newfd);
+	closeFailed(result < 0, newfd);
+	forgetClosed(p, result >= 0, newfd, newfd);
 	if (oldfd != newfd)
 		noteDuplicate(p, oldfd, result);
 	return result;
@@ -82,7 +102,7 @@ TLSTUNE_EXPORT int dup2(int oldfd, int newfd)
 TLSTUNE_EXPORT int dup3(int oldfd, int newfd, int flags)
 {
 	Process &p = process();
-	if (!tracking(p)) {
+	if (!closingKnown(p, newfd)) {
 		const int result = p.libc.dup3(oldfd, newfd, flags);
 		noteDuplicate(p, oldfd, result);
 		return result;
@@ -90,6 +110,7 @@ TLSTUNE_EXPORT int dup3(int oldfd, int newfd, int flags)
 	p.held.encryptAll();
 	p.coalescer.closing(newfd, newfd);
 	int result = p.libc.dup3(oldfd, newfd, flags);
+	closeFailed(result < 0, newfd);
 	forgetClosed(p, result >= 0, newfd, newfd);
 	noteDuplicate(p, oldfd, result);
 	return result;
@@ -138,7 +159,7 @@ TLSTUNE_EXPORT void closefrom(int lowfd)
 TLSTUNE_EXPORT int shutdown(int fd, int how)
 {
 	Process &p = process();
-	if (how != SHUT_RD && tracking(p)) {
+	if (how != SHUT_RD && knownFds().mayKnow(fd) && tracking(p)) {
 		p.held.encryptAll();
 		p.coalescer.shuttingDown(fd);
 	}

@@ -105,6 +105,13 @@ public:
 	explicit HeldQuery(const SSL *ssl) noexcept
 		: held_(HeldPlaintext::encryptingHere() ? nullptr : heldOf(ssl))
 	{
+		/*
+		 * Nothing held: no encryption can be running (one ends by emptying the buffer,
+		 * with release order), and none can start but by a write of the program's own,
+		 * which the program orders with this call. So no lock (issue 24).
+		 */
+		if (held_ && !held_->holdsNow())
+			held_ = nullptr;
 		if (held_)
 			held_->enter(HeldPlaintext::Entering::Query);
 	}
@@ -117,7 +124,7 @@ public:
 	HeldQuery &operator=(const HeldQuery &) = delete;
 
 private:
-	HeldPlaintext *const held_;
+	HeldPlaintext *held_;
 };
 
 /* What a failed call returns: 0 for the _ex functions, -1 for the others. */
@@ -274,9 +281,8 @@ inline bool holdWrite(SSL *ssl, const void *data, size_t length) noexcept
 	    o.api.SSL_get_key_update_type(ssl) != SSL_KEY_UPDATE_NONE ||
 	    (o.api.SSL_get_shutdown(ssl) & SSL_SENT_SHUTDOWN) || o.api.SSL_want(ssl) == SSL_WRITING)
 		return false;
-	HeldPlaintext *held = p.held.attach(ssl, encryptHeld, &o.api.errors);
-	if (!held)
-		return false;
+	/* Made by the first write actually held: a connection whose writes all go out has none. */
+	HeldPlaintext *held = p.held.of(ssl);
 	/*
 	 * A write that finds the connection quiet, or follows a wait of this thread, goes
 	 * through the filter, which sends it at once (Coalescer::quietWrite). One that follows
@@ -285,7 +291,7 @@ inline bool holdWrite(SSL *ssl, const void *data, size_t length) noexcept
 	 */
 	const unsigned long waits = waitsOfThisThread();
 	const int savedErrno = errno;
-	if (!held->held()) {
+	if (!held || !held->held()) {
 		if (writes->waitsAtLastWrite() != waits)
 			return false;
 		const auto now = std::chrono::steady_clock::now();
@@ -308,6 +314,8 @@ inline bool holdWrite(SSL *ssl, const void *data, size_t length) noexcept
 		return false;
 	}
 	if (!writes->socketHasRoom())
+		return false;
+	if (!held && !(held = p.held.attach(ssl, encryptHeld, &o.api.errors)))
 		return false;
 	return holdMore(p, held, writes, data, length, waits, savedErrno);
 }

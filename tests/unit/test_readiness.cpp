@@ -22,6 +22,7 @@
 #include "core/buffered_fds.h"
 #include "core/connection.h"
 #include "core/epoll_sets.h"
+#include "core/known_fds.h"
 #include "core/openssl_api.h"
 #include "core/wait_merge.h"
 #include "tls_fixture.h"
@@ -64,6 +65,38 @@ void holdData(Connection &connection, BufferedFds &buffered, int fd)
 }
 
 } /* namespace */
+
+/* Issue 24: the close family's one-load answer never misses a number with state. */
+TEST(KnownFds, EveryNumberWithStateIsKnownAndOthersAreNot)
+{
+	KnownFds known;
+	EXPECT_FALSE(known.mayKnow(7));
+	known.note(7);
+	known.note(64);
+	EXPECT_TRUE(known.mayKnow(7));
+	EXPECT_TRUE(known.mayKnow(64));
+	EXPECT_FALSE(known.mayKnow(8)) << "a neighbour in the same word";
+	EXPECT_FALSE(known.mayKnow(65));
+	known.forget(7);
+	EXPECT_FALSE(known.mayKnow(7));
+	EXPECT_TRUE(known.mayKnow(64));
+	EXPECT_TRUE(known.mayKnow(KnownFds::kNumbers)) << "beyond the map: always asked";
+	EXPECT_TRUE(known.mayKnow(-1));
+	known.note(KnownFds::kNumbers + 5); /* no effect, no crash */
+}
+
+TEST(KnownFds, TheStateMakersNoteTheirNumbers)
+{
+	SocketPair pair;
+	BufferedFds buffered;
+	int owner = 0;
+	buffered.set(&owner, pair.fds[0], 1, true);
+	EXPECT_TRUE(knownFds().mayKnow(pair.fds[0]));
+	buffered.duplicated(pair.fds[1], 1);
+	EXPECT_TRUE(knownFds().mayKnow(pair.fds[1]));
+	buffered.forget(&owner);
+	buffered.closed(pair.fds[1], pair.fds[1]);
+}
 
 TEST(BufferedFds, HoldsWhatWasSetUntilForgotten)
 {

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <thread>
 
+#include "core/known_fds.h"
 #include "core/log.h"
 #include "core/shim_thread.h"
 
@@ -51,6 +52,7 @@ Coalescer::~Coalescer()
 
 PendingWrites *Coalescer::open(int fd)
 {
+	knownFds().note(fd);
 	std::shared_ptr<PendingWrites> writes(new (std::nothrow) PendingWrites(fd, limit_, calls_,
 									       &counters_));
 	if (!writes)

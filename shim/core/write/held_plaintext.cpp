@@ -143,7 +143,7 @@ void HeldPlaintext::encryptLocked(bool byOwner, bool reportedHere) noexcept
 	if (sslError)
 		failure_ = { sslError, error, nullptr };
 	/* Encrypted or failed: either way the bytes are OpenSSL's now, as a write's would be. */
-	size_.store(0, std::memory_order_relaxed);
+	size_.store(0, std::memory_order_release);
 	bytes_.reset();
 	errno = savedErrno;
 }

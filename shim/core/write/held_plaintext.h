@@ -85,6 +85,8 @@ public:
 	int takeReportedError() noexcept;
 
 	bool held() const noexcept { return size_.load(std::memory_order_relaxed) > 0; }
+	/* The same, ordered after the end of an encryption in another thread. */
+	bool holdsNow() const noexcept { return size_.load(std::memory_order_acquire) > 0; }
 	/* Whether length more bytes fit in the record being gathered. */
 	bool fits(std::size_t length) const noexcept
 	{

@@ -1,0 +1,14 @@
+#include "known_fds.h"
+
+namespace tlstune {
+
+namespace {
+KnownFds process;
+} /* namespace */
+
+KnownFds &knownFds() noexcept
+{
+	return process;
+}
+
+} /* namespace tlstune */
