@@ -14,6 +14,8 @@
  *                   the descriptor limit (what a daemon does before it execs)
  *   term-after-wait twenty short lines, a poll on stdin, then SIGTERM at its default
  *                   action, raised by the process itself
+ *   alarm-exit      writes 100-byte lines until a SIGALRM handler (after 20 ms) prints
+ *                   "accepted N" (what SSL_write had accepted) and calls _exit(0)
  */
 
 #include <csignal>
@@ -24,6 +26,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "common/example.h"
@@ -123,6 +126,44 @@ int descriptorsCase(const char *port, bool exhaust)
 	return 0;
 }
 
+volatile sig_atomic_t g_accepted = 0;
+
+void onAlarm(int)
+{
+	char text[32];
+	int length = 0;
+	char digits[16];
+	int count = 0;
+	for (long value = g_accepted; count == 0 || value > 0; value /= 10)
+		digits[count++] = static_cast<char>('0' + value % 10);
+	for (const char *p = "accepted "; *p; p++)
+		text[length++] = *p;
+	while (count > 0)
+		text[length++] = digits[--count];
+	text[length++] = '\n';
+	if (write(1, text, static_cast<size_t>(length)) < 0) {
+	}
+	_exit(0);
+}
+
+int alarmCase(const char *port)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	signal(SIGALRM, onAlarm);
+	struct itimerval after = { { 0, 0 }, { 0, 20000 } };
+	setitimer(ITIMER_REAL, &after, nullptr);
+	const std::string line = std::string(99, 'a') + "\n";
+	/* Bounded: the alarm ends it long before (a million lines is 100 MB). */
+	for (int i = 0; i < 1000000; i++) {
+		if (SSL_write(ssl, line.data(), static_cast<int>(line.size())) <= 0)
+			fail("SSL_write");
+		g_accepted = g_accepted + 100;
+	}
+	fail("no alarm");
+}
+
 int termCase(const char *port)
 {
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
@@ -149,5 +190,7 @@ int main(int argc, char **argv)
 		return descriptorsCase(argv[1], how == "emfile-close");
 	if (how == "term-after-wait")
 		return termCase(argv[1]);
+	if (how == "alarm-exit")
+		return alarmCase(argv[1]);
 	fail("unknown case");
 }

@@ -285,3 +285,29 @@ TEST(Writers, SigtermAtItsDefaultAfterAWaitLosesNothing)
 	RecordProperty("fault", "short writes, a poll, then SIGTERM at its default action");
 	expectTheSameBothWays("term-after-wait", {}, "", 128 + SIGTERM, 1, "leaving_writers");
 }
+
+/*
+ * A SIGALRM handler interrupts a writing loop and leaves by _exit: what SSL_write had
+ * accepted before the signal reaches the server (the interrupted write may or may not
+ * have), ten times each way: where the handler lands in the loop is the kernel's choice.
+ */
+TEST(Writers, AnAlarmHandlerThatExitsLosesNothingSslWriteAccepted)
+{
+	RecordProperty("fault", "a SIGALRM handler calls _exit in the middle of a writing loop");
+	for (bool withShim : { false, true }) {
+		for (int run = 0; run < 10; run++) {
+			SCOPED_TRACE((withShim ? "with the shim, run " : "without the shim, run ") + std::to_string(run));
+			ExampleServer peer(serverArguments({}));
+			const Captured writer = runProgram({ examplePath("leaving_writers"), peer.portText(), "alarm-exit" },
+							   withShim, {}, kTimeoutMs);
+			ASSERT_EQ(writer.status, 0) << writer.err;
+			ASSERT_EQ(writer.out.rfind("accepted ", 0), 0u) << writer.out;
+			const unsigned long long accepted = std::strtoull(writer.out.c_str() + 9, nullptr, 10);
+			const std::string received = peer.process().readLine(kTimeoutMs);
+			ASSERT_EQ(received.rfind("received ", 0), 0u) << received;
+			const unsigned long long got = std::strtoull(received.c_str() + 9, nullptr, 10);
+			EXPECT_GE(got, accepted) << "bytes SSL_write accepted were lost";
+			EXPECT_LE(got, accepted + 100) << "more than the interrupted write arrived";
+		}
+	}
+}
