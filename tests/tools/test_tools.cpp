@@ -472,6 +472,7 @@ TEST(Bench, QuickRunsEndToEndIntoADirectoryOfTheCallersWithChartsThatSayWhatThey
 				  "| sender CPU in its writes, ms", "## Record merging by write size",
 				  "## Record merging, a request-response loop", "## Cold start",
 				  "with SSL_CERT_FILE of the one server certificate (the floor)",
+				  "## Cost where tlstune has no work", "| `close` of a regular file, in a process with an epoll set |",
 				  "## Event-driven server", "| 500 idle TLS connections, 100 clients upload",
 				  "| reverse proxy, upstream stalled for 3 s mid-upload",
 				  "](ab.svg)", "](sweep.svg)" })

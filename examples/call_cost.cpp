@@ -1,0 +1,81 @@
+/*
+ * What a call costs where tlstune has no work (issue 24): the calls the shim interposes,
+ * on fds it knows nothing of, timed in a tight loop. tlstune-bench runs it with and
+ * without the shim, interleaved. Prints "ns N" (per call, the loop's median of 5 rounds).
+ * Usage: call_cost CASE [CALLS], CASE:
+ *   close-epoll   close of /dev/null in a process that has an epoll set (and no TLS)
+ *   dup-close     dup of /dev/null and close of the copy, the same process
+ *   epoll-ctl     EPOLL_CTL_ADD then EPOLL_CTL_DEL of an eventfd
+ *   epoll-wait    epoll_wait with a zero timeout on a set with one idle eventfd
+ *   poll          poll with a zero timeout on one idle eventfd
+ */
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fcntl.h>
+#include <poll.h>
+#include <string>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+#include <vector>
+
+namespace {
+
+[[noreturn]] void fail(const char *what)
+{
+	std::perror(what);
+	std::exit(1);
+}
+
+} /* namespace */
+
+int main(int argc, char **argv)
+{
+	if (argc < 2)
+		fail("usage: call_cost CASE [CALLS]");
+	const std::string how = argv[1];
+	const long calls = argc > 2 ? std::atol(argv[2]) : 200000;
+	const int set = epoll_create1(EPOLL_CLOEXEC);
+	const int idle = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	const int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (set < 0 || idle < 0 || null < 0)
+		fail("setup");
+	struct epoll_event event = {};
+	event.events = EPOLLIN;
+	if (how == "epoll-wait" && epoll_ctl(set, EPOLL_CTL_ADD, idle, &event) != 0)
+		fail("epoll_ctl");
+	std::vector<double> rounds;
+	for (int round = 0; round < 5; round++) {
+		double spent = 0;
+		for (long i = 0; i < calls; i++) {
+			int copy = -1;
+			if (how == "close-epoll")
+				copy = dup(null);
+			const auto started = std::chrono::steady_clock::now();
+			if (how == "close-epoll") {
+				close(copy);
+			} else if (how == "dup-close") {
+				close(dup(null));
+			} else if (how == "epoll-ctl") {
+				epoll_ctl(set, EPOLL_CTL_ADD, idle, &event);
+				epoll_ctl(set, EPOLL_CTL_DEL, idle, nullptr);
+			} else if (how == "epoll-wait") {
+				struct epoll_event got;
+				epoll_wait(set, &got, 1, 0);
+			} else if (how == "poll") {
+				struct pollfd pfd = { idle, POLLIN, 0 };
+				poll(&pfd, 1, 0);
+			} else {
+				fail("unknown case");
+			}
+			spent += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - started).count();
+		}
+		rounds.push_back(spent / static_cast<double>(calls));
+	}
+	std::sort(rounds.begin(), rounds.end());
+	std::printf("ns %.1f\n", rounds[2]);
+	return 0;
+}
