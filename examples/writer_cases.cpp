@@ -31,6 +31,10 @@
  *   msg-callback      a message callback on the context counts the application data
  *                     records it sees written, and the calls from threads other than
  *                     main; 20 times: 100 short lines, then a 2 ms sleep
+ *   msg-callback-late ten short lines, then a message callback on the connection, ten more:
+ *                     prints "application records N" (what the callback saw written)
+ *   quiet-shutdown    ten short lines, SSL_set_shutdown(SENT | RECEIVED), SSL_shutdown
+ *                     (prints "SSL_shutdown R"), SSL_free, close
  *   set-mode          20 times: 100 short lines, a 2 ms sleep, then SSL_set_mode,
  *                     SSL_set_max_send_fragment (SSL_ctrl), SSL_set_options,
  *                     SSL_clear_options and SSL_set_block_padding on the connection;
@@ -370,6 +374,36 @@ int msgCallbackCase(const char *port)
 	return 0;
 }
 
+/* The callback set on the connection after 10 short lines: it sees only the 10 after it. */
+int lateMsgCallbackCase(const char *port)
+{
+	mainThread = std::this_thread::get_id();
+	SSL_CTX *ctx = client();
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	writeLines(ssl, 0, 10);
+	SSL_set_msg_callback(ssl, countRecords);
+	writeLines(ssl, 10, 10);
+	endConnection(ssl, fd, ctx);
+	std::printf("application records %d\n", recordsWritten);
+	return 0;
+}
+
+/* SSL_set_shutdown(SENT | RECEIVED) after short lines: SSL_shutdown sends nothing and succeeds. */
+int quietShutdownCase(const char *port)
+{
+	SSL_CTX *ctx = client();
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	writeLines(ssl, 0, 10);
+	SSL_set_shutdown(ssl, SSL_SENT_SHUTDOWN | SSL_RECEIVED_SHUTDOWN);
+	std::printf("SSL_shutdown %d\n", SSL_shutdown(ssl));
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 /* Changes what an encryption uses, after a pause in which the shim's thread may encrypt. */
 int setModeCase(const char *port)
 {
@@ -439,6 +473,10 @@ int main(int argc, char **argv)
 		return closefromCase(argv[1]);
 	if (how == "msg-callback")
 		return msgCallbackCase(argv[1]);
+	if (how == "msg-callback-late")
+		return lateMsgCallbackCase(argv[1]);
+	if (how == "quiet-shutdown")
+		return quietShutdownCase(argv[1]);
 	if (how == "set-mode")
 		return setModeCase(argv[1]);
 	if (how == "write-ex2")

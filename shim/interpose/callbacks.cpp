@@ -14,10 +14,17 @@ using namespace tlstune;
 
 namespace {
 
+/*
+ * From now on nothing is held; what is held now becomes records before the callback is
+ * set, so that it sees no record written before it was (issue 22).
+ */
 void observed(bool set) noexcept
 {
-	if (set)
-		process().recordCallbacks.store(true, std::memory_order_relaxed);
+	if (!set)
+		return;
+	Process &p = process();
+	p.recordCallbacks.store(true, std::memory_order_relaxed);
+	p.held.encryptAll();
 }
 
 } /* namespace */

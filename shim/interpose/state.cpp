@@ -99,6 +99,21 @@ TLSTUNE_EXPORT int SSL_set_block_padding(SSL *s, size_t block_size)
 	return query(s, &OpenSslApi::SSL_set_block_padding, 0, block_size);
 }
 
+/*
+ * A quiet shutdown (SSL_set_shutdown(SENT | RECEIVED), then SSL_shutdown, which sends
+ * nothing): what the program wrote before goes out first, as it was written before.
+ * A failure to encrypt it is kept for the connection's next call.
+ */
+TLSTUNE_EXPORT void SSL_set_shutdown(SSL *s, int mode)
+{
+	const auto real = openssl().api.SSL_set_shutdown;
+	if (!real)
+		return;
+	if (!HeldPlaintext::encryptingHere())
+		HeldCall(s, HeldPlaintext::Entering::Keep);
+	real(s, mode);
+}
+
 TLSTUNE_EXPORT int SSL_key_update(SSL *s, int updatetype)
 {
 	return request(s, &OpenSslApi::SSL_key_update, updatetype);

@@ -183,6 +183,7 @@ bool resolveOpenSsl(OpenSslApi *api) noexcept
 	RESOLVE(SSL_want);
 	RESOLVE(SSL_get_rfd);
 	RESOLVE(SSL_get_shutdown);
+	RESOLVE(SSL_set_shutdown);
 	RESOLVE(CRYPTO_get_ex_new_index);
 	RESOLVE(SSL_get_ex_data);
 	RESOLVE(SSL_set_ex_data);

@@ -311,3 +311,15 @@ TEST(Writers, AnAlarmHandlerThatExitsLosesNothingSslWriteAccepted)
 		}
 	}
 }
+
+TEST(Writers, AMessageCallbackSetMidStreamSeesNoRecordWrittenBeforeIt)
+{
+	RecordProperty("fault", "SSL_set_msg_callback after ten short writes, then ten more");
+	expectTheSameBothWays("msg-callback-late", {}, "application records 10\n", 0, 1);
+}
+
+TEST(Writers, AQuietShutdownAfterShortWritesKeepsThemAndSucceeds)
+{
+	RecordProperty("fault", "SSL_set_shutdown(SENT | RECEIVED) after ten short writes, then SSL_shutdown");
+	expectTheSameBothWays("quiet-shutdown", {}, "SSL_shutdown 1\n", 0, 1);
+}
