@@ -35,6 +35,9 @@
  *                     prints "application records N" (what the callback saw written)
  *   quiet-shutdown    ten short lines, SSL_set_shutdown(SENT | RECEIVED), SSL_shutdown
  *                     (prints "SSL_shutdown R"), SSL_free, close
+ *   wbio-hook         ten short lines, then SSL_get_wbio and a BIO_set_callback_ex on it
+ *                     counting writes, twenty lines more and close_notify: prints what the
+ *                     callback saw
  *   set-mode          20 times: 100 short lines, a 2 ms sleep, then SSL_set_mode,
  *                     SSL_set_max_send_fragment (SSL_ctrl), SSL_set_options,
  *                     SSL_clear_options and SSL_set_block_padding on the connection;
@@ -404,6 +407,37 @@ int quietShutdownCase(const char *port)
 	return 0;
 }
 
+long hookedWrites = 0, hookedBytes = 0;
+
+long countWrites(BIO *, int operation, const char *, size_t, int, long, int result, size_t *processed)
+{
+	if (operation == (BIO_CB_WRITE | BIO_CB_RETURN) && result > 0 && processed) {
+		hookedWrites++;
+		hookedBytes += static_cast<long>(*processed);
+	}
+	return result;
+}
+
+/* The program hooks its socket BIO after ten short lines, then writes twenty more. */
+int wbioHookCase(const char *port)
+{
+	SSL_CTX *ctx = client();
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	writeLines(ssl, 0, 10);
+	BIO *wbio = SSL_get_wbio(ssl);
+	std::printf("write BIO is a socket BIO: %s\n", BIO_method_type(wbio) == BIO_TYPE_SOCKET ? "yes" : "no");
+	BIO_set_callback_ex(wbio, countWrites);
+	writeLines(ssl, 10, 20);
+	SSL_shutdown(ssl);
+	BIO_set_callback_ex(wbio, nullptr);
+	std::printf("the callback saw %ld writes of %ld bytes\n", hookedWrites, hookedBytes);
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 /* Changes what an encryption uses, after a pause in which the shim's thread may encrypt. */
 int setModeCase(const char *port)
 {
@@ -477,6 +511,8 @@ int main(int argc, char **argv)
 		return lateMsgCallbackCase(argv[1]);
 	if (how == "quiet-shutdown")
 		return quietShutdownCase(argv[1]);
+	if (how == "wbio-hook")
+		return wbioHookCase(argv[1]);
 	if (how == "set-mode")
 		return setModeCase(argv[1]);
 	if (how == "write-ex2")

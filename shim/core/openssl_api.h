@@ -81,6 +81,10 @@ struct OpenSslApi {
 	decltype(&::BIO_up_ref) BIO_up_ref = nullptr;
 	decltype(&::BIO_push) BIO_push = nullptr;
 	decltype(&::BIO_next) BIO_next = nullptr;
+	/* Optional: a socket BIO with a callback is left alone. */
+	decltype(&::BIO_get_callback_ex) BIO_get_callback_ex = nullptr;
+	/* Deprecated since 3.0, and still what a program may set: spelt out, not decltype'd. */
+	long (*(*BIO_get_callback)(const BIO *))(BIO *, int, const char *, int, long, long) = nullptr;
 	decltype(&::BIO_get_data) BIO_get_data = nullptr;
 	decltype(&::BIO_set_data) BIO_set_data = nullptr;
 	decltype(&::BIO_set_init) BIO_set_init = nullptr;

@@ -255,3 +255,21 @@ TLSTUNE_EXPORT int SSL_get_error(const SSL *s, int ret)
 	HeldQuery query(s);
 	return api.SSL_get_error ? api.SSL_get_error(s, ret) : SSL_ERROR_SSL;
 }
+
+/*
+ * The program asks for the SSL's write BIO: its own socket BIO, as without the shim, not
+ * the filter above it. A callback it sets there is seen at the next write (the filter
+ * then passes every record through that BIO); writes it makes there itself overtake what
+ * is held (README, Limits). libssl's own calls (SSL_get_wfd, its handshake) get the
+ * filter: they must write through it.
+ */
+TLSTUNE_EXPORT BIO *SSL_get_wbio(const SSL *s)
+{
+	const OpenSsl &o = openssl();
+	if (!o.api.SSL_get_wbio)
+		return nullptr;
+	SSL *ssl = const_cast<SSL *>(s);
+	if (!o.coalescing || HeldPlaintext::encryptingHere() || o.inLibssl(__builtin_return_address(0)))
+		return o.api.SSL_get_wbio(ssl);
+	return o.filter.programsWriteBio(o.api, ssl);
+}

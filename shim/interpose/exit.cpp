@@ -101,31 +101,31 @@ TLSTUNE_EXPORT void __assert_fail(const char *assertion, const char *file, unsig
 
 TLSTUNE_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
-	process().drainBeforeImageEnds();
+	process().drainBeforeImageEnds(Process::ImageEnd::MayReturn);
 	return process().libc.execve(path, argv, envp);
 }
 
 TLSTUNE_EXPORT int execv(const char *path, char *const argv[])
 {
-	process().drainBeforeImageEnds();
+	process().drainBeforeImageEnds(Process::ImageEnd::MayReturn);
 	return process().libc.execv(path, argv);
 }
 
 TLSTUNE_EXPORT int execvp(const char *file, char *const argv[])
 {
-	process().drainBeforeImageEnds();
+	process().drainBeforeImageEnds(Process::ImageEnd::MayReturn);
 	return process().libc.execvp(file, argv);
 }
 
 TLSTUNE_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
-	process().drainBeforeImageEnds();
+	process().drainBeforeImageEnds(Process::ImageEnd::MayReturn);
 	return process().libc.execvpe(file, argv, envp);
 }
 
 TLSTUNE_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
-	process().drainBeforeImageEnds();
+	process().drainBeforeImageEnds(Process::ImageEnd::MayReturn);
 	return process().libc.fexecve(fd, argv, envp);
 }
 
@@ -137,7 +137,7 @@ TLSTUNE_EXPORT int execveat(int dirfd, const char *path, char *const argv[], cha
 		errno = ENOSYS;
 		return -1;
 	}
-	p.drainBeforeImageEnds();
+	p.drainBeforeImageEnds(Process::ImageEnd::MayReturn);
 	return p.libc.execveat(dirfd, path, argv, envp, flags);
 }
 
@@ -145,7 +145,7 @@ TLSTUNE_EXPORT int execl(const char *path, const char *arg, ...)
 {
 	COLLECT_ARGUMENTS(arg, argv, rest)
 	va_end(rest);
-	process().drainBeforeImageEnds();
+	process().drainBeforeImageEnds(Process::ImageEnd::MayReturn);
 	return process().libc.execv(path, argv);
 }
 
@@ -153,7 +153,7 @@ TLSTUNE_EXPORT int execlp(const char *file, const char *arg, ...)
 {
 	COLLECT_ARGUMENTS(arg, argv, rest)
 	va_end(rest);
-	process().drainBeforeImageEnds();
+	process().drainBeforeImageEnds(Process::ImageEnd::MayReturn);
 	return process().libc.execvp(file, argv);
 }
 
@@ -162,6 +162,6 @@ TLSTUNE_EXPORT int execle(const char *path, const char *arg, ...)
 	COLLECT_ARGUMENTS(arg, argv, rest)
 	char *const *envp = va_arg(rest, char *const *);
 	va_end(rest);
-	process().drainBeforeImageEnds();
+	process().drainBeforeImageEnds(Process::ImageEnd::MayReturn);
 	return process().libc.execve(path, argv, envp);
 }

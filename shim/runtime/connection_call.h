@@ -226,7 +226,7 @@ inline void encryptBeforeExit() noexcept
 	Process &p = process();
 	p.held.stopHolding();
 	if (!p.inVforkChild())
-		p.held.encryptAll();
+		p.held.encryptAtImageEnd(false);
 }
 
 /* holdWrite's last step: data joins the record being gathered. */
@@ -267,7 +267,7 @@ inline bool holdWrite(SSL *ssl, const void *data, size_t length) noexcept
 		return false;
 	PendingWrites *writes = o.filter.attached(o.api, ssl);
 	/* A broken connection's writes go through the filter, which reports it as the kernel would. */
-	if (!writes || writes->fd() < 0 || writes->stalled() || writes->error())
+	if (!writes || writes->fd() < 0 || writes->stalled() || writes->error() || o.filter.socketHooked(o.api, ssl))
 		return false;
 	const int version = o.api.SSL_version(ssl);
 	/*

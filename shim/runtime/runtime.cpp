@@ -239,14 +239,14 @@ bool Process::inVforkChild() const noexcept
 	return getpid() != pid;
 }
 
-void Process::drainBeforeImageEnds() noexcept
+void Process::drainBeforeImageEnds(ImageEnd end) noexcept
 {
 	if (coalescer.idle() || inVforkChild())
 		return;
 	const int savedErrno = errno;
 	/* Not after exit's atexit handlers: OpenSSL may be cleaned up (see encryptBeforeExit). */
 	if (held.holding())
-		held.encryptAll();
+		held.encryptAtImageEnd(end == ImageEnd::MayReturn);
 	coalescer.drainAll();
 	errno = savedErrno;
 }

@@ -34,7 +34,11 @@ struct Process {
 	 * Before _exit, exec or the end of exit: what the coalescer holds goes out (bounded
 	 * as at close). Not in a vfork child, which shares the parent's memory and locks.
 	 */
-	void drainBeforeImageEnds() noexcept;
+	enum class ImageEnd {
+		Never,     /* _exit, _Exit, quick_exit, exit: nothing interrupted resumes */
+		MayReturn, /* an exec, which returns when it fails */
+	};
+	void drainBeforeImageEnds(ImageEnd end = ImageEnd::Never) noexcept;
 	/*
 	 * The program confines itself (seccomp): the calls the shim makes for it (send,
 	 * getsockopt, a thread) may be forbidden from now on. What is held goes out first,

@@ -200,6 +200,8 @@ bool resolveOpenSsl(OpenSslApi *api) noexcept
 	RESOLVE(BIO_up_ref);
 	RESOLVE(BIO_push);
 	RESOLVE(BIO_next);
+	RESOLVE(BIO_get_callback_ex);
+	RESOLVE(BIO_get_callback);
 	RESOLVE(BIO_get_data);
 	RESOLVE(BIO_set_data);
 	RESOLVE(BIO_set_init);

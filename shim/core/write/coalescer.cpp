@@ -40,6 +40,13 @@ RateLimit threadLines;
  */
 constexpr std::chrono::milliseconds kFullSocketRetry{10};
 
+/*
+ * How long a way out waits for a lock another thread holds (a send never blocks under
+ * one, so microseconds): bounded, because a signal handler that ends the process may have
+ * interrupted this thread inside that very lock.
+ */
+constexpr std::chrono::milliseconds kPatience{200};
+
 } /* namespace */
 
 Coalescer::~Coalescer()
@@ -283,8 +290,11 @@ void Coalescer::shuttingDown(int fd)
 
 void Coalescer::handOver(PendingWrites *writes)
 {
-	if (!writes->dirty() || writes->send() != PendingWrites::Result::Again)
-		return;
+	{
+		SignalsBlocked quiet;
+		if (!writes->dirty() || writes->sendPatiently(kPatience) != PendingWrites::Result::Again)
+			return;
+	}
 	/*
 	 * A batch begins only when the socket has room for it (socketHasRoom), so this is the
 	 * socket's own doing (another descriptor filled it, or it shrank): the bytes go out
@@ -293,8 +303,8 @@ void Coalescer::handOver(PendingWrites *writes)
 	drainHere(writes, std::chrono::steady_clock::now() + std::chrono::milliseconds(kDrainTimeoutMs));
 	if (writes->dirty())
 		logLimited(waitedLines, LogLevel::Warn,
-			   "fd %d: the socket took nothing for %d ms: %zu bytes held are dropped", writes->fd(),
-			   kDrainTimeoutMs, writes->pending());
+			   "fd %d: the socket took nothing for %d ms: the bytes held are dropped", writes->fd(),
+			   kDrainTimeoutMs);
 	else
 		logLimited(waitedLines, LogLevel::Info, "fd %d: the socket filled under held bytes; they went out",
 			   writes->fd());
@@ -302,7 +312,7 @@ void Coalescer::handOver(PendingWrites *writes)
 
 void Coalescer::drainHere(PendingWrites *writes, std::chrono::steady_clock::time_point deadline)
 {
-	while (writes->dirty() && writes->send() == PendingWrites::Result::Again) {
+	while (writes->dirty() && writes->sendPatiently(kPatience) == PendingWrites::Result::Again) {
 		const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
 			deadline - std::chrono::steady_clock::now());
 		struct pollfd writable = { writes->fd(), POLLOUT, 0 };
@@ -318,9 +328,10 @@ void Coalescer::drainAll()
 	const int savedErrno = errno;
 	logLimited(flushLines, LogLevel::Debug, "the process image ends: sending what is held");
 	{
-		ShimLock lock(registry_);
-		for (const auto &entry : entries_)
-			handOver(entry.second.get());
+		ShimLock lock(registry_, kPatience);
+		if (lock.owns())
+			for (const auto &entry : entries_)
+				handOver(entry.second.get());
 	}
 	errno = savedErrno;
 }

@@ -70,6 +70,16 @@ int failAsTheKernelWould(int error)
 	return -1;
 }
 
+/*
+ * The program set a callback on its socket BIO (it can reach it: SSL_get_wbio answers
+ * with it): every record goes through that BIO then, so the callback sees each one.
+ */
+bool hooked(BIO *socket)
+{
+	return (g_api->BIO_get_callback_ex && g_api->BIO_get_callback_ex(socket)) ||
+	       (g_api->BIO_get_callback && g_api->BIO_get_callback(socket));
+}
+
 int filterWrite(BIO *bio, const char *data, int length)
 {
 	const OpenSslApi &api = *g_api;
@@ -102,7 +112,7 @@ int filterWrite(BIO *bio, const char *data, int length)
 	 * to the kernel at once.
 	 */
 	const bool quiet = g_coalescer->quietWrite(writes);
-	if (quiet || directWrites || writes->stalled() || !g_coalescer->holding() ||
+	if (quiet || directWrites || writes->stalled() || !g_coalescer->holding() || hooked(next) ||
 	    static_cast<std::size_t>(length) >= g_coalescer->limit() ||
 	    (!writes->dirty() && !writes->socketHasRoom())) {
 		if (const int error = writes->reportError())
@@ -214,6 +224,9 @@ PendingWrites *CoalescingBio::attached(const OpenSslApi &api, SSL *ssl) const no
 	/* A confined process (seccomp) may forbid the fstat below and the sends after it. */
 	if (type != BIO_TYPE_SOCKET || !g_coalescer->holding())
 		return nullptr;
+	/* A socket BIO the program hooked sees every write of its own, as without the shim. */
+	if (hooked(socket))
+		return nullptr;
 #ifdef BIO_CTRL_GET_KTLS_SEND
 	/* Kernel TLS sends each record with its own sendmsg: not ours to merge. */
 	if (api.BIO_ctrl(socket, BIO_CTRL_GET_KTLS_SEND, 0, nullptr) > 0)
@@ -247,6 +260,21 @@ PendingWrites *CoalescingBio::attached(const OpenSslApi &api, SSL *ssl) const no
 	api.BIO_push(filter, socket);
 	api.SSL_set0_wbio(ssl, filter);
 	return writes;
+}
+
+BIO *CoalescingBio::programsWriteBio(const OpenSslApi &api, SSL *ssl) const noexcept
+{
+	BIO *wbio = api.SSL_get_wbio(ssl);
+	if (!method_ || !wbio || api.BIO_method_type(wbio) != type_)
+		return wbio;
+	BIO *socket = api.BIO_next(wbio);
+	return socket ? socket : wbio;
+}
+
+bool CoalescingBio::socketHooked(const OpenSslApi &api, SSL *ssl) const noexcept
+{
+	BIO *socket = programsWriteBio(api, ssl);
+	return socket && hooked(socket);
 }
 
 CoalescingBio::Deferred::Deferred(bool on) noexcept : on_(on)

@@ -28,6 +28,15 @@ public:
 	PendingWrites *attached(const OpenSslApi &api, SSL *ssl) const noexcept;
 
 	/*
+	 * ssl's write BIO as the program should see it: the socket BIO under the filter, when
+	 * the filter is there (what it tells of itself, BIO_get_ktls_send included, is true).
+	 */
+	BIO *programsWriteBio(const OpenSslApi &api, SSL *ssl) const noexcept;
+
+	/* The program set a callback on the socket BIO under ssl's filter: hold nothing. */
+	bool socketHooked(const OpenSslApi &api, SSL *ssl) const noexcept;
+
+	/*
 	 * While one made with on = true lives on this thread, the filter passes records
 	 * straight on (after what is pending): a write of the coalescing limit or more is
 	 * not copied.

@@ -3,6 +3,9 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
+#include <optional>
+
+#include "core/signals_blocked.h"
 
 namespace tlstune {
 
@@ -20,7 +23,88 @@ public:
 	~Encrypting() { encrypting = false; }
 };
 
+/*
+ * Which HeldPlaintext and which registry this thread holds the lock of, if any: a signal
+ * handler that ends the process image (its _exit) must not wait for a lock of its own.
+ */
+thread_local const void *entryLockedHere = nullptr;
+thread_local const void *registryLockedHere = nullptr;
+/*
+ * The HeldPlaintext this thread is copying a write into (hold()): its bytes up to size_
+ * are whole and nothing else is half done, so the end of the image may encrypt them.
+ */
+thread_local const HeldPlaintext *copyingHere = nullptr;
+
+/*
+ * One spare record buffer for the process: a burst takes back the one its last record
+ * gave up, without malloc. A signal handler that ends the image may have interrupted
+ * this thread inside malloc, and the shim's thread must never wait for that lock while
+ * it holds plaintext the handler needs.
+ */
+std::atomic<unsigned char *> spareBuffer{nullptr};
+
+unsigned char *takeBuffer() noexcept
+{
+	if (unsigned char *spare = spareBuffer.exchange(nullptr, std::memory_order_acquire))
+		return spare;
+	return new (std::nothrow) unsigned char[HeldPlaintext::kCapacity];
+}
+
+/* A lock of the held plaintext's, named in its thread-local slot while it is held. */
+class Guard {
+public:
+	Guard(std::timed_mutex &mutex, const void *owner, const void *&slot) : lock_(mutex), slot_(slot)
+	{
+		enter(owner);
+	}
+	Guard(std::timed_mutex &mutex, const void *owner, const void *&slot, std::try_to_lock_t)
+		: lock_(mutex, std::try_to_lock), slot_(slot)
+	{
+		enter(owner);
+	}
+	/* Waits a bounded while: at the end of the process image another thread may never let go. */
+	Guard(std::timed_mutex &mutex, const void *owner, const void *&slot, std::chrono::milliseconds patience)
+		: lock_(mutex, patience), slot_(slot)
+	{
+		enter(owner);
+	}
+	~Guard()
+	{
+		if (lock_.owns_lock())
+			slot_ = previous_;
+	}
+	Guard(const Guard &) = delete;
+	Guard &operator=(const Guard &) = delete;
+	bool owns() const noexcept { return lock_.owns_lock(); }
+
+private:
+	void enter(const void *owner) noexcept
+	{
+		previous_ = slot_;
+		if (lock_.owns_lock())
+			slot_ = owner;
+	}
+
+	std::unique_lock<std::timed_mutex> lock_;
+	const void *&slot_;
+	const void *previous_ = nullptr;
+};
+
+/*
+ * At the end of the process image: how long to wait for another thread that is
+ * encrypting (it never blocks, so microseconds; the bound is for a thread that can never
+ * finish, stopped inside a lock this one held when a signal interrupted it).
+ */
+constexpr std::chrono::milliseconds kEndPatience{200};
+
 } /* namespace */
+
+void HeldPlaintext::GiveBack::operator()(unsigned char *buffer) const noexcept
+{
+	unsigned char *empty = nullptr;
+	if (!spareBuffer.compare_exchange_strong(empty, buffer, std::memory_order_release))
+		delete[] buffer;
+}
 
 bool HeldPlaintext::encryptingHere() noexcept
 {
@@ -32,7 +116,7 @@ bool HeldPlaintext::hold(const void *data, std::size_t length, bool *becameHeld)
 	*becameHeld = false;
 	if (encrypting || length > kCapacity)
 		return false;
-	std::lock_guard<std::mutex> lock(mutex_);
+	Guard lock(mutex_, this, entryLockedHere);
 	if (inside_ > 0 || retired_ || failure_.sslError)
 		return false;
 	std::size_t size = size_.load(std::memory_order_relaxed);
@@ -44,13 +128,15 @@ bool HeldPlaintext::hold(const void *data, std::size_t length, bool *becameHeld)
 		size = 0;
 	}
 	if (!bytes_) {
-		bytes_.reset(new (std::nothrow) unsigned char[kCapacity]);
+		bytes_.reset(takeBuffer());
 		if (!bytes_)
 			return false;
 	}
+	copyingHere = this;
 	std::memcpy(bytes_.get() + size, data, length);
 	*becameHeld = size == 0;
 	size_.store(size + length, std::memory_order_relaxed);
+	copyingHere = nullptr;
 	return true;
 }
 
@@ -58,7 +144,11 @@ HeldPlaintext::Failure HeldPlaintext::enter(Entering how) noexcept
 {
 	if (encrypting)
 		return {};
-	std::lock_guard<std::mutex> lock(mutex_);
+	/* As encryptByOwner, when there is something to encrypt (a call of any kind begins). */
+	std::optional<SignalsBlocked> quiet;
+	if (how != Entering::Query && size_.load(std::memory_order_relaxed) > 0)
+		quiet.emplace();
+	Guard lock(mutex_, this, entryLockedHere);
 	if (how != Entering::Query && inside_ == 0 && size_.load(std::memory_order_relaxed) > 0)
 		encryptLocked(true, how == Entering::Report);
 	inside_++;
@@ -80,7 +170,7 @@ void HeldPlaintext::leave() noexcept
 {
 	if (encrypting)
 		return;
-	std::lock_guard<std::mutex> lock(mutex_);
+	Guard lock(mutex_, this, entryLockedHere);
 	inside_--;
 }
 
@@ -88,8 +178,8 @@ bool HeldPlaintext::encryptIfIdle() noexcept
 {
 	if (encrypting)
 		return false;
-	std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
-	if (!lock.owns_lock())
+	Guard lock(mutex_, this, entryLockedHere, std::try_to_lock);
+	if (!lock.owns())
 		return false;
 	if (inside_ == 0 && !retired_ && size_.load(std::memory_order_relaxed) > 0)
 		encryptLocked(false, false);
@@ -100,14 +190,20 @@ void HeldPlaintext::encryptByOwner() noexcept
 {
 	if (encrypting)
 		return;
-	std::lock_guard<std::mutex> lock(mutex_);
+	/*
+	 * The bytes were reported written: a signal handler that ends the process must not
+	 * find them half encrypted, nor their lock taken (the shim's thread blocks every
+	 * signal already). Once per record.
+	 */
+	SignalsBlocked quiet;
+	Guard lock(mutex_, this, entryLockedHere);
 	if (inside_ == 0 && size_.load(std::memory_order_relaxed) > 0)
 		encryptLocked(true, true);
 }
 
 void HeldPlaintext::retire() noexcept
 {
-	std::lock_guard<std::mutex> lock(mutex_);
+	Guard lock(mutex_, this, entryLockedHere);
 	/* Nobody reports a failure now: its entries leave this thread's queue with it. */
 	if (inside_ == 0 && size_.load(std::memory_order_relaxed) > 0)
 		encryptLocked(true, false);
@@ -116,7 +212,7 @@ void HeldPlaintext::retire() noexcept
 
 int HeldPlaintext::takeReportedError() noexcept
 {
-	std::lock_guard<std::mutex> lock(mutex_);
+	Guard lock(mutex_, this, entryLockedHere);
 	const int reported = reported_;
 	reported_ = 0;
 	return reported;
@@ -153,7 +249,7 @@ HeldPlaintext *HeldRegistry::attach(void *ssl, HeldPlaintext::Encrypt encrypt,
 {
 	if (HeldPlaintext *known = of(ssl))
 		return known;
-	std::lock_guard<std::mutex> lock(mutex_);
+	Guard lock(mutex_, this, registryLockedHere);
 	auto found = entries_.find(ssl);
 	if (found != entries_.end())
 		return found->second.get();
@@ -187,7 +283,7 @@ HeldPlaintext *HeldRegistry::of(void *ssl) noexcept
 	const unsigned long generation = generation_.load(std::memory_order_acquire);
 	if (lastLookup.held && lastLookup.ssl == ssl && lastLookup.generation == generation)
 		return lastLookup.held;
-	std::lock_guard<std::mutex> lock(mutex_);
+	Guard lock(mutex_, this, registryLockedHere);
 	auto found = entries_.find(ssl);
 	HeldPlaintext *held = found == entries_.end() ? nullptr : found->second.get();
 	lastLookup = { ssl, held, generation_.load(std::memory_order_relaxed) };
@@ -200,7 +296,7 @@ void HeldRegistry::free(void *ssl) noexcept
 		return;
 	std::unique_ptr<HeldPlaintext> gone;
 	{
-		std::lock_guard<std::mutex> lock(mutex_);
+		Guard lock(mutex_, this, registryLockedHere);
 		auto found = entries_.find(ssl);
 		if (found == entries_.end())
 			return;
@@ -216,8 +312,8 @@ void HeldRegistry::encryptAll() noexcept
 {
 	if (encrypting || held_.load(std::memory_order_relaxed) == 0)
 		return;
-	std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
-	if (!lock.owns_lock())
+	Guard lock(mutex_, this, registryLockedHere, std::try_to_lock);
+	if (!lock.owns())
 		return;
 	/* Reset first: a buffer filled after this pass saw it counts again. */
 	held_.store(0, std::memory_order_relaxed);
@@ -227,6 +323,35 @@ void HeldRegistry::encryptAll() noexcept
 			left++;
 	if (left)
 		held_.fetch_add(left, std::memory_order_relaxed);
+}
+
+void HeldPlaintext::encryptAtImageEnd(bool mayReturn) noexcept
+{
+	/*
+	 * A handler that interrupted this thread copying a write in (the image ends, nobody
+	 * returns to the copy): what was held before it is whole, and goes out.
+	 */
+	if (copyingHere == this) {
+		if (!mayReturn && inside_ == 0 && !retired_)
+			encryptLocked(false, false);
+		return;
+	}
+	if (entryLockedHere == this)
+		return; /* half way through something else of its own: nothing is safe */
+	Guard lock(mutex_, this, entryLockedHere, kEndPatience);
+	if (lock.owns() && inside_ == 0 && !retired_ && size_.load(std::memory_order_relaxed) > 0)
+		encryptLocked(false, false);
+}
+
+void HeldRegistry::encryptAtImageEnd(bool mayReturn) noexcept
+{
+	if (encrypting || registryLockedHere == this || held_.load(std::memory_order_relaxed) == 0)
+		return;
+	Guard lock(mutex_, this, registryLockedHere, kEndPatience);
+	if (!lock.owns())
+		return;
+	for (auto &entry : entries_)
+		entry.second->encryptAtImageEnd(mayReturn);
 }
 
 void HeldRegistry::lockForFork() noexcept

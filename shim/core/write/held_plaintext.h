@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <chrono>
 #include <mutex>
 #include <unordered_map>
 
@@ -104,7 +105,13 @@ public:
 
 	/* A forked child: the parent encrypts and sends what is held, once. */
 	void dropAfterFork() noexcept { size_.store(0, std::memory_order_relaxed); }
-	std::mutex &mutex() noexcept { return mutex_; }
+	std::timed_mutex &mutex() noexcept { return mutex_; }
+	/*
+	 * The process image ends (_exit, exec, exit): what is held is encrypted unless a call
+	 * on the SSL is inside OpenSSL, waiting a bounded while for another thread's
+	 * encryption to end. mayReturn: an exec, which comes back when it fails.
+	 */
+	void encryptAtImageEnd(bool mayReturn) noexcept;
 
 private:
 	/*
@@ -113,7 +120,7 @@ private:
 	 */
 	void encryptLocked(bool byOwner, bool reportedHere) noexcept;
 
-	std::mutex mutex_;
+	std::timed_mutex mutex_;
 	void *const ssl_;
 	const Encrypt encrypt_;
 	const ErrorQueueApi *const errorApi_;
@@ -127,7 +134,11 @@ private:
 	 * Made by the first write it holds and freed when encrypted: a server's idle
 	 * connections hold nothing, as OpenSSL's own buffers with SSL_MODE_RELEASE_BUFFERS.
 	 */
-	std::unique_ptr<unsigned char[]> bytes_;
+	/* Back to the process's spare when it is empty, else freed. */
+	struct GiveBack {
+		void operator()(unsigned char *buffer) const noexcept;
+	};
+	std::unique_ptr<unsigned char[], GiveBack> bytes_;
 };
 
 /*
@@ -150,6 +161,12 @@ public:
 
 	/* Before a wait, close, exit, fork, and from the flusher: encrypts what it can. */
 	void encryptAll() noexcept;
+	/*
+	 * At _exit, exec or exit: the same, waiting a bounded while for a connection another
+	 * thread is encrypting (its bytes would be lost with the image); only what is free
+	 * when this thread holds one of the locks itself (a signal handler interrupted it).
+	 */
+	void encryptAtImageEnd(bool mayReturn) noexcept;
 
 	/* Exit has begun (OpenSSL may be torn down after): no more holding. */
 	void stopHolding() noexcept { stopped_.store(true, std::memory_order_relaxed); }
@@ -160,7 +177,7 @@ public:
 	void unlockInChild() noexcept;
 
 private:
-	std::mutex mutex_;
+	std::timed_mutex mutex_;
 	std::unordered_map<void *, std::unique_ptr<HeldPlaintext>> entries_;
 	std::atomic<int> count_{0};
 	/* Moves on whenever an entry goes: a thread's cached lookup of() is stale then. */

@@ -61,6 +61,19 @@ PendingWrites::Result PendingWrites::appendRecord(const void *record, std::size_
 
 PendingWrites::Result PendingWrites::sendAsOwner()
 {
+	{
+		/* A batch began on a socket with room for it (socketHasRoom): it goes at once. */
+		SignalsBlocked quiet;
+		const Result sent = sendTakenOut(MSG_DONTWAIT);
+		if (sent != Result::Again)
+			return sent;
+	}
+	/* The socket filled after all (another descriptor of it wrote): as OpenSSL's write would. */
+	return sendTakenOut(0);
+}
+
+PendingWrites::Result PendingWrites::sendTakenOut(int flags)
+{
 	std::vector<unsigned char> taken;
 	std::size_t done;
 	int fd;
@@ -70,7 +83,7 @@ PendingWrites::Result PendingWrites::sendAsOwner()
 		if (sent_ == bytes_.size())
 			return Result::Done;
 		if (fd < 0)
-			return sendLocked(0); /* drops them: EBADF */
+			return sendLocked(flags); /* drops them: EBADF */
 		/*
 		 * Only the owner appends, so nothing arrives behind these while they are out. The
 		 * buffers trade places, keeping their capacity: a burst reuses the same two.
@@ -83,7 +96,7 @@ PendingWrites::Result PendingWrites::sendAsOwner()
 	}
 	int sendErrno = 0;
 	while (done < taken.size()) {
-		const ssize_t n = calls_.send(fd, taken.data() + done, taken.size() - done, 0);
+		const ssize_t n = calls_.send(fd, taken.data() + done, taken.size() - done, flags);
 		if (n >= 0) {
 			counters_->sends.fetch_add(1, std::memory_order_relaxed);
 			done += static_cast<std::size_t>(n);
@@ -117,6 +130,14 @@ PendingWrites::Result PendingWrites::sendAsOwner()
 PendingWrites::Result PendingWrites::send()
 {
 	ShimLock lock(mutex_);
+	return sendLocked(kBackgroundSend);
+}
+
+PendingWrites::Result PendingWrites::sendPatiently(std::chrono::milliseconds patience)
+{
+	ShimLock lock(mutex_, patience);
+	if (!lock.owns())
+		return Result::Busy;
 	return sendLocked(kBackgroundSend);
 }
 

@@ -11,6 +11,8 @@
 #include <sys/types.h>
 #include <vector>
 
+#include "core/signals_blocked.h"
+
 namespace tlstune {
 
 /* libc's calls, never the shim's own (its poll flushes). */
@@ -32,8 +34,18 @@ constexpr int kBackgroundSend = MSG_DONTWAIT | MSG_NOSIGNAL;
  */
 class ShimLock {
 public:
-	explicit ShimLock(std::mutex &mutex) : lock_(mutex), outer_(held) { held = true; }
-	ShimLock(std::mutex &mutex, std::try_to_lock_t) : lock_(mutex, std::try_to_lock), outer_(held)
+	explicit ShimLock(std::timed_mutex &mutex) : lock_(mutex), outer_(held) { held = true; }
+	ShimLock(std::timed_mutex &mutex, std::try_to_lock_t) : lock_(mutex, std::try_to_lock), outer_(held)
+	{
+		held = outer_ || lock_.owns_lock();
+	}
+	/*
+	 * At the end of the process image: a signal handler may have interrupted this very
+	 * thread inside the lock (between taking it and marking it held), so it never waits
+	 * for ever.
+	 */
+	ShimLock(std::timed_mutex &mutex, std::chrono::milliseconds patience)
+		: lock_(mutex, patience), outer_(held)
 	{
 		held = outer_ || lock_.owns_lock();
 	}
@@ -46,7 +58,7 @@ public:
 
 private:
 	static thread_local bool held;
-	std::unique_lock<std::mutex> lock_;
+	std::unique_lock<std::timed_mutex> lock_;
 	const bool outer_;
 };
 
@@ -105,6 +117,8 @@ public:
 	Result send();
 	/* The same without waiting for the lock. */
 	Result trySend();
+	/* The same waiting for the lock a bounded while (the end of the process image). */
+	Result sendPatiently(std::chrono::milliseconds patience);
 
 	/*
 	 * Before a batch begins (nothing pending): whether the socket can take bytes more than
@@ -141,7 +155,7 @@ public:
 	/* Bytes waiting: BIO_CTRL_WPENDING. */
 	std::size_t pending() noexcept;
 
-	std::mutex &mutex() noexcept { return mutex_; }
+	std::timed_mutex &mutex() noexcept { return mutex_; }
 
 	/*
 	 * When the connection's own last write went through the filter, or held plaintext was
@@ -167,11 +181,13 @@ public:
 
 private:
 	Result sendLocked(int flags);
+	/* sendAsOwner with these send flags. */
+	Result sendTakenOut(int flags);
 	Result appendRecord(const void *record, std::size_t length, bool *becameDirty, bool overflow);
 	void markClean() noexcept;
 	void markDirty() noexcept;
 
-	std::mutex mutex_;
+	std::timed_mutex mutex_;
 	std::atomic<int> fd_;
 	const std::size_t limit_;
 	const SocketCalls calls_;
