@@ -21,6 +21,9 @@
  *                         for the next (tls_server --lines prints them as they arrive)
  *   --ping N              N times: write --size bytes, poll until readable, read the
  *                         echo back (tls_server --echo); prints "pings N ok"
+ *     --cpu               ... and "cpu microseconds U" (user + system, the whole process)
+ *     --header H          each round writes H bytes first, in an SSL_write of their own
+ *                         (a request's header, then its body), and reads both back
  *   --threads T --cert C --key K [--rounds R]
  *                         T threads, each R times (default 1) making a context that
  *                         verifies C, and a connection over a socketpair to a server
@@ -34,6 +37,7 @@
 #include <chrono>
 #include <csignal>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <thread>
@@ -112,23 +116,32 @@ void lines(SSL *ssl, int fd)
 		writeAll(ssl, fd, reinterpret_cast<unsigned char *>(line), std::strlen(line));
 }
 
-void ping(SSL *ssl, int fd, uint64_t count, size_t size)
+void ping(SSL *ssl, int fd, uint64_t count, size_t size, size_t header, bool cpu)
 {
-	std::vector<unsigned char> request(size, 'p'), answer(size);
+	std::vector<unsigned char> request(size, 'p'), head(header, 'h'), answer(size + header);
 	for (uint64_t i = 0; i < count; i++) {
+		if (header)
+			writeAll(ssl, fd, head.data(), header);
 		writeAll(ssl, fd, request.data(), size);
-		for (size_t got = 0; got < size;) {
+		for (size_t got = 0; got < size + header;) {
 			struct pollfd pfd = { fd, POLLIN, 0 };
 			if (SSL_pending(ssl) == 0 && poll(&pfd, 1, 60000) != 1)
 				fail("no answer within 60 s");
 			size_t n = 0;
-			if (SSL_read_ex(ssl, answer.data() + got, size - got, &n))
+			if (SSL_read_ex(ssl, answer.data() + got, size + header - got, &n))
 				got += n;
 			else if (SSL_get_error(ssl, 0) != SSL_ERROR_WANT_READ)
 				fail("read");
 		}
 	}
 	std::printf("pings %llu ok\n", static_cast<unsigned long long>(count));
+	if (!cpu)
+		return;
+	struct rusage usage = {};
+	getrusage(RUSAGE_SELF, &usage);
+	const long long spent = (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1000000LL +
+				usage.ru_utime.tv_usec + usage.ru_stime.tv_usec;
+	std::printf("cpu microseconds %lld\n", spent);
 }
 
 /*
@@ -219,9 +232,10 @@ int main(int argc, char **argv)
 	std::signal(SIGPIPE, SIG_IGN);
 	if (argc < 2)
 		fail("usage: write_burst PORT --writes N --size B | --lines | --ping N | --threads T");
-	bool nonBlocking = false, lineMode = false, discard = false, timing = false, dry = false;
+	bool nonBlocking = false, lineMode = false, discard = false, timing = false, dry = false, cpu = false;
 	for (int i = 1; i < argc; i++) {
 		timing = timing || std::string(argv[i]) == "--timing";
+		cpu = cpu || std::string(argv[i]) == "--cpu";
 		nonBlocking = nonBlocking || std::string(argv[i]) == "--nonblocking";
 		lineMode = lineMode || std::string(argv[i]) == "--lines";
 		discard = discard || std::string(argv[i]) == "--discard";
@@ -245,7 +259,7 @@ int main(int argc, char **argv)
 	if (lineMode)
 		lines(ssl, fd);
 	else if (const uint64_t count = number(argc, argv, "--ping", 0))
-		ping(ssl, fd, count, size);
+		ping(ssl, fd, count, size, number(argc, argv, "--header", 0), cpu);
 	else
 		burst(ssl, fd, number(argc, argv, "--writes", 1), size, number(argc, argv, "--seed", 1),
 		      number(argc, argv, "--fork-at", 0), timing, dry);

@@ -238,7 +238,7 @@ inline bool holdMore(Process &p, HeldPlaintext *held, PendingWrites *writes, con
 		errno = savedErrno;
 		return false;
 	}
-	writes->setWaitsAtLastWrite(waits);
+	writes->noteWrite(waits);
 	if (becameHeld) {
 		/* Before OpenSSL's atexit cleanup, which was registered before this. */
 		static const bool registered = atexit(encryptBeforeExit) == 0;
@@ -292,7 +292,7 @@ inline bool holdWrite(SSL *ssl, const void *data, size_t length) noexcept
 	const unsigned long waits = waitsOfThisThread();
 	const int savedErrno = errno;
 	if (!held || !held->held()) {
-		if (writes->waitsAtLastWrite() != waits)
+		if (writes->writesSince(waits) <= kDirectWritesAfterWait)
 			return false;
 		const auto now = std::chrono::steady_clock::now();
 		if (!writes->dirty() && now - writes->lastWrite() >= p.coalescer.delay())

@@ -128,11 +128,9 @@ void Coalescer::stalled(PendingWrites *writes)
 
 bool Coalescer::quietWrite(PendingWrites *writes) noexcept
 {
-	const unsigned long waits = waitsOfThisThread();
-	const bool waited = writes->waitsAtLastWrite() != waits;
-	writes->setWaitsAtLastWrite(waits);
+	const bool early = writes->noteWrite(waitsOfThisThread()) <= kDirectWritesAfterWait;
 	const auto now = std::chrono::steady_clock::now();
-	const bool quiet = waited || (!writes->dirty() && now - writes->lastWrite() >= delay_);
+	const bool quiet = early || (!writes->dirty() && now - writes->lastWrite() >= delay_);
 	writes->setLastWrite(now);
 	return quiet;
 }

@@ -61,6 +61,9 @@ PendingWrites::Result PendingWrites::appendRecord(const void *record, std::size_
 
 PendingWrites::Result PendingWrites::sendAsOwner()
 {
+	/* Nothing held (every direct write asks): no signal mask to change. */
+	if (!dirty())
+		return Result::Done;
 	{
 		/* A batch began on a socket with room for it (socketHasRoom): it goes at once. */
 		SignalsBlocked quiet;

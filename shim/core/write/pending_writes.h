@@ -169,11 +169,23 @@ public:
 	{
 		lastWrite_.store(at, std::memory_order_relaxed);
 	}
-	/* The writing thread's waitsOfThisThread() at the connection's last write. */
-	unsigned long waitsAtLastWrite() const noexcept { return waitsAtLastWrite_.load(std::memory_order_relaxed); }
-	void setWaitsAtLastWrite(unsigned long waits) noexcept
+	/*
+	 * The connection's writes since its writing thread last waited (waits: that thread's
+	 * waitsOfThisThread()), this one counted in. Only the owner writes them.
+	 */
+	unsigned noteWrite(unsigned long waits) noexcept
 	{
+		const unsigned run = writesSince(waits);
 		waitsAtLastWrite_.store(waits, std::memory_order_relaxed);
+		writesSinceWait_.store(run, std::memory_order_relaxed);
+		return run;
+	}
+	/* What noteWrite would answer, counting nothing. */
+	unsigned writesSince(unsigned long waits) const noexcept
+	{
+		return waitsAtLastWrite_.load(std::memory_order_relaxed) != waits
+			       ? 1
+			       : writesSinceWait_.load(std::memory_order_relaxed) + 1;
 	}
 	/* On the Coalescer's list of connections to flush; only that list's lock reads it. */
 	bool listed() const noexcept { return listed_; }
@@ -202,6 +214,7 @@ private:
 	bool listed_ = false;
 	std::atomic<std::chrono::steady_clock::time_point> lastWrite_{};
 	std::atomic<unsigned long> waitsAtLastWrite_{0};
+	std::atomic<unsigned> writesSinceWait_{0};
 };
 
 } /* namespace tlstune */
