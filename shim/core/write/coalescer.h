@@ -183,13 +183,13 @@ private:
 	const std::chrono::microseconds delay_;
 	const SocketCalls calls_;
 
-	std::timed_mutex registry_; /* guards entries_ and byFd_ */
+	std::mutex registry_; /* guards entries_ and byFd_ */
 	std::unordered_map<const PendingWrites *, std::shared_ptr<PendingWrites>> entries_;
 	std::unordered_multimap<int, PendingWrites *> byFd_; /* the attached ones */
 	std::atomic<int> entryCount_{0};
 
 	/* The connections that may hold bytes; its capacity is kept at entries_.size(). */
-	std::timed_mutex dirtyListMutex_;
+	std::mutex dirtyListMutex_;
 	std::vector<PendingWrites *> dirtyList_;
 	PendingWrites::Counters counters_;
 	std::atomic<bool> holding_{true};

@@ -5,6 +5,7 @@
 #include <new>
 #include <optional>
 
+#include "core/patient_lock.h"
 #include "core/signals_blocked.h"
 
 namespace tlstune {
@@ -53,19 +54,20 @@ unsigned char *takeBuffer() noexcept
 /* A lock of the held plaintext's, named in its thread-local slot while it is held. */
 class Guard {
 public:
-	Guard(std::timed_mutex &mutex, const void *owner, const void *&slot) : lock_(mutex), slot_(slot)
+	Guard(std::mutex &mutex, const void *owner, const void *&slot) : lock_(mutex), slot_(slot)
 	{
 		enter(owner);
 	}
-	Guard(std::timed_mutex &mutex, const void *owner, const void *&slot, std::try_to_lock_t)
+	Guard(std::mutex &mutex, const void *owner, const void *&slot, std::try_to_lock_t)
 		: lock_(mutex, std::try_to_lock), slot_(slot)
 	{
 		enter(owner);
 	}
 	/* Waits a bounded while: at the end of the process image another thread may never let go. */
-	Guard(std::timed_mutex &mutex, const void *owner, const void *&slot, std::chrono::milliseconds patience)
-		: lock_(mutex, patience), slot_(slot)
+	Guard(std::mutex &mutex, const void *owner, const void *&slot, std::chrono::milliseconds patience)
+		: lock_(mutex, std::defer_lock), slot_(slot)
 	{
+		lockWithin(lock_, patience);
 		enter(owner);
 	}
 	~Guard()
@@ -85,7 +87,7 @@ private:
 			slot_ = owner;
 	}
 
-	std::unique_lock<std::timed_mutex> lock_;
+	std::unique_lock<std::mutex> lock_;
 	const void *&slot_;
 	const void *previous_ = nullptr;
 };

@@ -105,7 +105,7 @@ public:
 
 	/* A forked child: the parent encrypts and sends what is held, once. */
 	void dropAfterFork() noexcept { size_.store(0, std::memory_order_relaxed); }
-	std::timed_mutex &mutex() noexcept { return mutex_; }
+	std::mutex &mutex() noexcept { return mutex_; }
 	/*
 	 * The process image ends (_exit, exec, exit): what is held is encrypted unless a call
 	 * on the SSL is inside OpenSSL, waiting a bounded while for another thread's
@@ -120,7 +120,7 @@ private:
 	 */
 	void encryptLocked(bool byOwner, bool reportedHere) noexcept;
 
-	std::timed_mutex mutex_;
+	std::mutex mutex_;
 	void *const ssl_;
 	const Encrypt encrypt_;
 	const ErrorQueueApi *const errorApi_;
@@ -177,7 +177,7 @@ public:
 	void unlockInChild() noexcept;
 
 private:
-	std::timed_mutex mutex_;
+	std::mutex mutex_;
 	std::unordered_map<void *, std::unique_ptr<HeldPlaintext>> entries_;
 	std::atomic<int> count_{0};
 	/* Moves on whenever an entry goes: a thread's cached lookup of() is stale then. */

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 #include <vector>
 
+#include "core/patient_lock.h"
 #include "core/signals_blocked.h"
 
 namespace tlstune {
@@ -34,8 +35,8 @@ constexpr int kBackgroundSend = MSG_DONTWAIT | MSG_NOSIGNAL;
  */
 class ShimLock {
 public:
-	explicit ShimLock(std::timed_mutex &mutex) : lock_(mutex), outer_(held) { held = true; }
-	ShimLock(std::timed_mutex &mutex, std::try_to_lock_t) : lock_(mutex, std::try_to_lock), outer_(held)
+	explicit ShimLock(std::mutex &mutex) : lock_(mutex), outer_(held) { held = true; }
+	ShimLock(std::mutex &mutex, std::try_to_lock_t) : lock_(mutex, std::try_to_lock), outer_(held)
 	{
 		held = outer_ || lock_.owns_lock();
 	}
@@ -44,10 +45,11 @@ public:
 	 * thread inside the lock (between taking it and marking it held), so it never waits
 	 * for ever.
 	 */
-	ShimLock(std::timed_mutex &mutex, std::chrono::milliseconds patience)
-		: lock_(mutex, patience), outer_(held)
+	ShimLock(std::mutex &mutex, std::chrono::milliseconds patience)
+		: lock_(mutex, std::defer_lock), outer_(held)
 	{
-		held = outer_ || lock_.owns_lock();
+		const bool taken = lockWithin(lock_, patience);
+		held = outer_ || taken;
 	}
 	~ShimLock() { held = outer_; }
 	ShimLock(const ShimLock &) = delete;
@@ -58,7 +60,7 @@ public:
 
 private:
 	static thread_local bool held;
-	std::unique_lock<std::timed_mutex> lock_;
+	std::unique_lock<std::mutex> lock_;
 	const bool outer_;
 };
 
@@ -155,7 +157,7 @@ public:
 	/* Bytes waiting: BIO_CTRL_WPENDING. */
 	std::size_t pending() noexcept;
 
-	std::timed_mutex &mutex() noexcept { return mutex_; }
+	std::mutex &mutex() noexcept { return mutex_; }
 
 	/*
 	 * When the connection's own last write went through the filter, or held plaintext was
@@ -199,7 +201,7 @@ private:
 	void markClean() noexcept;
 	void markDirty() noexcept;
 
-	std::timed_mutex mutex_;
+	std::mutex mutex_;
 	std::atomic<int> fd_;
 	const std::size_t limit_;
 	const SocketCalls calls_;
