@@ -200,6 +200,8 @@ void PendingWrites::markDirty() noexcept
 
 void PendingWrites::detach() noexcept
 {
+	/* Under the lock every send holds: the close that follows comes after the last of them. */
+	ShimLock lock(mutex_, std::chrono::milliseconds(200));
 	fd_.store(-1, std::memory_order_relaxed);
 }
 
