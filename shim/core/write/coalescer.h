@@ -18,8 +18,14 @@ namespace tlstune {
  * after a wait of its thread goes out at once, in the program's call: the next wait
  * would send it anyway, so a request-response loop gains nothing from holding it and
  * would pay a thread's wake-up per round. Writes that follow it with no wait between are
- * held (and merged).
+ * held (and merged), after the first kDirectWritesAfterWait.
  */
+inline unsigned long &waitsOfThisThread() noexcept
+{
+	static thread_local unsigned long waits = 0;
+	return waits;
+}
+
 /*
  * A request is often two writes (a header, then its body) before the wait for the answer:
  * merging them saves one send and would cost a wake-up of the shim's thread, measured at
@@ -27,12 +33,6 @@ namespace tlstune {
  * holding begins with the one after them: only a burst is merged.
  */
 constexpr unsigned kDirectWritesAfterWait = 2;
-
-inline unsigned long &waitsOfThisThread() noexcept
-{
-	static thread_local unsigned long waits = 0;
-	return waits;
-}
 
 /*
  * Every connection's PendingWrites, and the rules for when their bytes go out besides a
@@ -107,8 +107,9 @@ public:
 	 * The connection's own write is about to go through the filter: true when it finds the
 	 * connection quiet (nothing held and no write within the delay, or one of the first
 	 * kDirectWritesAfterWait since its thread waited), and goes out at once, as it would
-	 * without the shim. Only writes that follow within the delay with no wait between are held, so a
-	 * process that writes now and then, or a request-response loop, costs no wake-ups.
+	 * without the shim. Only writes that follow within the delay with no wait between are
+	 * held, so a process that writes now and then, or a request-response loop, costs no
+	 * wake-ups.
 	 */
 	bool quietWrite(PendingWrites *writes) noexcept;
 
