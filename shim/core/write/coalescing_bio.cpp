@@ -113,8 +113,7 @@ int filterWrite(BIO *bio, const char *data, int length)
 	 */
 	const bool quiet = g_coalescer->quietWrite(writes);
 	if (quiet || directWrites || writes->stalled() || !g_coalescer->holding() || hooked(next) ||
-	    static_cast<std::size_t>(length) >= g_coalescer->limit() ||
-	    (!writes->dirty() && !writes->socketHasRoom())) {
+	    static_cast<std::size_t>(length) >= g_coalescer->limit()) {
 		if (const int error = writes->reportError())
 			return failAsTheKernelWould(error);
 		if (!flushed(bio, writes))
@@ -133,6 +132,9 @@ int filterWrite(BIO *bio, const char *data, int length)
 		g_coalescer->stalled(writes);
 		askRetry(bio);
 		return -1;
+	case PendingWrites::Result::NoRoom:
+		/* Nothing is pending: the write goes to the socket as it would without the shim. */
+		return passOn(bio, writes, next, data, length);
 	default:
 		return errno == EPIPE ? failAsTheKernelWould(EPIPE) : -1;
 	}

@@ -46,6 +46,12 @@ PendingWrites::Result PendingWrites::appendRecord(const void *record, std::size_
 	}
 	const unsigned char *begin = static_cast<const unsigned char *>(record);
 	ShimLock lock(mutex_);
+	/*
+	 * A new batch only on a socket with room for it, asked under the lock: the flusher
+	 * may have emptied the buffer since the caller looked.
+	 */
+	if (!overflow && sent_ == bytes_.size() && !socketHasRoom())
+		return Result::NoRoom;
 	try {
 		bytes_.insert(bytes_.end(), begin, begin + length);
 	} catch (const std::bad_alloc &) {

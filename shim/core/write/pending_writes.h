@@ -93,6 +93,7 @@ public:
 		Again,    /* the socket is full (non-blocking): bytes remain */
 		Failed,   /* errno says why; for a send, the bytes are dropped */
 		Busy,     /* trySend only: someone else holds the lock */
+		NoRoom,   /* append only: a new batch, and the socket has no room for it */
 	};
 
 	/*
