@@ -291,7 +291,10 @@ TEST(Writers, SigtermAtItsDefaultAfterAWaitLosesNothing)
 TEST(Writers, AMessageCallbackSetMidStreamSeesNoRecordWrittenBeforeIt)
 {
 	RecordProperty("fault", "SSL_set_msg_callback after ten short writes, then ten more");
-	expectTheSameBothWays("msg-callback-late", {}, "application records 10\n", 0, 1);
+	/* 3.2's record layer takes the callback when it is made, at the handshake: one set later sees none. */
+	expectTheSameBothWays("msg-callback-late", {},
+			      OpenSSL_version_num() >= 0x30200000L ? "application records 0\n" : "application records 10\n", 0,
+			      1);
 }
 
 TEST(Writers, AQuietShutdownAfterShortWritesKeepsThemAndSucceeds)
