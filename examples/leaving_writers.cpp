@@ -35,25 +35,6 @@ using namespace example;
 
 namespace {
 
-SSL *connectSsl(SSL_CTX *ctx, const char *port, int *fd)
-{
-	*fd = connectTo("127.0.0.1", port);
-	SSL *ssl = SSL_new(ctx);
-	SSL_set_fd(ssl, *fd);
-	if (SSL_connect(ssl) != 1)
-		fail("SSL_connect");
-	return ssl;
-}
-
-void writeLines(SSL *ssl, int first, int count)
-{
-	for (int i = first; i < first + count; i++) {
-		const std::string line = "line " + std::to_string(i) + "\n";
-		if (SSL_write(ssl, line.data(), static_cast<int>(line.size())) <= 0)
-			fail("SSL_write");
-	}
-}
-
 /* Refuses the calls a preload shim would make for held bytes; allows everything else. */
 void refuseSendsAndThreads()
 {

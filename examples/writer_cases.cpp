@@ -76,16 +76,6 @@ SSL_CTX *client()
 	return ctx;
 }
 
-SSL *connectSsl(SSL_CTX *ctx, const char *port, int *fd)
-{
-	*fd = connectTo("127.0.0.1", port);
-	SSL *ssl = SSL_new(ctx);
-	SSL_set_fd(ssl, *fd);
-	if (SSL_connect(ssl) != 1)
-		fail("SSL_connect");
-	return ssl;
-}
-
 /* close_notify, then the SSL, its socket and the context go. */
 void endConnection(SSL *ssl, int fd, SSL_CTX *ctx)
 {
@@ -93,15 +83,6 @@ void endConnection(SSL *ssl, int fd, SSL_CTX *ctx)
 	SSL_free(ssl);
 	close(fd);
 	SSL_CTX_free(ctx);
-}
-
-void writeLines(SSL *ssl, int first, int count)
-{
-	for (int i = first; i < first + count; i++) {
-		const std::string line = "line " + std::to_string(i) + "\n";
-		if (SSL_write(ssl, line.data(), static_cast<int>(line.size())) <= 0)
-			fail("SSL_write");
-	}
 }
 
 /* The kernel's send buffer is full: the peer stopped reading (bounded: 60 s). */

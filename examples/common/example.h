@@ -101,6 +101,27 @@ int connectTo(const std::string &host, const std::string &port);
 int listenOn(int port, int *chosen);
 void setNonBlocking(int fd);
 
+/* A TLS client connection to 127.0.0.1:port over ctx, handshake done; its socket in *fd. */
+inline SSL *connectSsl(SSL_CTX *ctx, const char *port, int *fd)
+{
+	*fd = connectTo("127.0.0.1", port);
+	SSL *ssl = SSL_new(ctx);
+	SSL_set_fd(ssl, *fd);
+	if (SSL_connect(ssl) != 1)
+		fail("SSL_connect");
+	return ssl;
+}
+
+/* Lines "line N\n" for N from first, one SSL_write each. */
+inline void writeLines(SSL *ssl, int first, int count)
+{
+	for (int i = first; i < first + count; i++) {
+		const std::string line = "line " + std::to_string(i) + "\n";
+		if (SSL_write(ssl, line.data(), static_cast<int>(line.size())) <= 0)
+			fail("SSL_write");
+	}
+}
+
 /* A server context with the certificate chain and key in these files; exits when it cannot. */
 inline SSL_CTX *serverContext(const std::string &cert, const std::string &key)
 {
