@@ -313,10 +313,12 @@ inline bool holdWrite(SSL *ssl, const void *data, size_t length) noexcept
 		errno = savedErrno;
 		return false;
 	}
-	if (!writes->socketHasRoom())
+	const std::size_t room = writes->batchRoom();
+	if (room < length)
 		return false;
 	if (!held && !(held = p.held.attach(ssl, encryptHeld, &o.api.errors)))
 		return false;
+	held->beginRecord(room);
 	return holdMore(p, held, writes, data, length, waits, savedErrno);
 }
 

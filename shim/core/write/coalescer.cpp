@@ -294,7 +294,7 @@ void Coalescer::handOver(PendingWrites *writes)
 			return;
 	}
 	/*
-	 * A batch begins only when the socket has room for it (socketHasRoom), so this is the
+	 * A batch begins only when the socket has room for it (batchRoom), so this is the
 	 * socket's own doing (another descriptor filled it, or it shrank): the bytes go out
 	 * here, as the program's write would have sent them, waiting a bounded while.
 	 */

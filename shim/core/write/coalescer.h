@@ -49,8 +49,8 @@ constexpr unsigned kDirectWritesAfterWait = 2;
  * (seen by the close family) detaches it under the same lock before the number is freed.
  *
  * What is held is bounded so that it never needs a thread, a duplicate descriptor or a
- * wait to reach the kernel: a batch begins only while the socket has room for more than
- * the limit (PendingWrites::socketHasRoom), and the limit is at most one record. So every
+ * wait to reach the kernel: a batch holds at most half the room the socket has when it
+ * begins (PendingWrites::batchRoom), and never more than the limit, one record. So every
  * way out (close, shutdown, SSL_free, exit, exec, fork) hands the bytes over at once, in
  * the calling thread, and the kernel owns them as it would have without the shim. When
  * the socket is full, the connection's own write sends (and blocks, or says WANT_WRITE)
@@ -165,7 +165,7 @@ public:
 
 	/*
 	 * How long a way out waits for a socket that filled under held bytes after their batch
-	 * began (socketHasRoom said there was room): the program's own write would have waited.
+	 * began (batchRoom said there was room): the program's own write would have waited.
 	 */
 	static constexpr int kDrainTimeoutMs = 5000;
 

@@ -116,13 +116,14 @@ bool HeldPlaintext::encryptingHere() noexcept
 bool HeldPlaintext::hold(const void *data, std::size_t length, bool *becameHeld) noexcept
 {
 	*becameHeld = false;
-	if (encrypting || length > kCapacity)
+	const std::size_t capacity = capacity_.load(std::memory_order_relaxed);
+	if (encrypting || length > capacity)
 		return false;
 	Guard lock(mutex_, this, entryLockedHere);
 	if (inside_ > 0 || retired_ || failure_.sslError)
 		return false;
 	std::size_t size = size_.load(std::memory_order_relaxed);
-	if (size + length > kCapacity) {
+	if (size + length > capacity) {
 		/* A failure makes this write go through, and it reports the failure. */
 		encryptLocked(true, true);
 		if (failure_.sslError)

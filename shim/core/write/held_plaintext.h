@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <memory>
@@ -91,7 +92,15 @@ public:
 	/* Whether length more bytes fit in the record being gathered. */
 	bool fits(std::size_t length) const noexcept
 	{
-		return size_.load(std::memory_order_relaxed) + length <= kCapacity;
+		return size_.load(std::memory_order_relaxed) + length <= capacity_.load(std::memory_order_relaxed);
+	}
+	/*
+	 * The connection's own write, with nothing held: the record it begins holds at most
+	 * capacity bytes (what the socket has room for: PendingWrites::batchRoom).
+	 */
+	void beginRecord(std::size_t capacity) noexcept
+	{
+		capacity_.store(std::min(capacity, kCapacity), std::memory_order_relaxed);
 	}
 	/*
 	 * The connection's own write, between its calls: the record gathered so far is
@@ -130,6 +139,7 @@ private:
 	ErrorEntries errors_; /* failure_'s, when taken from the encrypting thread */
 	int reported_ = 0;
 	std::atomic<std::size_t> size_{0};
+	std::atomic<std::size_t> capacity_{kCapacity}; /* of the record being gathered */
 	/*
 	 * Made by the first write it holds and freed when encrypted: a server's idle
 	 * connections hold nothing, as OpenSSL's own buffers with SSL_MODE_RELEASE_BUFFERS.

@@ -39,7 +39,7 @@ PendingWrites::Result PendingWrites::appendRecord(const void *record, std::size_
 			return Result::Failed;
 		}
 	}
-	if (!overflow && pending() + length > limit_) {
+	if (!overflow && !fitsInBatch(length)) {
 		const Result sent = sendAsOwner();
 		if (sent != Result::Done)
 			return sent;
@@ -50,8 +50,11 @@ PendingWrites::Result PendingWrites::appendRecord(const void *record, std::size_
 	 * A new batch only on a socket with room for it, asked under the lock: the flusher
 	 * may have emptied the buffer since the caller looked.
 	 */
-	if (!overflow && sent_ == bytes_.size() && !socketHasRoom())
-		return Result::NoRoom;
+	if (!overflow && sent_ == bytes_.size()) {
+		batchLimit_ = batchRoom();
+		if (length > batchLimit_)
+			return Result::NoRoom;
+	}
 	try {
 		bytes_.insert(bytes_.end(), begin, begin + length);
 	} catch (const std::bad_alloc &) {
@@ -71,7 +74,7 @@ PendingWrites::Result PendingWrites::sendAsOwner()
 	if (!dirty())
 		return Result::Done;
 	{
-		/* A batch began on a socket with room for it (socketHasRoom): it goes at once. */
+		/* A batch began on a socket with room for it (batchRoom): it goes at once. */
 		SignalsBlocked quiet;
 		const Result sent = sendTakenOut(MSG_DONTWAIT);
 		if (sent != Result::Again)
@@ -216,12 +219,12 @@ void PendingWrites::dropAfterFork() noexcept
 	markClean();
 }
 
-bool PendingWrites::socketHasRoom() const noexcept
+std::size_t PendingWrites::batchRoom() const noexcept
 {
 	/*
 	 * The kernel charges a buffer's overhead too (sk_wmem_queued counts whole skbs for
-	 * TCP, sk_wmem_alloc for a Unix socket): room for twice the limit keeps a batch of the
-	 * limit well inside what send() takes without blocking.
+	 * TCP, sk_wmem_alloc for a Unix socket): a batch of half the room stays well inside
+	 * what send() takes without blocking.
 	 */
 	uint32_t memory[SK_MEMINFO_VARS] = {};
 	socklen_t length = sizeof(memory);
@@ -231,9 +234,16 @@ bool PendingWrites::socketHasRoom() const noexcept
 			   length >= sizeof(uint32_t) * (SK_MEMINFO_WMEM_QUEUED + 1);
 	errno = savedErrno;
 	if (!known)
-		return false;
+		return 0;
 	const uint64_t used = std::max(memory[SK_MEMINFO_WMEM_ALLOC], memory[SK_MEMINFO_WMEM_QUEUED]);
-	return used + 2 * static_cast<uint64_t>(limit_) <= memory[SK_MEMINFO_SNDBUF];
+	const uint64_t room = used < memory[SK_MEMINFO_SNDBUF] ? memory[SK_MEMINFO_SNDBUF] - used : 0;
+	return static_cast<std::size_t>(std::min<uint64_t>(limit_, room / 2));
+}
+
+bool PendingWrites::fitsInBatch(std::size_t length) noexcept
+{
+	ShimLock lock(mutex_);
+	return bytes_.size() - sent_ + length <= batchLimit_;
 }
 
 std::size_t PendingWrites::pending() noexcept

@@ -124,13 +124,15 @@ public:
 	Result sendPatiently(std::chrono::milliseconds patience);
 
 	/*
-	 * Before a batch begins (nothing pending): whether the socket can take bytes more than
-	 * the limit now, without blocking. Only then may the connection's writes be held: what
-	 * is held goes to the kernel at once on every way out (close, exit, fork, a signal
-	 * handler that exits), and never needs a thread or a wait to get there. One
-	 * getsockopt(SO_MEMINFO), the kernel's own accounting of the socket's send buffer.
+	 * Before a batch begins (nothing pending): the largest batch the socket can take now
+	 * without blocking, at most the limit, 0 when it cannot take one. Only so much of the
+	 * connection's writes may be held: what is held goes to the kernel at once on every way
+	 * out (close, exit, fork, a signal handler that exits), and never needs a thread or a
+	 * wait to get there. A socket near full gets smaller batches, not none: a writer that
+	 * outruns its peer still merges. One getsockopt(SO_MEMINFO), the kernel's own
+	 * accounting of the socket's send buffer.
 	 */
-	bool socketHasRoom() const noexcept;
+	std::size_t batchRoom() const noexcept;
 
 	/* The socket is being closed: nothing more may be sent to that number. */
 	void detach() noexcept;
@@ -199,6 +201,8 @@ private:
 	/* sendAsOwner with these send flags. */
 	Result sendTakenOut(int flags);
 	Result appendRecord(const void *record, std::size_t length, bool *becameDirty, bool overflow);
+	/* Whether length more bytes fit in the batch being gathered (false: none is). */
+	bool fitsInBatch(std::size_t length) noexcept;
 	void markClean() noexcept;
 	void markDirty() noexcept;
 
@@ -209,6 +213,7 @@ private:
 	Counters *const counters_;
 	std::vector<unsigned char> bytes_;
 	std::size_t sent_ = 0; /* bytes_[0, sent_) already went out */
+	std::size_t batchLimit_ = 0; /* the batch's size at most: batchRoom() when it began */
 	std::vector<unsigned char> spare_; /* the owner's other buffer, while bytes_ is out */
 	std::atomic<bool> dirty_{false};
 	std::atomic<bool> stalled_{false};
