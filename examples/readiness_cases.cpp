@@ -37,11 +37,24 @@
  *                     against tls_server --burst 20: prints what SSL_get_read_ahead and
  *                     SSL_CTX_get_read_ahead answer before and after the handshake and a
  *                     read, and after the program sets them itself.
+ *   reconnect PORT PORT2
+ *                     against two tls_server --burst 20 (the first is reset when the
+ *                     program drops its unread lines, so the second serves): an epoll loop
+ *                     (level-triggered, data.ptr the connection) reads one line, then
+ *                     reconnects on the same number and the same SSL: a new socket dup2ed
+ *                     onto it (the old file, and its registration, are gone), SSL_clear,
+ *                     SSL_set_fd, SSL_connect, EPOLL_CTL_ADD again (other data); then reads
+ *                     the new connection's 20 lines. Prints the events a wait of timeout 0
+ *                     reports after the dup2 and after the handshake (an event of the old
+ *                     registration fails), "lines 20" (or "epoll timed out after N lines"
+ *                     and exits 3), then "spins" when more than 100 events said readable
+ *                     with nothing to read, else "no spin".
  */
 
 #include <cerrno>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -376,6 +389,82 @@ int readAheadSetting(const char *port)
 	return 0;
 }
 
+/*
+ * One epoll event for registration data (any other is an error), or false at the timeout;
+ * counts the events after which SSL_read found nothing.
+ */
+bool epollThenRead(int epfd, SSL *ssl, uint64_t data, std::string *line, int *empty)
+{
+	for (int i = 0; i < 1000000; i++) {
+		if (SSL_pending(ssl) == 0) {
+			struct epoll_event event;
+			if (epoll_wait(epfd, &event, 1, kPollMs) != 1)
+				return false;
+			if (event.data.u64 != data)
+				fail("an event for a registration that is gone");
+		}
+		char buffer[256];
+		const int n = SSL_read(ssl, buffer, sizeof(buffer));
+		if (n > 0) {
+			line->assign(buffer, static_cast<size_t>(n));
+			return true;
+		}
+		if (SSL_get_error(ssl, n) != SSL_ERROR_WANT_READ)
+			fail("SSL_read");
+		++*empty;
+	}
+	return false;
+}
+
+bool watch(int epfd, int fd, uint64_t data)
+{
+	struct epoll_event interest = {};
+	interest.events = EPOLLIN;
+	interest.data.u64 = data;
+	return fcntl(fd, F_SETFL, O_NONBLOCK) == 0 && epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &interest) == 0;
+}
+
+int reconnect(const char *port, const char *secondPort)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	const int fd = connectTo("127.0.0.1", port);
+	SSL *ssl = connectTls(ctx, fd);
+	const int epfd = epoll_create1(0);
+	if (!watch(epfd, fd, 1))
+		fail("epoll_ctl");
+	std::string line;
+	int empty = 0;
+	if (!epollThenRead(epfd, ssl, 1, &line, &empty))
+		fail("the first line never came");
+
+	const int fresh = connectTo("127.0.0.1", secondPort);
+	if (dup2(fresh, fd) != fd)
+		fail("dup2");
+	close(fresh);
+	struct epoll_event event;
+	std::printf("events after the dup2 %d\n", epoll_wait(epfd, &event, 1, 0));
+	SSL_clear(ssl);
+	SSL_set_fd(ssl, fd);
+	if (SSL_connect(ssl) != 1)
+		fail("SSL_connect again");
+	std::printf("events after the handshake %d\n", epoll_wait(epfd, &event, 1, 0));
+	if (!watch(epfd, fd, 2))
+		fail("epoll_ctl again");
+	int lines = 0;
+	for (; lines < 20; lines++) {
+		if (!epollThenRead(epfd, ssl, 2, &line, &empty)) {
+			std::printf("epoll timed out after %d lines\n", lines);
+			return 3;
+		}
+	}
+	std::printf("lines %d\n%s\n", lines, empty > 100 ? "spins" : "no spin");
+	SSL_free(ssl);
+	close(fd);
+	close(epfd);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const std::string which = argc > 1 ? argv[1] : "";
@@ -387,6 +476,8 @@ int main(int argc, char **argv)
 		return drain(argv[2]);
 	if (which == "read-ahead-setting" && argc > 2)
 		return readAheadSetting(argv[2]);
+	if (which == "reconnect" && argc > 3)
+		return reconnect(argv[2], argv[3]);
 	if (which == "duplicate" && argc > 3)
 		return anotherFd(argv[3], argv[2]);
 	if (which == "pipes" || which == "stoptls") {

@@ -113,3 +113,19 @@ TEST(Readiness, ADrainAfterShutdownWaitsForTheFinAsWithoutTheShim)
 	RecordProperty("fault", "SSL_shutdown, then poll + recv(MSG_DONTWAIT) until the peer's FIN: empty wake-ups");
 	expectBothWays(bothWays({ "drain" }, { "--burst", "20" }), "fin\nno spin\n");
 }
+
+TEST(Readiness, AReconnectOnTheSameNumberSeesOnlyTheNewRegistration)
+{
+	RecordProperty("fault", "records held, a new socket dup2ed onto the number, SSL_clear, SSL_connect, "
+				"EPOLL_CTL_ADD again: the old registration's data, a spin");
+	for (bool withShim : { false, true }) {
+		ExampleServer first({ "--burst", "20" });
+		ExampleServer second({ "--burst", "20" });
+		const Captured run = runProgram({ examplePath("readiness_cases"), "reconnect", first.portText(),
+						  second.portText() },
+						withShim, {}, kTimeoutMs);
+		EXPECT_EQ(run.status, 0) << run.err;
+		EXPECT_EQ(run.out, "events after the dup2 0\nevents after the handshake 0\nlines 20\nno spin\n")
+			<< (withShim ? "with" : "without") << " the shim";
+	}
+}
