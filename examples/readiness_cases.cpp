@@ -49,12 +49,24 @@
  *                     registration fails), "lines 20" (or "epoll timed out after N lines"
  *                     and exits 3), then "spins" when more than 100 events said readable
  *                     with nothing to read, else "no spin".
+ *   rearm PORT        against tls_server --burst 20: a thread-pool loop. The main thread
+ *                     waits in epoll_wait (EPOLLIN|EPOLLET|EPOLLONESHOT, 2 s) and hands each
+ *                     event to a worker; the worker reads one record and re-arms the
+ *                     registration with EPOLL_CTL_MOD once the main thread is blocked in
+ *                     the wait again (its /proc syscall file says so). The kernel re-polls
+ *                     the file on MOD and wakes the main thread. Prints "lines 20" and
+ *                     "timeouts N", the waits that timed out.
  */
 
 #include <cerrno>
 #include <fcntl.h>
 #include <poll.h>
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
 #include <sys/epoll.h>
+#include <sys/syscall.h>
+#include <thread>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -465,6 +477,96 @@ int reconnect(const char *port, const char *secondPort)
 	return 0;
 }
 
+/* Whether thread tid is blocked in an epoll wait now (its /proc syscall file names it). */
+bool blockedInEpollWait(pid_t tid)
+{
+	std::ifstream in("/proc/self/task/" + std::to_string(tid) + "/syscall");
+	long number = -1;
+	in >> number;
+	return number == SYS_epoll_wait || number == SYS_epoll_pwait
+#ifdef SYS_epoll_pwait2
+	       || number == SYS_epoll_pwait2
+#endif
+		;
+}
+
+int rearm(const char *port)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	const int fd = connectTo("127.0.0.1", port);
+	SSL *ssl = connectTls(ctx, fd);
+	const int epfd = epoll_create1(0);
+	struct epoll_event interest = {};
+	interest.events = EPOLLIN | EPOLLET | EPOLLONESHOT;
+	if (fcntl(fd, F_SETFL, O_NONBLOCK) != 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &interest) != 0)
+		fail("epoll_ctl");
+	/* The worker's "all read", so that the last wait ends at once. */
+	int done[2];
+	struct epoll_event doneEvent = {};
+	doneEvent.events = EPOLLIN;
+	doneEvent.data.u64 = 1;
+	if (pipe(done) != 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, done[0], &doneEvent) != 0)
+		fail("pipe");
+	const pid_t mainThread = static_cast<pid_t>(syscall(SYS_gettid));
+	std::mutex mutex;
+	std::condition_variable handed;
+	int events = 0, lines = 0;
+	bool stop = false;
+	std::thread worker([&] {
+		std::unique_lock<std::mutex> lock(mutex);
+		for (int served = 0;; served++) {
+			handed.wait(lock, [&] { return events > served || stop; });
+			if (stop)
+				return;
+			char buffer[256];
+			if (SSL_read(ssl, buffer, sizeof(buffer)) > 0)
+				lines++;
+			if (lines == 20) {
+				if (write(done[1], "x", 1) != 1)
+					fail("write");
+				return;
+			}
+			lock.unlock();
+			/* Bounded: the main thread is back in its wait within a few scheduling rounds. */
+			for (int i = 0; i < 100000 && !blockedInEpollWait(mainThread); i++)
+				sched_yield();
+			if (epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &interest) != 0)
+				fail("EPOLL_CTL_MOD");
+			lock.lock();
+		}
+	});
+	int timeouts = 0;
+	for (int waits = 0; waits < 60; waits++) {
+		struct epoll_event event;
+		const int ready = epoll_wait(epfd, &event, 1, kPollMs);
+		if (ready == 1 && event.data.u64 == 1)
+			break;
+		if (ready == 0) {
+			timeouts++;
+			/* As such loops do after a quiet while: re-arm, in case an event was missed. */
+			epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &interest);
+			continue;
+		}
+		std::lock_guard<std::mutex> lock(mutex);
+		events++;
+		handed.notify_one();
+	}
+	{
+		std::lock_guard<std::mutex> lock(mutex);
+		stop = true;
+		handed.notify_one();
+	}
+	worker.join();
+	close(done[0]);
+	close(done[1]);
+	std::printf("lines %d\ntimeouts %d\n", lines, timeouts);
+	SSL_free(ssl);
+	close(fd);
+	close(epfd);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const std::string which = argc > 1 ? argv[1] : "";
@@ -476,6 +578,8 @@ int main(int argc, char **argv)
 		return drain(argv[2]);
 	if (which == "read-ahead-setting" && argc > 2)
 		return readAheadSetting(argv[2]);
+	if (which == "rearm" && argc > 2)
+		return rearm(argv[2]);
 	if (which == "reconnect" && argc > 3)
 		return reconnect(argv[2], argv[3]);
 	if (which == "duplicate" && argc > 3)

@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include "buffered_fds.h"
+#include "epoll_wake.h"
 
 namespace tlstune {
 
@@ -22,9 +23,6 @@ struct EpollRegistration {
 	unsigned long long data;
 	unsigned long ino;
 };
-
-/* The real epoll_ctl: the shim's own calls must not come back through its wrapper. */
-using EpollCtl = int (*)(int, int, int, struct epoll_event *);
 
 /*
  * The registrations of every epoll set, kept from epoll_ctl as the program makes them, so
@@ -79,6 +77,9 @@ public:
 	/* The real wait returned these events: EPOLLONESHOT registrations among them are disarmed. */
 	void delivered(int epfd, const struct epoll_event *events, int count) noexcept;
 
+	/* What wakes a set's waiters when a held connection's registration is armed. */
+	EpollWake &wake() noexcept { return wake_; }
+
 	/* fork() must not leave the child with the lock held by a thread it does not have. */
 	void lockForFork() noexcept { mutex_.lock(); }
 	void unlockAfterFork() noexcept { mutex_.unlock(); }
@@ -125,6 +126,7 @@ private:
 
 	mutable std::mutex mutex_;
 	std::unordered_map<int, Set> sets_;
+	EpollWake wake_;
 	std::atomic<size_t> count_{0};        /* sets_.size(): close() of a non-epoll program skips all */
 	std::atomic<size_t> oneShotCount_{0}; /* EPOLLONESHOT registrations in all sets */
 	unsigned long long closings_ = 0;

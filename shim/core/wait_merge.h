@@ -147,38 +147,59 @@ int epollMerged(const BufferedFds &buffered, EpollSets &sets, EpollCtl realCtl, 
 		struct epoll_event *events, int maxevents, RealWait realWait)
 {
 	constexpr int kMaxExtra = 64;
-	if (buffered.empty() || maxevents <= 0) {
-		int ready = realWait(false);
-		sets.delivered(epfd, events, ready);
+	EpollWake &wake = sets.wake();
+	/*
+	 * Bounded by the waits themselves: a round ends early only for the shim's own wake
+	 * (EpollWake) when another waiter of the set took what it announced, and the kernel
+	 * too puts such a waiter back to sleep. The round waits the program's whole timeout
+	 * again.
+	 */
+	for (;;) {
+		bool woken = false;
+		if (buffered.empty() || maxevents <= 0) {
+			int ready = realWait(false);
+			if (ready > 0 && !wake.idle())
+				ready = wake.strip(epfd, realCtl, events, ready, &woken);
+			if (woken && ready == 0)
+				continue;
+			sets.delivered(epfd, events, ready);
+			return ready;
+		}
+
+		EpollRegistration extra[kMaxExtra];
+		int found = sets.claim(epfd, buffered, extra, kMaxExtra);
+		/*
+		 * The last wait's maxevents were filled by the kernel's events (an always-readable
+		 * eventfd next to the socket, maxevents 1): this one serves the held connections,
+		 * and the kernel's events stay queued for the next, as the kernel's rotating ready
+		 * list would have served them in turn.
+		 */
+		const bool shimsTurn = found > 0 && sets.takeOwed(epfd);
+		int ready = shimsTurn ? 0 : realWait(found > 0);
+		if (ready > 0 && !wake.idle())
+			ready = wake.strip(epfd, realCtl, events, ready, &woken);
+		if (!shimsTurn)
+			sets.delivered(epfd, events, ready);
+		/* Woken by the shim: a registration of a held connection was armed during the wait. */
+		if (woken && found == 0)
+			found = sets.claim(epfd, buffered, extra, kMaxExtra);
+		if (woken && ready == 0 && found == 0)
+			continue;
+		bool full = false;
+		for (int i = 0; i < found; i++) {
+			bool delivered = false;
+			if (ready >= 0)
+				ready = mergeEpollEvent(events, ready, maxevents, extra[i], &delivered);
+			full |= ready >= 0 && !delivered;
+			if (!delivered)
+				sets.unclaim(epfd, extra[i]);
+			else if (extra[i].events & EPOLLONESHOT)
+				disarmOneShot(realCtl, epfd, extra[i]);
+		}
+		if (full && !shimsTurn)
+			sets.owe(epfd);
 		return ready;
 	}
-
-	EpollRegistration extra[kMaxExtra];
-	const int found = sets.claim(epfd, buffered, extra, kMaxExtra);
-	/*
-	 * The last wait's maxevents were filled by the kernel's events (an always-readable
-	 * eventfd next to the socket, maxevents 1): this one serves the held connections, and
-	 * the kernel's events stay queued for the next, as the kernel's rotating ready list
-	 * would have served them in turn.
-	 */
-	const bool shimsTurn = found > 0 && sets.takeOwed(epfd);
-	int ready = shimsTurn ? 0 : realWait(found > 0);
-	if (!shimsTurn)
-		sets.delivered(epfd, events, ready);
-	bool full = false;
-	for (int i = 0; i < found; i++) {
-		bool delivered = false;
-		if (ready >= 0)
-			ready = mergeEpollEvent(events, ready, maxevents, extra[i], &delivered);
-		full |= ready >= 0 && !delivered;
-		if (!delivered)
-			sets.unclaim(epfd, extra[i]);
-		else if (extra[i].events & EPOLLONESHOT)
-			disarmOneShot(realCtl, epfd, extra[i]);
-	}
-	if (full && !shimsTurn)
-		sets.owe(epfd);
-	return ready;
 }
 
 } /* namespace tlstune */

@@ -105,9 +105,14 @@ TLSTUNE_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event
 {
 	Process &p = process();
 	int result = p.libc.epoll_ctl(epfd, op, fd, event);
-	if (result == 0)
-		p.epoll.changed(epfd, op, fd, event);
-	return result;
+	if (result != 0)
+		return result;
+	p.epoll.changed(epfd, op, fd, event);
+	/* The kernel polls the file on MOD and ADD, and wakes the set's waiters: so does the shim. */
+	if (op != EPOLL_CTL_DEL && event && (event->events & (EPOLLIN | EPOLLRDNORM)) && !p.buffered.empty() &&
+	    p.buffered.holds(fd))
+		p.epoll.wake().wake(epfd, p.libc.epoll_ctl);
+	return 0;
 }
 
 TLSTUNE_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)

@@ -129,3 +129,10 @@ TEST(Readiness, AReconnectOnTheSameNumberSeesOnlyTheNewRegistration)
 			<< (withShim ? "with" : "without") << " the shim";
 	}
 }
+
+TEST(Readiness, AWorkersReArmWakesTheThreadBlockedInTheWait)
+{
+	RecordProperty("fault", "EPOLLET|EPOLLONESHOT, a worker reads one record and re-arms with MOD while "
+				"the main thread is blocked in epoll_wait: the kernel wakes it");
+	expectBothWays(bothWays({ "rearm" }, { "--burst", "20" }), "lines 20\ntimeouts 0\n");
+}

@@ -1032,3 +1032,38 @@ TEST(BufferedFds, ManyThreadsEachWithTheirOwnConnections)
 	EXPECT_EQ(wrong.load(), 0);
 	EXPECT_TRUE(buffered.empty());
 }
+
+/*
+ * EpollWake: a woken set reports the wake to a wait until one strips it, which takes it
+ * out of the set; the program's own events stay, in order.
+ */
+TEST(EpollWake, AWokenSetIsReadyUntilAWaitStripsTheWake)
+{
+	EpollWake wake;
+	EXPECT_TRUE(wake.idle());
+	const int epfd = epoll_create1(EPOLL_CLOEXEC);
+	const int own = eventfd(1, EFD_CLOEXEC);
+	ASSERT_GE(epfd, 0);
+	ASSERT_GE(own, 0);
+	struct epoll_event interest = {};
+	interest.events = EPOLLIN;
+	interest.data.u64 = 7;
+	ASSERT_EQ(epoll_ctl(epfd, EPOLL_CTL_ADD, own, &interest), 0);
+
+	wake.wake(epfd, ::epoll_ctl);
+	wake.wake(epfd, ::epoll_ctl); /* already there: one wake */
+	EXPECT_FALSE(wake.idle());
+	struct epoll_event events[4];
+	const int ready = epoll_wait(epfd, events, 4, 0);
+	ASSERT_EQ(ready, 2) << "the program's eventfd and the wake";
+	bool woken = false;
+	ASSERT_EQ(wake.strip(epfd, ::epoll_ctl, events, ready, &woken), 1);
+	EXPECT_TRUE(woken);
+	EXPECT_EQ(events[0].data.u64, 7u);
+	EXPECT_TRUE(wake.idle());
+	ASSERT_EQ(epoll_wait(epfd, events, 4, 0), 1) << "the wake is out of the set";
+	EXPECT_EQ(wake.strip(epfd, ::epoll_ctl, events, 1, &woken), 1);
+	EXPECT_FALSE(woken);
+	close(own);
+	close(epfd);
+}

@@ -1,0 +1,80 @@
+#include "epoll_wake.h"
+
+#include <cerrno>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace tlstune {
+
+namespace {
+
+/* The wake's data: what no registration of a program's is likely to carry. */
+constexpr unsigned long long kWakeData = 0x746c7374756e6577ULL; /* "tlstunew" */
+
+bool sameFile(int fd, dev_t dev, ino_t ino) noexcept
+{
+	struct stat st;
+	return fstat(fd, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
+}
+
+} /* namespace */
+
+int EpollWake::descriptor() noexcept
+{
+	if (fd_ >= 0 && sameFile(fd_, dev_, ino_))
+		return fd_;
+	/* Readable for ever: nobody reads it. */
+	fd_ = eventfd(1, EFD_CLOEXEC | EFD_NONBLOCK);
+	struct stat st;
+	if (fd_ >= 0 && fstat(fd_, &st) == 0) {
+		dev_ = st.st_dev;
+		ino_ = st.st_ino;
+	} else if (fd_ >= 0) {
+		close(fd_);
+		fd_ = -1;
+	}
+	return fd_;
+}
+
+void EpollWake::wake(int epfd, EpollCtl ctl) noexcept
+{
+	const int savedErrno = errno;
+	std::lock_guard<std::mutex> lock(mutex_);
+	const int fd = descriptor();
+	struct epoll_event event = {};
+	event.events = EPOLLIN;
+	event.data.u64 = kWakeData;
+	/*
+	 * Counted before it is added: the waiter the ADD wakes must find it counted (idle()
+	 * false), or the wake's event would reach the program. EEXIST: it is there already,
+	 * counted, and a waiter will see it.
+	 */
+	armed_.fetch_add(1, std::memory_order_release);
+	if (fd < 0 || ctl(epfd, EPOLL_CTL_ADD, fd, &event) != 0)
+		armed_.fetch_sub(1, std::memory_order_relaxed);
+	errno = savedErrno;
+}
+
+int EpollWake::strip(int epfd, EpollCtl ctl, struct epoll_event *events, int count, bool *woken) noexcept
+{
+	*woken = false;
+	int kept = 0;
+	for (int i = 0; i < count; i++) {
+		if (events[i].data.u64 == kWakeData && (events[i].events & EPOLLIN))
+			*woken = true;
+		else
+			events[kept++] = events[i];
+	}
+	if (!*woken)
+		return count;
+	const int savedErrno = errno;
+	std::lock_guard<std::mutex> lock(mutex_);
+	/* ENOENT: another waiter of the set took it out first. */
+	if (fd_ >= 0 && sameFile(fd_, dev_, ino_) && ctl(epfd, EPOLL_CTL_DEL, fd_, nullptr) == 0)
+		armed_.fetch_sub(1, std::memory_order_relaxed);
+	errno = savedErrno;
+	return kept;
+}
+
+} /* namespace tlstune */
