@@ -1,5 +1,5 @@
 /*
- * Contexts: counted, never changed (read tuning is per connection, core/read_tuning.h);
+ * Contexts: counted, never changed (read tuning is per connection, core/read/read_tuning.h);
  * the program's own read-ahead setting on a context is noted, so its connections keep it.
  */
 

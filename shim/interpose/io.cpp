@@ -7,7 +7,7 @@
 #include <cerrno>
 
 #include "interpose/export.h"
-#include "core/wait_merge.h"
+#include "core/read/wait_merge.h"
 #include "runtime/socket_read.h"
 
 using namespace tlstune;

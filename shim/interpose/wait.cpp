@@ -1,12 +1,12 @@
 /*
- * The wait family: core/wait_merge.h calls the real function, adding the connections
+ * The wait family: core/read/wait_merge.h calls the real function, adding the connections
  * OpenSSL holds data for (with nothing buffered, after one relaxed load).
  */
 
 #include <cstdarg>
 #include <sys/ioctl.h>
 
-#include "core/wait_merge.h"
+#include "core/read/wait_merge.h"
 #include "interpose/export.h"
 #include "runtime/runtime.h"
 

@@ -1,15 +1,15 @@
 #pragma once
 
-#include "core/buffered_fds.h"
+#include "core/read/buffered_fds.h"
 #include "core/ca/api.h"
-#include "core/read_tuning.h"
+#include "core/read/read_tuning.h"
 #include "core/ca/cache.h"
 #include "core/ca/lazy.h"
 #include "core/write/coalescer.h"
 #include "core/write/coalescing_bio.h"
 #include "core/config.h"
-#include "core/connection.h"
-#include "core/epoll_sets.h"
+#include "core/read/connection.h"
+#include "core/read/epoll_sets.h"
 #include "core/write/held_plaintext.h"
 #include "core/openssl_api.h"
 #include "core/stats.h"
@@ -71,7 +71,7 @@ struct OpenSsl {
 	ConnectionSlot slot;
 	/* Connections are followed (readiness and fd learning). */
 	bool tracking = false;
-	/* Followed connections get read-ahead and the read buffer (core/read_tuning.h). */
+	/* Followed connections get read-ahead and the read buffer (core/read/read_tuning.h). */
 	bool tuning = false;
 	ReadTuning readTuning;
 	/* Where libssl is mapped: a call libssl makes to itself, told by its return address. */

@@ -19,12 +19,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "core/buffered_fds.h"
-#include "core/connection.h"
-#include "core/epoll_sets.h"
+#include "core/read/buffered_fds.h"
+#include "core/read/connection.h"
+#include "core/read/epoll_sets.h"
 #include "core/known_fds.h"
 #include "core/openssl_api.h"
-#include "core/wait_merge.h"
+#include "core/read/wait_merge.h"
 #include "tls_fixture.h"
 
 using namespace tlstune;

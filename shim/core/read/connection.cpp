@@ -3,8 +3,8 @@
 #include <atomic>
 #include <new>
 
-#include "log.h"
-#include "openssl_api.h"
+#include "core/log.h"
+#include "core/openssl_api.h"
 
 namespace tlstune {
 

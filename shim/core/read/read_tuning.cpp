@@ -1,7 +1,7 @@
 #include "read_tuning.h"
 
-#include "log.h"
-#include "openssl_api.h"
+#include "core/log.h"
+#include "core/openssl_api.h"
 
 namespace tlstune {
 

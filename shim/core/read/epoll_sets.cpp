@@ -1,5 +1,5 @@
 #include "epoll_sets.h"
-#include "known_fds.h"
+#include "core/known_fds.h"
 
 #include <cerrno>
 #include <cstdio>

@@ -5,8 +5,8 @@
 #include <new>
 #include <sys/stat.h>
 
-#include "known_fds.h"
-#include "log.h"
+#include "core/known_fds.h"
+#include "core/log.h"
 
 namespace tlstune {
 

@@ -40,7 +40,7 @@ public:
 	bool buffered() const noexcept { return buffered_; }
 
 	/*
-	 * Read tuning (core/read_tuning.h): decided once, at the program's own first call on
+	 * Read tuning (core/read/read_tuning.h): decided once, at the program's own first call on
 	 * the connection that may read; whether the shim turned read-ahead on; whether the
 	 * program set read-ahead on the SSL itself (then it is the program's, as set).
 	 */

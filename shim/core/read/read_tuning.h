@@ -2,7 +2,7 @@
 
 #include <openssl/ssl.h>
 
-#include "config.h"
+#include "core/config.h"
 #include "connection.h"
 
 namespace tlstune {
