@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "core/config.h"
@@ -210,6 +211,73 @@ TEST(Check, ShowsTheHeaderReadsGoAway)
 	EXPECT_NE(out.find("65652 x"), std::string::npos) << "four whole records per read\n" << out;
 	for (const char *log : { "without.strace", "with.strace" })
 		EXPECT_TRUE(contains(readFile(logs.file(log)), "TCP:[")) << log;
+}
+
+/*
+ * Issue 25: both runs get the same standard input (the first run used to take it all:
+ * 4 MB read without the shim, nothing with it, a fake win), the command's output stays
+ * out of the report and is compared, and a command that never loads libssl is named.
+ */
+TEST(Check, BothRunsReadTheSameInputAndTheirOutputIsComparedNotShown)
+{
+	TempDir dir;
+	const std::string input = dir.file("input");
+	{
+		std::ofstream out(input, std::ios::binary);
+		for (int i = 0; i < 100000; i++)
+			out << "line " << i << "\n";
+	}
+	TempDir logs;
+	Command command;
+	command.argv = { kCheck, "--library=" + preloadValue(), "--keep-logs", logs.path(), "--", "python3", "-c",
+			 "import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())" };
+	command.stdinPath = input;
+	if (sanitizerBuild())
+		command.env.push_back("ASAN_OPTIONS=detect_leaks=0");
+	const Captured run = runCaptured(command, 120000);
+	EXPECT_EQ(run.status, 0) << run.err;
+	EXPECT_EQ(linesWith(run.out, "standard output bytes"), 1u) << run.out;
+	EXPECT_TRUE(contains(run.out, "the same bytes")) << run.out;
+	EXPECT_FALSE(contains(run.out, "\n" + readFile(logs.file("without.out")))) << "the command's output is not in the report";
+	EXPECT_EQ(readFile(logs.file("without.out")).size(), 65u) << "a sha256 and a newline";
+	EXPECT_EQ(readFile(logs.file("with.out")), readFile(logs.file("without.out"))) << "the same input";
+	EXPECT_TRUE(contains(run.out, "note: python3 never opened OpenSSL's libssl")) << run.out;
+
+	const Captured tls = check({ "--library=" + preloadValue(), "--" , kOpenSslUser[0], kOpenSslUser[1], kOpenSslUser[2] });
+	EXPECT_FALSE(contains(tls.out, "never opened OpenSSL's libssl")) << tls.out;
+}
+
+/*
+ * A server's connections add up under its own address, as a server listens on a port of
+ * its choosing: each client's port is ephemeral and its own (three connections were three
+ * peers). The listener takes a port below the kernel's ephemeral range, the first free.
+ */
+TEST(Check, AServersConnectionsAreOnePeer)
+{
+	Command command;
+	command.argv = { kCheck, "--library=" + preloadValue(), "--", "python3", "-c",
+			 "import socket, threading\n"
+			 "listener = socket.socket()\n"
+			 "listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+			 "for port in range(20000, 21000):\n"
+			 "    try:\n"
+			 "        listener.bind(('127.0.0.1', port)); break\n"
+			 "    except OSError:\n"
+			 "        pass\n"
+			 "listener.listen()\n"
+			 "def connect():\n"
+			 "    for _ in range(3):\n"
+			 "        socket.create_connection(('127.0.0.1', port)).sendall(b'x')\n"
+			 "client = threading.Thread(target=connect); client.start()\n"
+			 "for _ in range(3):\n"
+			 "    connection, _ = listener.accept(); connection.recv(1); connection.close()\n"
+			 "client.join()\n" };
+	if (sanitizerBuild())
+		command.env.push_back("ASAN_OPTIONS=detect_leaks=0");
+	const Captured run = runCaptured(command, 120000);
+	EXPECT_EQ(run.status, 0) << run.err;
+	EXPECT_EQ(linesWith(run.out, "TCP peer 127.0.0.1:2"), 1u) << "the client's three connections\n" << run.out;
+	EXPECT_EQ(linesWith(run.out, "TCP peer clients of 127.0.0.1:2"), 1u) << "the server's three\n" << run.out;
 }
 
 TEST(Check, ItsOwnErrorsAreOneLineAndNothingRuns)

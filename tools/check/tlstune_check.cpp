@@ -1,7 +1,9 @@
 /*
  * tlstune-check: runs a command under strace without and with libtlstune.so and shows,
  * per TCP peer, the read and write syscalls side by side, so users can see the effect on
- * their own program. It runs the command twice: mind its side effects.
+ * their own program. It runs the command twice: mind its side effects. Both runs get the
+ * same standard input (read once, kept in a file); their standard output is kept apart
+ * from the report and compared.
  *
  * Usage: tlstune-check [--library PATH] [--keep-logs DIR] [--] COMMAND [ARGS...]
  * PATH may be a list as LD_PRELOAD takes it (colons or spaces).
@@ -12,7 +14,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <sys/stat.h>
@@ -34,14 +38,46 @@ struct Peer {
 	uint64_t smallWrites = 0;
 };
 
-/* "TCP:[127.0.0.1:41442->127.0.0.1:9443]" -> "127.0.0.1:9443": the same in both runs. */
+/* The kernel's range for ephemeral ports, from which a client's own port comes. */
+std::pair<long, long> ephemeralPorts()
+{
+	std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+	long low = 32768, high = 60999;
+	in >> low >> high;
+	return { low, high };
+}
+
+/* "127.0.0.1:41442" -> 41442; -1 when there is no port. */
+long portOf(const std::string &endpoint)
+{
+	const std::string::size_type colon = endpoint.rfind(':');
+	if (colon == std::string::npos)
+		return -1;
+	char *end = nullptr;
+	const long port = std::strtol(endpoint.c_str() + colon + 1, &end, 10);
+	return end && *end == '\0' ? port : -1;
+}
+
+/*
+ * What names a connection the same way in both runs: the far end for a client
+ * ("TCP:[127.0.0.1:41442->127.0.0.1:9443]" -> "127.0.0.1:9443"); for a server, whose far
+ * ends are clients' ephemeral ports, its own end, so that its connections add up
+ * ("clients of 127.0.0.1:9443").
+ */
 std::string peerOf(const std::string &target)
 {
-	std::string::size_type arrow = target.find("->");
-	std::string::size_type end = target.rfind(']');
-	if (arrow == std::string::npos || end == std::string::npos || end < arrow)
+	static const std::pair<long, long> ephemeral = ephemeralPorts();
+	const std::string::size_type open = target.find('[');
+	const std::string::size_type arrow = target.find("->");
+	const std::string::size_type end = target.rfind(']');
+	if (open == std::string::npos || arrow == std::string::npos || end == std::string::npos || end < arrow)
 		return target;
-	return target.substr(arrow + 2, end - arrow - 2);
+	const std::string local = target.substr(open + 1, arrow - open - 1);
+	const std::string remote = target.substr(arrow + 2, end - arrow - 2);
+	const auto isEphemeral = [](long port) { return port >= ephemeral.first && port <= ephemeral.second; };
+	if (isEphemeral(portOf(remote)) && !isEphemeral(portOf(local)))
+		return "clients of " + local;
+	return remote;
 }
 
 std::map<std::string, Peer> byPeer(const std::vector<Syscall> &calls)
@@ -104,12 +140,48 @@ uint64_t inBucket(const std::map<long long, uint64_t> &sizes, size_t bucket)
 struct Run {
 	int status = -1;
 	std::map<std::string, Peer> peers;
+	bool openedLibssl = false; /* the command (or a child) opened OpenSSL's libssl */
+	std::string out;           /* its standard output */
 };
 
-Run trace(const std::vector<std::string> &command, const std::string &library, const std::string &log)
+/* Whether the log shows a successful open of libssl (file names print in full under -s 0). */
+bool opensLibssl(const std::string &log)
+{
+	std::ifstream in(log);
+	for (std::string line; std::getline(in, line);) {
+		if (line.find("open") != std::string::npos && line.find("libssl.so") != std::string::npos &&
+		    line.find(" = -1 ") == std::string::npos)
+			return true;
+	}
+	return false;
+}
+
+std::string readAll(const std::string &file)
+{
+	std::ifstream in(file, std::ios::binary);
+	return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+/* Opens file onto fd in a child about to exec; false when it cannot. */
+bool redirect(int fd, const std::string &file, int flags)
+{
+	const int opened = open(file.c_str(), flags, 0600);
+	if (opened < 0)
+		return false;
+	if (opened != fd && (dup2(opened, fd) != fd || close(opened) != 0))
+		return false;
+	return true;
+}
+
+/*
+ * One run of command under strace. input: a file to give it as standard input ("" to
+ * leave the terminal's); its standard output goes to out.
+ */
+Run trace(const std::vector<std::string> &command, const std::string &library, const std::string &log,
+	  const std::string &input, const std::string &out)
 {
 	std::vector<std::string> argv = { "strace", "-f", "-yy", "-qq", "-s", "0", "-e", "signal=none",
-					  "-e", "trace=read,readv,recvfrom,recvmsg,write,writev,sendto,sendmsg",
+					  "-e", "trace=read,readv,recvfrom,recvmsg,write,writev,sendto,sendmsg,openat,open",
 					  "-o", log };
 	if (!library.empty())
 		argv.insert(argv.end(), { "-E", "LD_PRELOAD=" + library });
@@ -124,6 +196,11 @@ Run trace(const std::vector<std::string> &command, const std::string &library, c
 			args.push_back(&arg[0]);
 		args.push_back(nullptr);
 		unsetenv("LD_PRELOAD");
+		if ((!input.empty() && !redirect(0, input, O_RDONLY)) ||
+		    !redirect(1, out, O_WRONLY | O_CREAT | O_TRUNC)) {
+			std::fprintf(stderr, "tlstune-check: cannot set up the run: %s\n", std::strerror(errno));
+			_exit(125);
+		}
 		execvp(args[0], args.data());
 		std::fprintf(stderr, "tlstune-check: cannot run strace: %s\n", std::strerror(errno));
 		_exit(127);
@@ -134,7 +211,34 @@ Run trace(const std::vector<std::string> &command, const std::string &library, c
 	run.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 	std::ifstream in(log);
 	run.peers = byPeer(parseStraceLog(in));
+	run.openedLibssl = opensLibssl(log);
+	run.out = readAll(out);
 	return run;
+}
+
+/* Standard input, read once, for both runs: "" when it is a terminal (each run asks it). */
+bool keepInput(const std::string &file, std::string *kept)
+{
+	kept->clear();
+	if (isatty(0))
+		return true;
+	std::ofstream copy(file, std::ios::binary);
+	char buffer[65536];
+	for (;;) {
+		const ssize_t n = read(0, buffer, sizeof(buffer));
+		if (n == 0)
+			break;
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return errno == EBADF; /* no standard input at all: each run gets none either */
+		copy.write(buffer, n);
+	}
+	copy.close();
+	if (!copy)
+		return false;
+	*kept = file;
+	return true;
 }
 
 void row(const char *what, const std::string &without, const std::string &with, const char *note = "")
@@ -169,10 +273,13 @@ int usage(FILE *out, int status)
 		     "Usage: tlstune-check [--library PATH] [--keep-logs DIR] [--] COMMAND [ARG]...\n"
 		     "Runs COMMAND under strace without and with libtlstune.so and compares, per TCP\n"
 		     "peer, the read and write syscalls. COMMAND runs twice: mind its side effects.\n"
+		     "Both runs get the same standard input (read once); their standard output is\n"
+		     "compared, not shown (--keep-logs keeps it).\n"
 		     "\n"
 		     "  --library PATH   the library to preload (default: %s;\n"
 		     "                   TLSTUNE_LIBRARY sets it too); a list as LD_PRELOAD takes it\n"
-		     "  --keep-logs DIR  keep the two strace logs in DIR (an existing directory)\n"
+		     "  --keep-logs DIR  keep the two strace logs and outputs in DIR (an existing\n"
+		     "                   directory): without.strace, with.strace, without.out, with.out\n"
 		     "  -h, --help       this text\n"
 		     "An option's value may also be given as --library=PATH.\n"
 		     "Exit status: 0 when both runs exit 0, 1 otherwise; 125 for tlstune-check's own\n"
@@ -271,17 +378,29 @@ int main(int argc, char **argv)
 	const std::vector<std::string> command(argv + i, argv + argc);
 
 	char dir[] = "/tmp/tlstune-check.XXXXXX";
-	const std::string logs = keep.empty() ? (mkdtemp(dir) ? dir : "/tmp") : keep;
-	const Run without = trace(command, "", logs + "/without.strace");
-	const Run with = trace(command, library, logs + "/with.strace");
-	if (keep.empty()) {
-		unlink((logs + "/without.strace").c_str());
-		unlink((logs + "/with.strace").c_str());
-		rmdir(logs.c_str());
+	if (!mkdtemp(dir))
+		return fail(std::string("cannot make a temporary directory: ") + std::strerror(errno));
+	const std::string work = dir;
+	const std::string logs = keep.empty() ? work : keep;
+	std::string input;
+	if (!keepInput(work + "/stdin", &input)) {
+		unlink((work + "/stdin").c_str());
+		rmdir(work.c_str());
+		return fail(std::string("cannot keep the standard input for both runs: ") + std::strerror(errno));
 	}
+	const Run without = trace(command, "", logs + "/without.strace", input, logs + "/without.out");
+	const Run with = trace(command, library, logs + "/with.strace", input, logs + "/with.out");
+	for (const char *file : { "/without.strace", "/with.strace", "/without.out", "/with.out" }) {
+		if (keep.empty())
+			unlink((work + file).c_str());
+	}
+	unlink((work + "/stdin").c_str());
+	rmdir(work.c_str());
 
 	std::printf("%-24s %26s %26s\n", "", "without tlstune", "with tlstune");
 	row("exit status", std::to_string(without.status), std::to_string(with.status));
+	row("standard output bytes", std::to_string(without.out.size()), std::to_string(with.out.size()),
+	    without.out == with.out ? "the same bytes" : "<- they differ");
 	std::map<std::string, bool> peers;
 	for (const auto &p : without.peers)
 		peers[p.first] = true;
@@ -313,5 +432,22 @@ int main(int argc, char **argv)
 	}
 	if (peers.empty())
 		std::printf("no TCP traffic seen\n");
+	/* What would make the table mean less than it seems to. */
+	if (!without.openedLibssl && !with.openedLibssl)
+		std::printf("note: %s never opened OpenSSL's libssl: tlstune has nothing to tune in it "
+			    "(another TLS library, such as GnuTLS or NSS, or no TLS)\n",
+			    command[0].c_str());
+	for (const auto &p : peers) {
+		auto a = without.peers.find(p.first), b = with.peers.find(p.first);
+		if (a == without.peers.end() || b == with.peers.end() ||
+		    a->second.traffic.readBytes != b->second.traffic.readBytes ||
+		    a->second.traffic.writeBytes != b->second.traffic.writeBytes) {
+			std::printf("note: the runs moved different bytes (%s): compare the counts with care\n",
+				    p.first.c_str());
+			break;
+		}
+	}
+	if (keep.empty() && without.out != with.out)
+		std::printf("note: keep the outputs with --keep-logs DIR to compare them\n");
 	return without.status == 0 && with.status == 0 ? 0 : 1;
 }
