@@ -9,7 +9,10 @@
 #include <pthread.h>
 
 #include "core/log.h"
+#include "interpose/export.h"
 #include "symbols.h"
+
+TLSTUNE_EXPORT const char *tlstune_version(void);
 
 namespace tlstune {
 
@@ -117,16 +120,43 @@ void encryptPlaintext() noexcept
 	process().held.encryptAll();
 }
 
+/*
+ * Another copy of the library came first in the lookup order (/etc/ld.so.preload and the
+ * wrapper's, or a build tree's and an installed one): it interposes every call and does
+ * the work, and reaches this copy's functions as the "next" ones. This copy then passes
+ * everything through and says nothing: two would tune each call twice, warn falsely and
+ * split the counts between two stats lines.
+ */
+const char *firstCopy() noexcept
+{
+	Dl_info first, mine;
+	const void *found = dlsym(RTLD_DEFAULT, "tlstune_version");
+	if (!found || !dladdr(found, &first) ||
+	    !dladdr(reinterpret_cast<const void *>(&tlstune_version), &mine) || first.dli_fbase == mine.dli_fbase)
+		return nullptr;
+	return first.dli_fname ? first.dli_fname : "?";
+}
+
 Process *buildProcess() noexcept
 {
 	/* Never destroyed: threads and the host's destructors may still call in at exit. */
 	alignas(Process) static unsigned char storage[sizeof(Process)];
 	ParsedConfig parsed = parseConfig(environment, nullptr);
+	const char *first = firstCopy();
+	if (first) {
+		parsed.config.disable = true;
+		parsed.config.stats = false;
+		parsed.config.verbose = false;
+		parsed.errors.clear(); /* the first copy reports them */
+	}
 	Process &instance = *new (storage) Process(parsed.config);
 	instance.pid = getpid();
 	setLogLevel(instance.config.logLevel);
 	for (const std::string &error : parsed.errors)
 		logLine(LogLevel::Error, "%s", error.c_str());
+	if (first)
+		logLine(LogLevel::Debug, "another copy of the library, %s, came first: this one passes every call through",
+			first);
 
 	resolveLibc(&instance.libc);
 	pthread_atfork(lockForFork, unlockInParent, unlockInChild);
@@ -284,3 +314,8 @@ __attribute__((constructor)) static void loadShim()
 }
 
 } /* namespace tlstune */
+
+TLSTUNE_EXPORT const char *tlstune_version(void)
+{
+	return TLSTUNE_VERSION;
+}

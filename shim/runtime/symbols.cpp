@@ -57,8 +57,11 @@ void *findLibrary(const char *prefix, const char *symbol) noexcept
 	void *address = dlsym(RTLD_NEXT, symbol);
 	if (address && dladdr(address, &info) && info.dli_fname) {
 		void *handle = dlopen(info.dli_fname, RTLD_NOLOAD | RTLD_LAZY);
-		if (handle)
+		/* Another copy of tlstune, later in the order, is not the library (runtime.cpp). */
+		if (handle && !dlsym(handle, "tlstune_version"))
 			return handle;
+		if (handle)
+			dlclose(handle);
 	}
 	Wanted wanted = { prefix, nullptr };
 	dl_iterate_phdr(findLoaded, &wanted);

@@ -343,6 +343,32 @@ TEST(Messages, TheStatsLineSaysWhoseItIsAndWhenTheShimIsDisabled)
 	EXPECT_EQ(linesWith(off.err, "tlstune:"), 1u) << off.err;
 }
 
+/*
+ * Two copies of the library in one process (/etc/ld.so.preload and the wrapper's, or a
+ * build tree's and the installed one): the first does the work, the second passes every
+ * call through. One stats line, no false warning, the same bytes; the wrapper adds no copy
+ * of its own to one already preloaded, and says so.
+ */
+TEST(Messages, TwoCopiesOfTheLibraryMakeOneStatsLineAndNoWarning)
+{
+	SKIP_IN_SANITIZER_BUILD();
+	TempDir dir;
+	const std::string copy = dir.file("libtlstune.so");
+	std::filesystem::copy_file(shimPath(), copy);
+	ExampleServer server({ "--send", std::to_string(1 << 20), "--connections", "2" });
+	const std::vector<std::string> download = { examplePath("bulk_download"), "127.0.0.1", server.portText() };
+	const Captured one = runProgram(download, false, { "TLSTUNE_STATS=1", "LD_PRELOAD=" + shimPath() });
+	const Captured two = runProgram(download, false, { "TLSTUNE_STATS=1", "LD_PRELOAD=" + shimPath() + ":" + copy });
+	EXPECT_EQ(two.status, 0) << two.err;
+	EXPECT_EQ(two.out, one.out) << "the same bytes";
+	EXPECT_EQ(linesWith(two.err, "tlstune:"), 1u) << two.err;
+	EXPECT_TRUE(contains(two.err, "tlstune: stats: contexts_tuned=1 connections=1 ")) << two.err;
+
+	const Captured wrapped = wrapper({ "sh", "-c", "echo \"$LD_PRELOAD\"" }, { "LD_PRELOAD=" + copy });
+	EXPECT_EQ(wrapped.out, copy + "\n") << "no second copy";
+	EXPECT_TRUE(contains(wrapped.err, "another copy of the library is preloaded already, " + copy)) << wrapped.err;
+}
+
 TEST(Messages, InfoShowsContextsTunedAndConnectionsFollowedWarnDoesNot)
 {
 	SKIP_IN_SANITIZER_BUILD();
