@@ -298,6 +298,7 @@ std::string describeConfig(const Config &config)
 	       " readiness=" + onOff(config.readiness) +
 	       " ca_cache=" + onOff(config.caCache) +
 	       " ca_cache_ttl=" + std::to_string(config.caCacheTtl) +
+	       " ca_lazy=" + onOff(config.caLazy) +
 	       " coalesce=" + mode(config.coalesce) +
 	       " coalesce_limit=" + std::to_string(config.coalesceLimit) +
 	       " coalesce_delay_us=" + std::to_string(config.coalesceDelayUs) +

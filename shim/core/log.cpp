@@ -104,10 +104,20 @@ void logLimited(RateLimit &limit, LogLevel level, const char *format, ...) noexc
 
 const char *programName() noexcept
 {
-	/* glibc sets it from argv[0] before any constructor runs. */
-	return program_invocation_short_name && *program_invocation_short_name
-		       ? program_invocation_short_name
-		       : "?";
+	/*
+	 * The name exec gave the process (glibc sets it from argv[0] before any constructor
+	 * runs), copied at the first call, which the library's constructor makes: argv's
+	 * memory is the program's, and nginx writes its title over it ("nginx: worker process
+	 * is shutting down" was this once). Reading the kernel's /proc/self/comm instead
+	 * would open a file at exit, which a sandboxed process may not.
+	 */
+	static char name[64];
+	static const char *const copied = [] {
+		const char *given = program_invocation_short_name;
+		std::snprintf(name, sizeof(name), "%s", given && *given ? given : "?");
+		return name;
+	}();
+	return copied;
 }
 
 } /* namespace tlstune */

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <new>
 #include <unistd.h>
+#include <utility>
 #include <pthread.h>
 
 #include "core/log.h"
@@ -61,6 +62,8 @@ void noteUsesOpenSsl() noexcept
 	if (usesOpenSsl.exchange(true))
 		return;
 	const Process &p = process();
+	for (const std::string &error : p.configErrors)
+		logLine(LogLevel::Error, "%s", error.c_str());
 	if (p.config.verbose)
 		printLine("version %s, %s pid %d: %s", TLSTUNE_VERSION, programName(),
 			  static_cast<int>(getpid()), describeConfig(p.config).c_str());
@@ -152,8 +155,8 @@ Process *buildProcess() noexcept
 	Process &instance = *new (storage) Process(parsed.config);
 	instance.pid = getpid();
 	setLogLevel(instance.config.logLevel);
-	for (const std::string &error : parsed.errors)
-		logLine(LogLevel::Error, "%s", error.c_str());
+	/* Reported at the first OpenSSL call: by curl, not by every sh and cat of its pipeline. */
+	instance.configErrors = std::move(parsed.errors);
 	if (first)
 		logLine(LogLevel::Debug, "another copy of the library, %s, came first: this one passes every call through",
 			first);
@@ -310,6 +313,7 @@ void Process::enterSandbox() noexcept
 /* Reads the configuration at load time, so TLSTUNE_VERBOSE shows the shim is there. */
 __attribute__((constructor)) static void loadShim()
 {
+	programName(); /* copied before the program can write over its argv */
 	process();
 }
 

@@ -49,6 +49,8 @@ struct Process {
 	bool inVforkChild() const noexcept;
 
 	const Config config;
+	/* TLSTUNE_* values not accepted, for the process's first OpenSSL call to report. */
+	std::vector<std::string> configErrors;
 	pid_t pid = 0; /* this process's, set at start and in fork's child */
 	LibcApi libc;
 	Stats stats;

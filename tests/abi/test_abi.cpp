@@ -91,7 +91,9 @@ TEST(Abi, ABadValueIsOneLineAndTheProgramRunsOn)
 	SKIP_IN_SANITIZER_BUILD();
 	int status = -1;
 	std::string errors;
-	const std::string out = output({ "sh", "-c", "echo ran" },
+	/* sh and cat load the library too; python alone uses OpenSSL, and says it once. */
+	const std::string out = output({ "sh", "-c",
+					 "echo ran | cat; python3 -c 'import ssl; ssl.create_default_context()'" },
 				       shimEnv({ "TLSTUNE_READ_BUFFER=lots" }), &status, &errors);
 	EXPECT_EQ(status, 0);
 	EXPECT_EQ(out, "ran\n");

@@ -191,7 +191,7 @@ TEST(Config, DescribeShowsEffectiveSettings)
 	ParsedConfig parsed = parseEnvironment({ { "TLSTUNE_READ_BUFFER", "32K" },
 						{ "TLSTUNE_READINESS", "off" } });
 	EXPECT_EQ(describeConfig(parsed.config),
-		  "read_ahead=on read_buffer=32768 readiness=off ca_cache=on ca_cache_ttl=86400 "
+		  "read_ahead=on read_buffer=32768 readiness=off ca_cache=on ca_cache_ttl=86400 ca_lazy=on "
 		  "coalesce=records coalesce_limit=16384 coalesce_delay_us=200 stats=off log=warn");
 	EXPECT_EQ(describeConfig(parseEnvironment({ { "TLSTUNE_DISABLE", "1" } }).config), "disabled");
 }
