@@ -10,9 +10,11 @@
 #include <sys/mman.h>
 
 #include <atomic>
+#include <memory>
 #include <set>
 #include <sys/wait.h>
 #include <tuple>
+#include <vector>
 #include <fcntl.h>
 #include <thread>
 #include <openssl/err.h>
@@ -519,6 +521,38 @@ TEST_F(EpollMerged, RespectsMaxevents)
 	hold(pair_.fds[0]);
 	struct epoll_event events[1];
 	EXPECT_EQ(wait(events, 1), 1);
+}
+
+/*
+ * Many held connections, served fairly: all of them by one wait with room for them (a wait
+ * of 128 served 64 of 80), and in turn by waits of 16, as the kernel's rotating ready list
+ * serves every ready file (the same first 16 every time starved the rest).
+ */
+TEST_F(EpollMerged, ManyHeldConnectionsAreServedInTurn)
+{
+	constexpr int kConnections = 100;
+	std::vector<std::unique_ptr<SocketPair>> pairs;
+	std::vector<int> owners(kConnections);
+	for (int i = 0; i < kConnections; i++) {
+		pairs.push_back(std::make_unique<SocketPair>());
+		add(pairs.back()->fds[0], EPOLLIN, 1000 + i);
+		hold(pairs.back()->fds[0], 0, &owners[i]);
+	}
+	struct epoll_event events[128];
+	EXPECT_EQ(wait(events, 128), kConnections) << "room for every one";
+
+	std::set<uint64_t> served;
+	for (int round = 0; round < (kConnections + 15) / 16; round++) {
+		const int ready = wait(events, 16);
+		ASSERT_EQ(ready, 16);
+		for (int i = 0; i < ready; i++)
+			served.insert(events[i].data.u64);
+	}
+	EXPECT_EQ(served.size(), static_cast<size_t>(kConnections)) << "each within 7 waits of 16";
+	for (auto &pair : pairs) {
+		closeFd(pair->fds[0]);
+		pair->fds[0] = -1;
+	}
 }
 
 TEST_F(EpollMerged, EdgeTriggeredGetsOneEventPerArrival)

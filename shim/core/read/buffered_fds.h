@@ -53,13 +53,20 @@ public:
 	/* A connection holding data reads the socket whose inode is ino, by whatever fd. */
 	bool holdsInode(ino_t ino) const noexcept;
 
-	/* Calls visit(fd, ino, arrival) for every entry, under the lock: visit must not call in. */
+	/*
+	 * Calls visit(fd, ino, arrival) for every entry, under the lock: visit must not call in.
+	 * The visit begins at entry start (modulo their count) and wraps, so that waits which
+	 * serve a few connections at a time can take turns.
+	 */
 	template <typename Visit>
-	void forEach(Visit visit) const
+	void forEach(std::size_t start, Visit visit) const
 	{
 		std::lock_guard<std::mutex> lock(mutex_);
-		for (const Entry &entry : entries_)
+		const std::size_t count = entries_.size();
+		for (std::size_t i = 0; i < count; i++) {
+			const Entry &entry = entries_[(start + i) % count];
 			visit(entry.fd, entry.ino, entry.arrival);
+		}
 	}
 
 	/*

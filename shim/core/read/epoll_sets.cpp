@@ -393,10 +393,16 @@ int EpollSets::claim(int epfd, const BufferedFds &buffered, EpollRegistration *o
 	/* Lock order: this one's, then the buffered set's (never the other way round). */
 	std::lock_guard<std::mutex> lock(mutex_);
 	Set *set = find(epfd);
+	if (!set)
+		return 0;
+	/*
+	 * Round robin: the next wait begins after the last connection this one served, as the
+	 * kernel's ready list rotates (a wait of 64 always served the same first 64 of 80).
+	 */
 	int found = 0;
-	buffered.forEach([&](int, ino_t ino, unsigned long long arrival) {
-		if (!set)
-			return;
+	std::size_t visited = 0, resume = set->turn;
+	buffered.forEach(set->turn, [&](int, ino_t ino, unsigned long long arrival) {
+		visited++;
 		auto range = set->byIno.equal_range(ino);
 		for (auto it = range.first; it != range.second && found < max; ++it) {
 			Stored &stored = it->second;
@@ -409,8 +415,10 @@ int EpollSets::claim(int epfd, const BufferedFds &buffered, EpollRegistration *o
 			stored.toldArrival = arrival;
 			stored.fired = (events & EPOLLONESHOT) != 0;
 			out[found++] = stored.registration;
+			resume = set->turn + visited;
 		}
 	});
+	set->turn = resume;
 	return found;
 }
 

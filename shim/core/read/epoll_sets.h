@@ -106,6 +106,7 @@ private:
 		size_t detached = 0;
 		bool exact = true;
 		bool owed = false; /* the last wait left some of the shim's events undelivered */
+		size_t turn = 0;   /* the buffered connection the next claim begins with */
 	};
 
 	Set *find(int epfd) noexcept;

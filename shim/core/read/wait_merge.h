@@ -146,7 +146,8 @@ template <typename RealWait>
 int epollMerged(const BufferedFds &buffered, EpollSets &sets, EpollCtl realCtl, int epfd,
 		struct epoll_event *events, int maxevents, RealWait realWait)
 {
-	constexpr int kMaxExtra = 64;
+	/* A server's held connections served by one wait at most; the rest take the next turns. */
+	constexpr int kMaxExtra = 256;
 	EpollWake &wake = sets.wake();
 	/*
 	 * Bounded by the waits themselves: a round ends early only for the shim's own wake
@@ -167,7 +168,8 @@ int epollMerged(const BufferedFds &buffered, EpollSets &sets, EpollCtl realCtl, 
 		}
 
 		EpollRegistration extra[kMaxExtra];
-		int found = sets.claim(epfd, buffered, extra, kMaxExtra);
+		const int claimable = maxevents < kMaxExtra ? maxevents : kMaxExtra;
+		int found = sets.claim(epfd, buffered, extra, claimable);
 		/*
 		 * The last wait's maxevents were filled by the kernel's events (an always-readable
 		 * eventfd next to the socket, maxevents 1): this one serves the held connections,
@@ -182,7 +184,7 @@ int epollMerged(const BufferedFds &buffered, EpollSets &sets, EpollCtl realCtl, 
 			sets.delivered(epfd, events, ready);
 		/* Woken by the shim: a registration of a held connection was armed during the wait. */
 		if (woken && found == 0)
-			found = sets.claim(epfd, buffered, extra, kMaxExtra);
+			found = sets.claim(epfd, buffered, extra, claimable);
 		if (woken && ready == 0 && found == 0)
 			continue;
 		bool full = false;
