@@ -19,6 +19,10 @@
  *                     in one segment): reads one line, then asks the socket as connection
  *                     pools do whether the peer is still there: recv(MSG_PEEK|MSG_DONTWAIT)
  *                     and FIONREAD. Prints "peek R" and "fionread positive|zero".
+ *   blocking-peek PORT
+ *                     against tls_server --burst 3 (no hangup): reads one line, then peeks
+ *                     without MSG_DONTWAIT (an alarm of 30 s ends a peek that waits for
+ *                     ever). Prints "blocking peek R".
  *   stoptls --cert C --key K
  *                     a forked server sends 2 lines, close_notify, then "PLAIN\n" without TLS
  *                     on the same socket (FTP's CCC). Reads the lines until SSL_read says
@@ -230,6 +234,30 @@ int pipes(SSL_CTX *server)
 	SSL_free(ssl);
 	SSL_CTX_free(ctx);
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+/*
+ * Against tls_server --burst 3 (the connection stays open): a blocking peek. An alarm
+ * bounds it: a peek that waits for bytes the socket no longer has would wait for ever, and
+ * SIGALRM's default action ends the process instead (exit status 142).
+ */
+int blockingPeek(const char *port)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	int fd = connectTo("127.0.0.1", port);
+	SSL *ssl = connectTls(ctx, fd);
+	std::string line;
+	if (!pollThenRead(ssl, fd, &line))
+		fail("the first line never came");
+	alarm(30);
+	char byte;
+	const ssize_t n = recv(fd, &byte, 1, MSG_PEEK);
+	alarm(0);
+	std::printf("blocking peek %zd\n", n);
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	return 0;
 }
 
 int peek(const char *port)
@@ -578,6 +606,8 @@ int main(int argc, char **argv)
 		return drain(argv[2]);
 	if (which == "read-ahead-setting" && argc > 2)
 		return readAheadSetting(argv[2]);
+	if (which == "blocking-peek" && argc > 2)
+		return blockingPeek(argv[2]);
 	if (which == "rearm" && argc > 2)
 		return rearm(argv[2]);
 	if (which == "reconnect" && argc > 3)

@@ -45,10 +45,21 @@ template <typename Function, typename... Args>
 ssize_t forwardPeek(Function LibcApi::*function, int fd, void *buf, size_t len, int flags,
 		    Args... args)
 {
+	Process &p = process();
+	/*
+	 * A blocking peek would wait for bytes the socket no longer has: OpenSSL holds them,
+	 * and the kernel, which would have had them queued, answers at once. Ask without
+	 * waiting, then answer as peekBuffered does.
+	 */
+	if ((flags & (MSG_PEEK | MSG_DONTWAIT)) == MSG_PEEK && len > 0 && !p.buffered.empty() &&
+	    !CallScope::active() && p.buffered.holds(fd)) {
+		const ssize_t n = p.libc.recv(fd, buf, len, flags | MSG_DONTWAIT);
+		return peekBuffered(p.buffered, fd, buf, len, flags | MSG_DONTWAIT, n);
+	}
 	ssize_t n = forwardRead(function, fd, (flags & MSG_PEEK) != 0, buf, len, args...);
 	if (!(flags & MSG_PEEK) || CallScope::active())
 		return n;
-	return peekBuffered(process().buffered, fd, buf, len, flags, n);
+	return peekBuffered(p.buffered, fd, buf, len, flags, n);
 }
 
 } /* namespace */

@@ -80,6 +80,12 @@ TEST(Readiness, APeekNeverSaysClosedWhileOpenSslHoldsRecords)
 	expectBothWays(bothWays({ "peek" }, { "--burst", "3", "--hangup" }), "peek 1\nfionread positive\n");
 }
 
+TEST(Readiness, ABlockingPeekAnswersAtOnceWhileOpenSslHoldsRecords)
+{
+	RecordProperty("fault", "recv(MSG_PEEK) without MSG_DONTWAIT, records unread, the connection open");
+	expectBothWays(bothWays({ "blocking-peek" }, { "--burst", "3" }), "blocking peek 1\n");
+}
+
 TEST(Readiness, PlaintextAfterCloseNotifyDoesNotSpinThePollLoop)
 {
 	RecordProperty("fault", "plaintext after close_notify on the same socket (StopTLS)");
