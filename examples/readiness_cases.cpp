@@ -19,6 +19,13 @@
  *                     in one segment): reads one line, then asks the socket as connection
  *                     pools do whether the peer is still there: recv(MSG_PEEK|MSG_DONTWAIT)
  *                     and FIONREAD. Prints "peek R" and "fionread positive|zero".
+ *   close-unread [free-first] --cert C --key K
+ *                     a forked TCP server sends 20 lines at once, then waits for the
+ *                     client's end with recv(); the client reads one line and closes the
+ *                     socket with the other 19 unread, then frees the SSL (free-first:
+ *                     frees it, then closes). The kernel
+ *                     resets a connection closed with unread data. Prints "server saw
+ *                     reset" or "server saw fin".
  *   blocking-peek PORT
  *                     against tls_server --burst 3 (no hangup): reads one line, then peeks
  *                     without MSG_DONTWAIT (an alarm of 30 s ends a peek that waits for
@@ -63,6 +70,7 @@
  */
 
 #include <cerrno>
+#include <cstring>
 #include <fcntl.h>
 #include <poll.h>
 #include <condition_variable>
@@ -234,6 +242,63 @@ int pipes(SSL_CTX *server)
 	SSL_free(ssl);
 	SSL_CTX_free(ctx);
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+int closeUnread(SSL_CTX *server, bool freeFirst)
+{
+	int port = 0;
+	const int listener = listenOn(0, &port);
+	int result[2];
+	if (pipe(result) != 0)
+		fail("pipe");
+	std::fflush(stdout);
+	const pid_t child = fork();
+	if (child == 0) {
+		const int fd = accept(listener, nullptr, nullptr);
+		SSL *ssl = SSL_new(server);
+		SSL_set_fd(ssl, fd);
+		if (SSL_accept(ssl) != 1)
+			_exit(2);
+		std::string lines;
+		for (int i = 0; i < 20; i++)
+			lines += "line " + std::to_string(i) + "\n";
+		/* One record per line, all in one segment. */
+		for (size_t at = 0; at < lines.size();) {
+			const size_t end = lines.find('\n', at) + 1;
+			if (SSL_write(ssl, lines.data() + at, static_cast<int>(end - at)) <= 0)
+				_exit(2);
+			at = end;
+		}
+		char byte;
+		const ssize_t n = recv(fd, &byte, 1, 0);
+		const char *seen = n == 0 ? "fin" : n < 0 && errno == ECONNRESET ? "reset" : "other";
+		if (write(result[1], seen, std::strlen(seen)) < 0)
+			_exit(2);
+		_exit(0);
+	}
+	close(listener);
+	close(result[1]);
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	const int fd = connectTo("127.0.0.1", std::to_string(port));
+	SSL *ssl = connectTls(ctx, fd);
+	std::string line;
+	for (int i = 0; i < 1 && pollThenRead(ssl, fd, &line);)
+		i += line.find("line 0") == 0;
+	if (freeFirst) {
+		SSL_free(ssl);
+		close(fd);
+	} else {
+		close(fd);
+		SSL_free(ssl);
+	}
+	char seen[16] = {};
+	if (read(result[0], seen, sizeof(seen) - 1) <= 0)
+		fail("the server said nothing");
+	std::printf("server saw %s\n", seen);
+	int status = 0;
+	waitpid(child, &status, 0);
+	SSL_CTX_free(ctx);
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
 }
 
 /*
@@ -614,9 +679,10 @@ int main(int argc, char **argv)
 		return reconnect(argv[2], argv[3]);
 	if (which == "duplicate" && argc > 3)
 		return anotherFd(argv[3], argv[2]);
-	if (which == "pipes" || which == "stoptls") {
+	if (which == "pipes" || which == "stoptls" || which == "close-unread") {
 		SSL_CTX *server = serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", ""));
-		int status = which == "pipes" ? pipes(server) : stoptls(server);
+		int status = which == "pipes" ? pipes(server) : which == "stoptls" ? stoptls(server)
+								     : closeUnread(server, argc > 2 && std::string(argv[2]) == "free-first");
 		SSL_CTX_free(server);
 		return status;
 	}

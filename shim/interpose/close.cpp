@@ -33,6 +33,15 @@ bool tracking(Process &p)
 	return !p.inVforkChild();
 }
 
+/* Before the real call: what the kernel does with unread data at a close (BufferedFds::closing). */
+void beforeClose(Process &p, int first, int last)
+{
+	p.held.encryptAll();
+	p.coalescer.closing(first, last);
+	if (!p.buffered.idle())
+		p.buffered.closing(first, last);
+}
+
 /* After the real call: fds first..last no longer name what they did (unless it failed). */
 void forgetClosed(Process &p, bool closed, int first, int last)
 {
@@ -70,8 +79,7 @@ TLSTUNE_EXPORT int close(int fd)
 	Process &p = process();
 	if (!closingKnown(p, fd))
 		return p.libc.close(fd);
-	p.held.encryptAll();
-	p.coalescer.closing(fd, fd);
+	beforeClose(p, fd, fd);
 	int result = p.libc.close(fd);
 	/* Linux frees the number even when close reports an error (EINTR, EIO), not for EBADF. */
 	const bool closed = result == 0 || errno != EBADF;
@@ -89,8 +97,7 @@ TLSTUNE_EXPORT int dup2(int oldfd, int newfd)
 			noteDuplicate(p, oldfd, result);
 		return result;
 	}
-	p.held.encryptAll();
-	p.coalescer.closing(newfd, newfd);
+	beforeClose(p, newfd, newfd);
 	int result = p.libc.dup2(oldfd, newfd);
 	closeFailed(result < 0, newfd);
 	forgetClosed(p, result >= 0, newfd, newfd);
@@ -107,8 +114,7 @@ TLSTUNE_EXPORT int dup3(int oldfd, int newfd, int flags)
 		noteDuplicate(p, oldfd, result);
 		return result;
 	}
-	p.held.encryptAll();
-	p.coalescer.closing(newfd, newfd);
+	beforeClose(p, newfd, newfd);
 	int result = p.libc.dup3(oldfd, newfd, flags);
 	closeFailed(result < 0, newfd);
 	forgetClosed(p, result >= 0, newfd, newfd);
@@ -128,10 +134,8 @@ TLSTUNE_EXPORT int close_range(unsigned first, unsigned last, int flags)
 	const int from = static_cast<int>(first), to = last > INT_MAX ? INT_MAX : static_cast<int>(last);
 	/* CLOSE_RANGE_CLOEXEC only marks them; they stay open. */
 	const bool closes = !(flags & CLOSE_RANGE_CLOEXEC) && first <= INT_MAX;
-	if (closes) {
-		p.held.encryptAll();
-		p.coalescer.closing(from, to);
-	}
+	if (closes)
+		beforeClose(p, from, to);
 	int result = p.libc.close_range(first, last, flags);
 	forgetClosed(p, result == 0 && closes, from, to);
 	return result;
@@ -147,10 +151,8 @@ TLSTUNE_EXPORT void closefrom(int lowfd)
 	if (!p.libc.closefrom)
 		return;
 	const bool closes = lowfd >= 0 && tracking(p);
-	if (closes) {
-		p.held.encryptAll();
-		p.coalescer.closing(lowfd, INT_MAX);
-	}
+	if (closes)
+		beforeClose(p, lowfd, INT_MAX);
 	p.libc.closefrom(lowfd);
 	forgetClosed(p, closes, lowfd, INT_MAX);
 }

@@ -142,3 +142,16 @@ TEST(Readiness, AWorkersReArmWakesTheThreadBlockedInTheWait)
 				"the main thread is blocked in epoll_wait: the kernel wakes it");
 	expectBothWays(bothWays({ "rearm" }, { "--burst", "20" }), "lines 20\ntimeouts 0\n");
 }
+
+class ClosingUnread : public ::testing::TestWithParam<const char *> {};
+
+TEST_P(ClosingUnread, ResetsTheConnectionAsTheKernelDoes)
+{
+	RecordProperty("fault", "a close with records unread: the kernel resets, a FIN came instead");
+	std::vector<std::string> arguments = withIdentity("close-unread");
+	if (std::string(GetParam()) == "free-first")
+		arguments.insert(arguments.begin() + 1, "free-first");
+	expectBothWays(bothWays(arguments), "server saw reset\n");
+}
+
+INSTANTIATE_TEST_SUITE_P(Readiness, ClosingUnread, ::testing::Values("close-first", "free-first"));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <new>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include "core/known_fds.h"
@@ -61,9 +62,44 @@ void BufferedFds::set(const void *owner, int fd, ino_t ino, bool buffered,
 			   "fd %d: OpenSSL holds data read ahead; waits report it readable", fd);
 }
 
+namespace {
+
+void resetAtClose(int fd) noexcept
+{
+	const int savedErrno = errno;
+	const struct linger abortive = { 1, 0 };
+	setsockopt(fd, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive)); /* a pipe: ENOTSOCK */
+	errno = savedErrno;
+}
+
+} /* namespace */
+
 void BufferedFds::forget(const void *owner) noexcept
 {
+	if (empty())
+		return;
+	int held = -1;
+	{
+		std::lock_guard<std::mutex> lock(mutex_);
+		for (const Entry &entry : entries_) {
+			if (entry.owner == owner)
+				held = entry.fd;
+		}
+	}
+	if (held >= 0)
+		resetAtClose(held);
 	set(owner, -1, 0, false);
+}
+
+void BufferedFds::closing(int first, int last) const noexcept
+{
+	if (empty())
+		return;
+	std::lock_guard<std::mutex> lock(mutex_);
+	for (const Entry &entry : entries_) {
+		if (entry.fd >= first && entry.fd <= last)
+			resetAtClose(entry.fd);
+	}
 }
 
 const BufferedFds::Entry *BufferedFds::find(int fd) const noexcept

@@ -44,6 +44,7 @@ public:
 	 */
 	void set(const void *owner, int fd, ino_t ino, bool buffered,
 		 unsigned long long arrival = 0) noexcept;
+	/* The connection is freed: what it held stays unread (closing), and its entry goes. */
 	void forget(const void *owner) noexcept;
 
 	/* True when fd has buffered data. */
@@ -76,6 +77,14 @@ public:
 	 */
 	void duplicated(int fd, ino_t ino) noexcept;
 
+	/*
+	 * The program is about to close fds first..last, or the connection holding data goes
+	 * (forget): the kernel resets a connection closed with data unread in its socket, and
+	 * that data sits in OpenSSL instead, so the close would send a FIN. Each socket among
+	 * them holding data gets SO_LINGER 0, the abortive close that sends the kernel's reset
+	 * when its last descriptor closes.
+	 */
+	void closing(int first, int last) const noexcept;
 	/*
 	 * The program closed fds first..last (close, dup2 onto it, close_range): their numbers
 	 * may now name other files, which must not inherit the readiness.
