@@ -9,8 +9,10 @@
  *                     Prints "lines 20", or "poll timed out after N lines" and exits 3.
  *   duplicate HOW PORT
  *                     the same, but the connection keeps its fd and the program waits on a
- *                     duplicate: HOW is dup, fcntl (F_DUPFD_CLOEXEC) or dup2-select (dup2
- *                     to fd 100, waited on with select). Prints the same.
+ *                     duplicate: HOW is dup, fcntl (F_DUPFD_CLOEXEC), dup2-select (dup2
+ *                     to fd 100, waited on with select) or scm-rights (a copy sent to
+ *                     itself over a socketpair, as a process that hands connections to
+ *                     another would). Prints the same.
  *   pipes --cert C --key K
  *                     TLS over a pipe pair (SSL_set_rfd/SSL_set_wfd) with a forked server
  *                     that sends 5 lines at once, then waits for "bye". Prints "lines 5"
@@ -124,6 +126,39 @@ bool pollThenRead(SSL *ssl, int fd, std::string *line, bool select = false)
 	return true;
 }
 
+/* A copy of fd as another process would get it: sent over a socketpair with SCM_RIGHTS, received. */
+int passedThroughScmRights(int fd)
+{
+	int pair[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
+		fail("socketpair");
+	char byte = 'f';
+	struct iovec iov = { &byte, 1 };
+	alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+	struct msghdr message = {};
+	message.msg_iov = &iov;
+	message.msg_iovlen = 1;
+	message.msg_control = control;
+	message.msg_controllen = sizeof(control);
+	struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+	header->cmsg_level = SOL_SOCKET;
+	header->cmsg_type = SCM_RIGHTS;
+	header->cmsg_len = CMSG_LEN(sizeof(int));
+	std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
+	if (sendmsg(pair[0], &message, 0) != 1)
+		fail("sendmsg");
+	std::memset(control, 0, sizeof(control));
+	message.msg_controllen = sizeof(control);
+	if (recvmsg(pair[1], &message, MSG_CMSG_CLOEXEC) != 1 || !(header = CMSG_FIRSTHDR(&message)) ||
+	    header->cmsg_type != SCM_RIGHTS)
+		fail("recvmsg");
+	int received = -1;
+	std::memcpy(&received, CMSG_DATA(header), sizeof(int));
+	close(pair[0]);
+	close(pair[1]);
+	return received;
+}
+
 /*
  * Reads one line, then waits on another fd for the other 19: how is "moved" (a dup the
  * connection moves to, the old number closed), or a duplicate the program waits on while
@@ -146,8 +181,10 @@ int anotherFd(const char *port, const std::string &how)
 		watched = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 	else if (how == "dup2-select")
 		watched = dup2(fd, 100);
+	else if (how == "scm-rights")
+		watched = passedThroughScmRights(fd);
 	else
-		fail("HOW: dup, fcntl or dup2-select");
+		fail("HOW: dup, fcntl, dup2-select or scm-rights");
 	if (how == "moved") {
 		SSL_set_fd(ssl, watched);
 		close(fd);

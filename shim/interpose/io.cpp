@@ -8,6 +8,7 @@
 
 #include "interpose/export.h"
 #include "core/read/wait_merge.h"
+#include "runtime/duplicates.h"
 #include "runtime/socket_read.h"
 
 using namespace tlstune;
@@ -103,5 +104,9 @@ TLSTUNE_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t bufl
 
 TLSTUNE_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
-	return forwardRead(&LibcApi::recvmsg, fd, (flags & MSG_PEEK) != 0, msg, flags);
+	const ssize_t n = forwardRead(&LibcApi::recvmsg, fd, (flags & MSG_PEEK) != 0, msg, flags);
+	/* A copy of a socket received with SCM_RIGHTS is a duplicate, as a dup's is. */
+	if (n >= 0 && msg && msg->msg_controllen > 0)
+		noteReceivedDescriptors(process(), msg);
+	return n;
 }

@@ -1,5 +1,8 @@
 #pragma once
 
+#include <cstring>
+#include <sys/socket.h>
+
 #include <cerrno>
 
 #include "runtime.h"
@@ -20,6 +23,28 @@ inline void noteDuplicate(Process &p, int from, int to) noexcept
 	if (streamInode(from, &ino))
 		p.buffered.duplicated(to, ino);
 	errno = savedErrno;
+}
+
+/*
+ * The descriptors an SCM_RIGHTS message brought: a socket this process's connection reads
+ * may come back under another number (a process handing connections to itself, or a copy
+ * sent and returned), and a wait on that number must see what OpenSSL holds for it.
+ */
+inline void noteReceivedDescriptors(Process &p, const struct msghdr *msg) noexcept
+{
+	if (p.stats.connections.load(std::memory_order_relaxed) == 0 || p.inVforkChild())
+		return;
+	for (const struct cmsghdr *header = CMSG_FIRSTHDR(msg); header;
+	     header = CMSG_NXTHDR(const_cast<struct msghdr *>(msg), const_cast<struct cmsghdr *>(header))) {
+		if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS)
+			continue;
+		const size_t count = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < count; i++) {
+			int received;
+			std::memcpy(&received, CMSG_DATA(header) + i * sizeof(int), sizeof(int));
+			noteDuplicate(p, received, received);
+		}
+	}
 }
 
 } /* namespace tlstune */

@@ -66,7 +66,7 @@ TEST_P(Duplicates, AWaitOnADuplicateSeesWhatOpenSslHolds)
 	expectBothWays(bothWays({ "duplicate", GetParam() }, { "--burst", "20" }), "lines 20\n");
 }
 
-INSTANTIATE_TEST_SUITE_P(Readiness, Duplicates, ::testing::Values("dup", "fcntl", "dup2-select"));
+INSTANTIATE_TEST_SUITE_P(Readiness, Duplicates, ::testing::Values("dup", "fcntl", "dup2-select", "scm-rights"));
 
 TEST(Readiness, TlsOverAPipePairIsReadableAndLosesNothing)
 {
