@@ -28,6 +28,11 @@
  *                     frees it, then closes). The kernel
  *                     resets a connection closed with unread data. Prints "server saw
  *                     reset" or "server saw fin".
+ *   nested PORT       against tls_server --burst 20: the connection in an epoll set (level-
+ *                     triggered), that set inside another; before each line the program
+ *                     waits on the outer set, then on the inner one (timeout 0), then
+ *                     reads. Prints "lines 20", or "epoll timed out after N lines" and
+ *                     exits 3.
  *   blocking-peek PORT
  *                     against tls_server --burst 3 (no hangup): reads one line, then peeks
  *                     without MSG_DONTWAIT (an alarm of 30 s ends a peek that waits for
@@ -566,6 +571,47 @@ bool watch(int epfd, int fd, uint64_t data)
 	return fcntl(fd, F_SETFL, O_NONBLOCK) == 0 && epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &interest) == 0;
 }
 
+int nested(const char *port)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	const int fd = connectTo("127.0.0.1", port);
+	SSL *ssl = connectTls(ctx, fd);
+	const int inner = epoll_create1(0), outer = epoll_create1(0);
+	if (!watch(inner, fd, 7))
+		fail("epoll_ctl inner");
+	struct epoll_event interest = {};
+	interest.events = EPOLLIN;
+	interest.data.u64 = 8;
+	if (epoll_ctl(outer, EPOLL_CTL_ADD, inner, &interest) != 0)
+		fail("epoll_ctl outer");
+	int lines = 0;
+	for (; lines < 20; lines++) {
+		if (SSL_pending(ssl) == 0) {
+			struct epoll_event event;
+			if (epoll_wait(outer, &event, 1, kPollMs) != 1 || event.data.u64 != 8 ||
+			    epoll_wait(inner, &event, 1, 0) != 1 || event.data.u64 != 7) {
+				std::printf("epoll timed out after %d lines\n", lines);
+				return 3;
+			}
+		}
+		char buffer[256];
+		const int n = SSL_read(ssl, buffer, sizeof(buffer));
+		if (n <= 0 && SSL_get_error(ssl, n) == SSL_ERROR_WANT_READ) {
+			lines--; /* a record that was not a line: the session tickets */
+			continue;
+		}
+		if (n <= 0)
+			fail("SSL_read");
+	}
+	std::printf("lines %d\n", lines);
+	SSL_free(ssl);
+	close(fd);
+	close(inner);
+	close(outer);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 int reconnect(const char *port, const char *secondPort)
 {
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
@@ -708,6 +754,8 @@ int main(int argc, char **argv)
 		return drain(argv[2]);
 	if (which == "read-ahead-setting" && argc > 2)
 		return readAheadSetting(argv[2]);
+	if (which == "nested" && argc > 2)
+		return nested(argv[2]);
 	if (which == "blocking-peek" && argc > 2)
 		return blockingPeek(argv[2]);
 	if (which == "rearm" && argc > 2)

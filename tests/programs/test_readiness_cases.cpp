@@ -155,3 +155,9 @@ TEST_P(ClosingUnread, ResetsTheConnectionAsTheKernelDoes)
 }
 
 INSTANTIATE_TEST_SUITE_P(Readiness, ClosingUnread, ::testing::Values("close-first", "free-first"));
+
+TEST(Readiness, ANestedSetIsReadyWhileTheSetInsideItHasAConnectionToReport)
+{
+	RecordProperty("fault", "the connection in an epoll set inside another; the outer set is waited on");
+	expectBothWays(bothWays({ "nested" }, { "--burst", "20" }), "lines 20\n");
+}

@@ -1,4 +1,6 @@
 #include "epoll_sets.h"
+
+#include <algorithm>
 #include "core/known_fds.h"
 
 #include <cerrno>
@@ -138,6 +140,8 @@ void EpollSets::unindex(Set &set, const Stored *stored) noexcept
 void EpollSets::erase(Set &set, Stored *stored) noexcept
 {
 	unindex(set, stored);
+	if (stored->innerSet >= 0)
+		set.nested--;
 	if (stored->detached)
 		set.detached--;
 	else
@@ -226,6 +230,10 @@ void EpollSets::changed(int epfd, int op, int fd, const struct epoll_event *even
 			Stored added = { { fd, event->events, event->data.u64, ino }, 0, false, false, false, 0 };
 			stored = &set->byIno.emplace(ino, added)->second;
 			set->liveByFd[fd] = ino;
+			if (fd != epfd && find(fd)) {
+				stored->innerSet = fd;
+				set->nested++;
+			}
 		}
 		index(*set, stored);
 	} catch (const std::bad_alloc &) {
@@ -419,6 +427,44 @@ int EpollSets::claim(int epfd, const BufferedFds &buffered, EpollRegistration *o
 		}
 	});
 	set->turn = resume;
+	if (set->nested > 0 && found < max)
+		found += claimNested(*set, buffered, out + found, max - found);
+	return found;
+}
+
+int EpollSets::claimNested(Set &outer, const BufferedFds &buffered, EpollRegistration *out, int max) noexcept
+{
+	int found = 0;
+	for (auto &entry : outer.byIno) {
+		Stored &stored = entry.second;
+		const unsigned events = stored.registration.events;
+		if (found >= max || stored.innerSet < 0 || stored.detached || stored.fired || !(events & kInput))
+			continue;
+		const Set *inner = find(stored.innerSet);
+		if (!inner)
+			continue;
+		/* The newest arrival the inner set would report: an edge of the outer registration. */
+		bool ready = false;
+		unsigned long long newest = 0;
+		buffered.forEach(0, [&](int, ino_t ino, unsigned long long arrival) {
+			auto range = inner->byIno.equal_range(ino);
+			for (auto it = range.first; it != range.second; ++it) {
+				const Stored &held = it->second;
+				const unsigned heldEvents = held.registration.events;
+				if (!(heldEvents & kInput) || held.fired ||
+				    ((heldEvents & EPOLLET) && held.told && held.toldArrival == arrival))
+					continue;
+				ready = true;
+				newest = std::max(newest, arrival);
+			}
+		});
+		if (!ready || ((events & EPOLLET) && stored.told && stored.toldArrival == newest))
+			continue;
+		stored.told = true;
+		stored.toldArrival = newest;
+		stored.fired = (events & EPOLLONESHOT) != 0;
+		out[found++] = stored.registration;
+	}
 	return found;
 }
 

@@ -96,6 +96,7 @@ private:
 		bool fired;                     /* EPOLLONESHOT: disarmed until the next MOD */
 		bool detached;                  /* its fd was closed; alive while the file is */
 		unsigned long long closedAt;    /* the closing that detached it */
+		int innerSet = -1;              /* the registered fd is this epoll set of the shim's */
 	};
 	struct Set {
 		/* Node-based: a Stored stays where it is while others come and go. */
@@ -107,8 +108,14 @@ private:
 		bool exact = true;
 		bool owed = false; /* the last wait left some of the shim's events undelivered */
 		size_t turn = 0;   /* the buffered connection the next claim begins with */
+		size_t nested = 0; /* registrations of other sets (innerSet) */
 	};
 
+	/*
+	 * claim() for the sets registered in outer: one is ready while it has a registration to
+	 * report, as the kernel reports a nested set ready while it has events.
+	 */
+	int claimNested(Set &outer, const BufferedFds &buffered, EpollRegistration *out, int max) noexcept;
 	Set *find(int epfd) noexcept;
 	const Set *find(int epfd) const noexcept;
 	Stored *live(Set &set, int fd) noexcept;
