@@ -21,11 +21,12 @@
  *                     in one segment): reads one line, then asks the socket as connection
  *                     pools do whether the peer is still there: recv(MSG_PEEK|MSG_DONTWAIT)
  *                     and FIONREAD. Prints "peek R" and "fionread positive|zero".
- *   close-unread [free-first] --cert C --key K
+ *   close-unread [free-first|forked] --cert C --key K
  *                     a forked TCP server sends 20 lines at once, then waits for the
  *                     client's end with recv(); the client reads one line and closes the
  *                     socket with the other 19 unread, then frees the SSL (free-first:
- *                     frees it, then closes). The kernel
+ *                     frees it, then closes; forked: a forked child reads the 19 and
+ *                     closes its copy last, so the end is a FIN). The kernel
  *                     resets a connection closed with unread data. Prints "server saw
  *                     reset" or "server saw fin".
  *   nested PORT       against tls_server --burst 20: the connection in an epoll set (level-
@@ -76,6 +77,7 @@
  *                     "timeouts N", the waits that timed out.
  */
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -286,8 +288,9 @@ int pipes(SSL_CTX *server)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
-int closeUnread(SSL_CTX *server, bool freeFirst)
+int closeUnread(SSL_CTX *server, const std::string &how)
 {
+	const bool freeFirst = how == "free-first";
 	int port = 0;
 	const int listener = listenOn(0, &port);
 	int result[2];
@@ -326,6 +329,22 @@ int closeUnread(SSL_CTX *server, bool freeFirst)
 	std::string line;
 	for (int i = 0; i < 1 && pollThenRead(ssl, fd, &line);)
 		i += line.find("line 0") == 0;
+	pid_t reader = -1;
+	if (how == "forked") {
+		std::fflush(stdout);
+		reader = fork();
+		if (reader == 0) {
+			/* Lines, not records: the server's writes may be merged (the shim in the server). */
+			size_t lines = std::count(line.begin(), line.end(), '\n');
+			while (lines < 20) {
+				if (!pollThenRead(ssl, fd, &line))
+					_exit(3);
+				lines += std::count(line.begin(), line.end(), '\n');
+			}
+			close(fd);
+			_exit(0);
+		}
+	}
 	if (freeFirst) {
 		SSL_free(ssl);
 		close(fd);
@@ -337,10 +356,15 @@ int closeUnread(SSL_CTX *server, bool freeFirst)
 	if (read(result[0], seen, sizeof(seen) - 1) <= 0)
 		fail("the server said nothing");
 	std::printf("server saw %s\n", seen);
-	int status = 0;
+	int status = 0, readerStatus = 0;
 	waitpid(child, &status, 0);
+	if (reader > 0)
+		waitpid(reader, &readerStatus, 0);
 	SSL_CTX_free(ctx);
-	return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0 && WIFEXITED(readerStatus) &&
+			       WEXITSTATUS(readerStatus) == 0
+		       ? 0
+		       : 1;
 }
 
 /*
@@ -767,7 +791,7 @@ int main(int argc, char **argv)
 	if (which == "pipes" || which == "stoptls" || which == "close-unread") {
 		SSL_CTX *server = serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", ""));
 		int status = which == "pipes" ? pipes(server) : which == "stoptls" ? stoptls(server)
-								     : closeUnread(server, argc > 2 && std::string(argv[2]) == "free-first");
+								     : closeUnread(server, argc > 2 ? argv[2] : "");
 		SSL_CTX_free(server);
 		return status;
 	}

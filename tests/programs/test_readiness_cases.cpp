@@ -149,12 +149,18 @@ TEST_P(ClosingUnread, ResetsTheConnectionAsTheKernelDoes)
 {
 	RecordProperty("fault", "a close with records unread: the kernel resets, a FIN came instead");
 	std::vector<std::string> arguments = withIdentity("close-unread");
-	if (std::string(GetParam()) == "free-first")
-		arguments.insert(arguments.begin() + 1, "free-first");
+	arguments.insert(arguments.begin() + 1, GetParam());
 	expectBothWays(bothWays(arguments), "server saw reset\n");
 }
 
 INSTANTIATE_TEST_SUITE_P(Readiness, ClosingUnread, ::testing::Values("close-first", "free-first"));
+
+TEST(Readiness, AConnectionAForkedChildReadsToTheEndIsNotReset)
+{
+	RecordProperty("fault", "records held, fork, the parent closes, the child reads the rest and closes last");
+	expectBothWays(bothWays({ "close-unread", "forked", "--cert", certificate().cert, "--key", certificate().key }),
+		       "server saw fin\n");
+}
 
 TEST(Readiness, ANestedSetIsReadyWhileTheSetInsideItHasAConnectionToReport)
 {

@@ -82,7 +82,7 @@ void BufferedFds::forget(const void *owner) noexcept
 	{
 		std::lock_guard<std::mutex> lock(mutex_);
 		for (const Entry &entry : entries_) {
-			if (entry.owner == owner)
+			if (entry.owner == owner && !entry.shared)
 				held = entry.fd;
 		}
 	}
@@ -97,7 +97,7 @@ void BufferedFds::closing(int first, int last) const noexcept
 		return;
 	std::lock_guard<std::mutex> lock(mutex_);
 	for (const Entry &entry : entries_) {
-		if (entry.fd >= first && entry.fd <= last)
+		if (entry.fd >= first && entry.fd <= last && !entry.shared)
 			resetAtClose(entry.fd);
 	}
 }

@@ -82,7 +82,8 @@ public:
 	 * (forget): the kernel resets a connection closed with data unread in its socket, and
 	 * that data sits in OpenSSL instead, so the close would send a FIN. Each socket among
 	 * them holding data gets SO_LINGER 0, the abortive close that sends the kernel's reset
-	 * when its last descriptor closes.
+	 * when its last descriptor closes; not one a fork shared (the other process's own reads
+	 * decide its end, as without the shim).
 	 */
 	void closing(int first, int last) const noexcept;
 	/*
@@ -101,8 +102,16 @@ public:
 	/* Counts closed() and quieted() calls: a connection whose entry one dropped registers again. */
 	unsigned closings() const noexcept { return closings_.load(std::memory_order_relaxed); }
 
-	/* fork() must not leave the child with the lock held by a thread it does not have. */
-	void lockForFork() noexcept { mutex_.lock(); }
+	/*
+	 * fork() must not leave the child with the lock held by a thread it does not have.
+	 * Every connection so far is the two processes' now: neither's close is the last.
+	 */
+	void lockForFork() noexcept
+	{
+		mutex_.lock();
+		for (Entry &entry : entries_)
+			entry.shared = true;
+	}
 	void unlockAfterFork() noexcept { mutex_.unlock(); }
 
 private:
@@ -111,6 +120,11 @@ private:
 		int fd;
 		ino_t ino;
 		unsigned long long arrival;
+		/*
+		 * Made before a fork: the other process may go on with the socket and read all of
+		 * it, so a close here must not reset it (closing).
+		 */
+		bool shared = false;
 	};
 
 	const Entry *find(int fd) const noexcept;

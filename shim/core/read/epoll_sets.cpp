@@ -1,6 +1,7 @@
 #include "epoll_sets.h"
 
 #include <algorithm>
+
 #include "core/known_fds.h"
 
 #include <cerrno>
