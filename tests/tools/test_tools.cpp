@@ -267,11 +267,13 @@ TEST(Check, AServersConnectionsAreOnePeer)
 			 "listener.listen()\n"
 			 "def connect():\n"
 			 "    for _ in range(3):\n"
-			 "        socket.create_connection(('127.0.0.1', port)).sendall(b'x')\n"
-			 "client = threading.Thread(target=connect); client.start()\n"
+			 "        client = socket.create_connection(('127.0.0.1', port))\n"
+			 /* Open until the server closes: strace names a socket only while it exists. */
+			 "        client.sendall(b'x'); client.recv(1); client.close()\n"
+			 "thread = threading.Thread(target=connect); thread.start()\n"
 			 "for _ in range(3):\n"
 			 "    connection, _ = listener.accept(); connection.recv(1); connection.close()\n"
-			 "client.join()\n" };
+			 "thread.join()\n" };
 	const Captured run = runCaptured(command, 120000);
 	EXPECT_EQ(run.status, 0) << run.err;
 	EXPECT_EQ(linesWith(run.out, "TCP peer 127.0.0.1:2"), 1u) << "the client's three connections\n" << run.out;

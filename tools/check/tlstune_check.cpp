@@ -355,7 +355,12 @@ int main(int argc, char **argv)
 		return fail("no command given");
 	const char *environment = std::getenv("TLSTUNE_LIBRARY");
 	const std::string fromEnvironment = environment ? environment : "";
-	/* --library is what LD_PRELOAD gets: a list, when a sanitizer runtime must go first. */
+	/*
+	 * --library is what LD_PRELOAD gets: a list, when a sanitizer runtime must go first.
+	 * Each path is made absolute: the loader resolves a relative one against each
+	 * process's own directory, and a child that changes directory would run without it.
+	 */
+	std::string absolute;
 	std::string::size_type start = 0;
 	while (start < library.size()) {
 		std::string::size_type end = library.find_first_of(": ", start);
@@ -363,8 +368,14 @@ int main(int argc, char **argv)
 		if (!entry.empty() && access(entry.c_str(), R_OK) != 0)
 			return fail("cannot read the library " + entry +
 				    (library == fromEnvironment ? " (TLSTUNE_LIBRARY is set to it)" : ""));
+		if (!entry.empty()) {
+			char *resolved = realpath(entry.c_str(), nullptr);
+			absolute += (absolute.empty() ? "" : ":") + std::string(resolved ? resolved : entry.c_str());
+			std::free(resolved);
+		}
 		start = end == std::string::npos ? end : end + 1;
 	}
+	library = absolute;
 	struct stat st;
 	if (!keep.empty() && (stat(keep.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)))
 		return fail("--keep-logs: " + keep + " is not a directory");
