@@ -59,10 +59,10 @@
  *   reconnect PORT PORT2
  *                     against two tls_server --burst 20 (the first is reset when the
  *                     program drops its unread lines, so the second serves): an epoll loop
- *                     (level-triggered, data.ptr the connection) reads one line, then
+ *                     (level-triggered, data 1) reads one line, then
  *                     reconnects on the same number and the same SSL: a new socket dup2ed
  *                     onto it (the old file, and its registration, are gone), SSL_clear,
- *                     SSL_set_fd, SSL_connect, EPOLL_CTL_ADD again (other data); then reads
+ *                     SSL_set_fd, SSL_connect, EPOLL_CTL_ADD again (data 2); then reads
  *                     the new connection's 20 lines. Prints the events a wait of timeout 0
  *                     reports after the dup2 and after the handshake (an event of the old
  *                     registration fails), "lines 20" (or "epoll timed out after N lines"
