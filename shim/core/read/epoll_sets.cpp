@@ -415,14 +415,9 @@ int EpollSets::claim(int epfd, const BufferedFds &buffered, EpollRegistration *o
 		auto range = set->byIno.equal_range(ino);
 		for (auto it = range.first; it != range.second && found < max; ++it) {
 			Stored &stored = it->second;
-			const unsigned events = stored.registration.events;
-			if (!(events & kInput) || stored.fired)
+			if (!reportable(stored, arrival))
 				continue;
-			if ((events & EPOLLET) && stored.told && stored.toldArrival == arrival)
-				continue;
-			stored.told = true;
-			stored.toldArrival = arrival;
-			stored.fired = (events & EPOLLONESHOT) != 0;
+			tell(stored, arrival);
 			out[found++] = stored.registration;
 			resume = set->turn + visited;
 		}
@@ -433,13 +428,30 @@ int EpollSets::claim(int epfd, const BufferedFds &buffered, EpollRegistration *o
 	return found;
 }
 
+bool EpollSets::armed(const Stored &stored) noexcept
+{
+	return (stored.registration.events & kInput) && !stored.fired;
+}
+
+bool EpollSets::reportable(const Stored &stored, unsigned long long arrival) noexcept
+{
+	const bool told = (stored.registration.events & EPOLLET) && stored.told && stored.toldArrival == arrival;
+	return armed(stored) && !told;
+}
+
+void EpollSets::tell(Stored &stored, unsigned long long arrival) noexcept
+{
+	stored.told = true;
+	stored.toldArrival = arrival;
+	stored.fired = (stored.registration.events & EPOLLONESHOT) != 0;
+}
+
 int EpollSets::claimNested(Set &outer, const BufferedFds &buffered, EpollRegistration *out, int max) noexcept
 {
 	int found = 0;
 	for (auto &entry : outer.byIno) {
 		Stored &stored = entry.second;
-		const unsigned events = stored.registration.events;
-		if (found >= max || stored.innerSet < 0 || stored.detached || stored.fired || !(events & kInput))
+		if (found >= max || stored.innerSet < 0 || stored.detached || !armed(stored))
 			continue;
 		const Set *inner = find(stored.innerSet);
 		if (!inner)
@@ -450,20 +462,15 @@ int EpollSets::claimNested(Set &outer, const BufferedFds &buffered, EpollRegistr
 		buffered.forEach(0, [&](int, ino_t ino, unsigned long long arrival) {
 			auto range = inner->byIno.equal_range(ino);
 			for (auto it = range.first; it != range.second; ++it) {
-				const Stored &held = it->second;
-				const unsigned heldEvents = held.registration.events;
-				if (!(heldEvents & kInput) || held.fired ||
-				    ((heldEvents & EPOLLET) && held.told && held.toldArrival == arrival))
-					continue;
-				ready = true;
-				newest = std::max(newest, arrival);
+				if (reportable(it->second, arrival)) {
+					ready = true;
+					newest = std::max(newest, arrival);
+				}
 			}
 		});
-		if (!ready || ((events & EPOLLET) && stored.told && stored.toldArrival == newest))
+		if (!ready || !reportable(stored, newest))
 			continue;
-		stored.told = true;
-		stored.toldArrival = newest;
-		stored.fired = (events & EPOLLONESHOT) != 0;
+		tell(stored, newest);
 		out[found++] = stored.registration;
 	}
 	return found;

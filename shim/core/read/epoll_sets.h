@@ -111,6 +111,12 @@ private:
 		size_t nested = 0; /* registrations of other sets (innerSet) */
 	};
 
+	/* Asks for input and is not a fired one-shot. */
+	static bool armed(const Stored &stored) noexcept;
+	/* Armed, and (edge-triggered) not yet told of that arrival. */
+	static bool reportable(const Stored &stored, unsigned long long arrival) noexcept;
+	/* Reported for that arrival: told, and a one-shot fired. */
+	static void tell(Stored &stored, unsigned long long arrival) noexcept;
 	/*
 	 * claim() for the sets registered in outer: one is ready while it has a registration to
 	 * report, as the kernel reports a nested set ready while it has events.
