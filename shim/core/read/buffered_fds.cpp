@@ -78,17 +78,20 @@ void BufferedFds::forget(const void *owner) noexcept
 {
 	if (empty())
 		return;
-	int held = -1;
+	int unread = -1;
 	{
 		std::lock_guard<std::mutex> lock(mutex_);
-		for (const Entry &entry : entries_) {
-			if (entry.owner == owner && !entry.shared)
-				held = entry.fd;
-		}
+		auto it = std::find_if(entries_.begin(), entries_.end(),
+				       [owner](const Entry &e) { return e.owner == owner; });
+		if (it == entries_.end())
+			return;
+		if (!it->shared)
+			unread = it->fd;
+		entries_.erase(it);
+		publishCount();
 	}
-	if (held >= 0)
-		resetAtClose(held);
-	set(owner, -1, 0, false);
+	if (unread >= 0)
+		resetAtClose(unread);
 }
 
 void BufferedFds::closing(int first, int last) const noexcept
