@@ -133,6 +133,29 @@ bool pollThenRead(SSL *ssl, int fd, std::string *line, bool select = false)
 	return true;
 }
 
+/* A client connection to PORT that has read its first line: read-ahead may hold the rest. */
+struct FirstLineRead {
+	explicit FirstLineRead(const char *port)
+		: ctx(SSL_CTX_new(TLS_client_method())), fd(connectTo("127.0.0.1", port)), ssl(connectTls(ctx, fd))
+	{
+		if (!pollThenRead(ssl, fd, &line))
+			fail("the first line never came");
+	}
+	~FirstLineRead()
+	{
+		SSL_free(ssl);
+		close(fd);
+		SSL_CTX_free(ctx);
+	}
+	FirstLineRead(const FirstLineRead &) = delete;
+	FirstLineRead &operator=(const FirstLineRead &) = delete;
+
+	SSL_CTX *ctx;
+	int fd;
+	SSL *ssl;
+	std::string line;
+};
+
 /* A copy of fd as another process would get it: sent over a socketpair with SCM_RIGHTS, received. */
 int passedThroughScmRights(int fd)
 {
@@ -374,41 +397,25 @@ int closeUnread(SSL_CTX *server, const std::string &how)
  */
 int blockingPeek(const char *port)
 {
-	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-	int fd = connectTo("127.0.0.1", port);
-	SSL *ssl = connectTls(ctx, fd);
-	std::string line;
-	if (!pollThenRead(ssl, fd, &line))
-		fail("the first line never came");
+	FirstLineRead client(port);
 	alarm(30);
 	char byte;
-	const ssize_t n = recv(fd, &byte, 1, MSG_PEEK);
+	const ssize_t n = recv(client.fd, &byte, 1, MSG_PEEK);
 	alarm(0);
 	std::printf("blocking peek %zd\n", n);
-	SSL_free(ssl);
-	close(fd);
-	SSL_CTX_free(ctx);
 	return 0;
 }
 
 int peek(const char *port)
 {
-	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-	int fd = connectTo("127.0.0.1", port);
-	SSL *ssl = connectTls(ctx, fd);
-	std::string line;
-	if (!pollThenRead(ssl, fd, &line))
-		fail("the first line never came");
+	FirstLineRead client(port);
 	/* The server's last records, close_notify and FIN are all here now (one segment). */
 	char byte;
-	ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+	ssize_t n = recv(client.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
 	std::printf("peek %zd\n", n);
 	int queued = 0;
-	ioctl(fd, FIONREAD, &queued);
+	ioctl(client.fd, FIONREAD, &queued);
 	std::printf("fionread %s\n", queued > 0 ? "positive" : "zero");
-	SSL_free(ssl);
-	close(fd);
-	SSL_CTX_free(ctx);
 	return 0;
 }
 
@@ -507,13 +514,9 @@ int sslBio(const char *port)
 
 int drain(const char *port)
 {
-	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-	const int fd = connectTo("127.0.0.1", port);
-	SSL *ssl = connectTls(ctx, fd);
-	std::string line;
-	if (!pollThenRead(ssl, fd, &line))
-		fail("the first line never came");
-	SSL_shutdown(ssl);
+	FirstLineRead client(port);
+	const int fd = client.fd;
+	SSL_shutdown(client.ssl);
 	int empty = 0;
 	bool fin = false;
 	/* Bounded: a spinning loop ends after a million wake-ups, a stalled one at the poll's timeout. */
@@ -527,9 +530,6 @@ int drain(const char *port)
 		empty += n < 0 && errno == EAGAIN;
 	}
 	std::printf("%s\n%s\n", fin ? "fin" : "no fin", empty > 100 ? "spins" : "no spin");
-	SSL_free(ssl);
-	close(fd);
-	SSL_CTX_free(ctx);
 	return 0;
 }
 
