@@ -1,42 +1,11 @@
 # Cost rows for tools/tlstune-bench (issue 24): calls the shim interposes, on fds it knows
-# nothing of, in a process without TLS (examples/call_cost). Without and with the shim,
-# interleaved $runs times; each run's own median of 5 rounds. Expects the bench's $shim,
-# $tree, $runs, spread and its say and progress functions.
+# nothing of, in a process without TLS (examples/call_cost), and the library's start-up.
+# Without and with the shim, interleaved $runs times. Expects the bench's $shim, $tree,
+# $runs, $quick, $work, spread and its say and progress functions.
 
-cost_rows() {
-	local calls=200000 name how a b i ma mb mr lo hi
-	[ -n "$quick" ] && calls=20000
-	say "## Cost where tlstune has no work: examples/call_cost, ns per call, $(runs_text "$runs")"
-	say ""
-	say "| what | without: ns | with: ns | with/without (lowest to highest of the runs) |"
-	say "|------|-------------|----------|-----------------------------------------------|"
-	while IFS='|' read -r how name; do
-		: >"$work/cost.a"
-		: >"$work/cost.b"
-		: >"$work/cost.r"
-		for ((i = 1; i <= runs; i++)); do
-			progress "cost: $name, run $i of $runs"
-			a=$("$tree/examples/call_cost" "$how" "$calls" | awk '{ print $2 }')
-			b=$(LD_PRELOAD="$shim" "$tree/examples/call_cost" "$how" "$calls" | awk '{ print $2 }')
-			echo "$a" >>"$work/cost.a"
-			echo "$b" >>"$work/cost.b"
-			awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f\n", b / a }' >>"$work/cost.r"
-		done
-		read -r ma _ <<<"$(spread <"$work/cost.a")"
-		read -r mb _ <<<"$(spread <"$work/cost.b")"
-		read -r mr lo hi <<<"$(spread <"$work/cost.r")"
-		say "| $name | $ma | $mb | ${mr}x ($lo to $hi) |"
-	done <<'ROWS'
-close-epoll|`close` of a regular file, in a process with an epoll set
-dup-close|`dup` of a regular file and `close` of the copy
-epoll-ctl|`EPOLL_CTL_ADD` and `EPOLL_CTL_DEL` of an eventfd
-epoll-wait|`epoll_wait`, timeout 0, one idle eventfd in the set
-poll|`poll`, timeout 0, one idle eventfd
-ROWS
-	startup_row
-	say ""
-	say "Each run times the call alone in a loop (the median of 5 rounds of $calls calls); the ratio is per run, without and with side by side, so a slow spell of the machine hits both."
-	say ""
+# call_time PRELOAD HOW CALLS: ns per call of examples/call_cost HOW (its median of 5 rounds).
+call_time() {
+	LD_PRELOAD="$1" "$tree/examples/call_cost" "$2" "$3" | awk '{ print $2 }'
 }
 
 # start_time PRELOAD N: microseconds per start of /bin/true, N starts in a row.
@@ -50,24 +19,47 @@ start_time() {
 	echo $(((end - begin) / n / 1000))
 }
 
-# The library's start-up cost (the loader mapping it, its constructor): /bin/true, which
-# never uses OpenSSL, started without and with it, interleaved.
-startup_row() {
-	local starts=200 a b i ma mb mr lo hi
-	[ -n "$quick" ] && starts=50
-	: >"$work/start.a"
-	: >"$work/start.b"
-	: >"$work/start.r"
+# interleaved_row NAME MEASURE [ARG]...: MEASURE "" ARG... and MEASURE "$shim" ARG..., side
+# by side $runs times; one table row of the medians and the per-run ratios.
+interleaved_row() {
+	local name=$1 a b i ma mb mr lo hi
+	shift
+	: >"$work/cost.a"
+	: >"$work/cost.b"
+	: >"$work/cost.r"
 	for ((i = 1; i <= runs; i++)); do
-		progress "cost: start-up, run $i of $runs"
-		a=$(start_time "" "$starts")
-		b=$(start_time "$shim" "$starts")
-		echo "$a" >>"$work/start.a"
-		echo "$b" >>"$work/start.b"
-		awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f\n", b / a }' >>"$work/start.r"
+		progress "cost: $name, run $i of $runs"
+		a=$("$1" "" "${@:2}")
+		b=$("$1" "$shim" "${@:2}")
+		echo "$a" >>"$work/cost.a"
+		echo "$b" >>"$work/cost.b"
+		awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f\n", b / a }' >>"$work/cost.r"
 	done
-	read -r ma _ <<<"$(spread <"$work/start.a")"
-	read -r mb _ <<<"$(spread <"$work/start.b")"
-	read -r mr lo hi <<<"$(spread <"$work/start.r")"
-	say "| \`/bin/true\` started ($starts in a row), microseconds, not ns | $ma | $mb | ${mr}x ($lo to $hi) |"
+	read -r ma _ <<<"$(spread <"$work/cost.a")"
+	read -r mb _ <<<"$(spread <"$work/cost.b")"
+	read -r mr lo hi <<<"$(spread <"$work/cost.r")"
+	say "| $name | $ma | $mb | ${mr}x ($lo to $hi) |"
+}
+
+cost_rows() {
+	local calls=200000 starts=200 name how
+	[ -n "$quick" ] && calls=20000 && starts=50
+	say "## Cost where tlstune has no work: examples/call_cost, ns per call, $(runs_text "$runs")"
+	say ""
+	say "| what | without: ns | with: ns | with/without (lowest to highest of the runs) |"
+	say "|------|-------------|----------|-----------------------------------------------|"
+	while IFS='|' read -r how name; do
+		interleaved_row "$name" call_time "$how" "$calls"
+	done <<'ROWS'
+close-epoll|`close` of a regular file, in a process with an epoll set
+dup-close|`dup` of a regular file and `close` of the copy
+epoll-ctl|`EPOLL_CTL_ADD` and `EPOLL_CTL_DEL` of an eventfd
+epoll-wait|`epoll_wait`, timeout 0, one idle eventfd in the set
+poll|`poll`, timeout 0, one idle eventfd
+ROWS
+	# The loader mapping the library and its constructor: a process that never uses OpenSSL.
+	interleaved_row "\`/bin/true\` started ($starts in a row), microseconds, not ns" start_time "$starts"
+	say ""
+	say "Each run times the call alone in a loop (the median of 5 rounds of $calls calls); the ratio is per run, without and with side by side, so a slow spell of the machine hits both."
+	say ""
 }
