@@ -133,7 +133,7 @@ void encryptPlaintext() noexcept
 const char *firstCopy() noexcept
 {
 	Dl_info first, mine;
-	const void *found = dlsym(RTLD_DEFAULT, "tlstune_version");
+	const void *found = dlsym(RTLD_DEFAULT, kCopyMarker);
 	if (!found || !dladdr(found, &first) ||
 	    !dladdr(reinterpret_cast<const void *>(&tlstune_version), &mine) || first.dli_fbase == mine.dli_fbase)
 		return nullptr;

@@ -57,8 +57,8 @@ void *findLibrary(const char *prefix, const char *symbol) noexcept
 	void *address = dlsym(RTLD_NEXT, symbol);
 	if (address && dladdr(address, &info) && info.dli_fname) {
 		void *handle = dlopen(info.dli_fname, RTLD_NOLOAD | RTLD_LAZY);
-		/* Another copy of tlstune, later in the order, is not the library (runtime.cpp). */
-		if (handle && !dlsym(handle, "tlstune_version"))
+		/* Another copy of tlstune, later in the order, is not the library (kCopyMarker). */
+		if (handle && !dlsym(handle, kCopyMarker))
 			return handle;
 		if (handle)
 			dlclose(handle);

@@ -6,6 +6,13 @@
 
 namespace tlstune {
 
+/*
+ * The one symbol the library exports without interposing anything: an object that has it
+ * is a copy of tlstune, never the libssl the program loaded (a later copy defers to the
+ * first: runtime.cpp).
+ */
+constexpr const char *kCopyMarker = "tlstune_version";
+
 /* libc's definitions, the next ones after this library (dlsym RTLD_NEXT). */
 void resolveLibc(LibcApi *libc) noexcept;
 
