@@ -36,7 +36,6 @@ class Downloads : public ::testing::TestWithParam<const char *> {
 protected:
 	void SetUp() override
 	{
-		SKIP_IN_SANITIZER_BUILD();
 		expected_ = writePattern(data_.file("data"), kFile, 11);
 		nginx_.reset(new Nginx(data_.path(), GetParam()));
 	}

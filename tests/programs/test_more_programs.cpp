@@ -25,7 +25,6 @@ class MorePrograms : public ::testing::Test {
 protected:
 	void SetUp() override
 	{
-		SKIP_IN_SANITIZER_BUILD();
 		expected_ = writePattern(dir_.file("data"), kBytes, 17);
 	}
 
@@ -155,8 +154,6 @@ TEST_F(MorePrograms, WgetOnGnuTlsIsUntouched)
  */
 class CurlImaps : public ::testing::Test {
 protected:
-	void SetUp() override { SKIP_IN_SANITIZER_BUILD(); }
-
 	int fetch(const std::vector<std::string> &env, int maxTime, std::string *out)
 	{
 		Command command;

@@ -41,10 +41,7 @@ std::string client(std::vector<std::string> arguments, bool withShim)
 	return run.out;
 }
 
-class PythonProtocols : public ::testing::Test {
-protected:
-	void SetUp() override { SKIP_IN_SANITIZER_BUILD(); }
-};
+class PythonProtocols : public ::testing::Test {};
 
 } /* namespace */
 

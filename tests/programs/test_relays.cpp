@@ -58,7 +58,6 @@ class Relays : public ::testing::TestWithParam<Case> {
 protected:
 	void SetUp() override
 	{
-		SKIP_IN_SANITIZER_BUILD();
 		expected_ = writePattern(dir_.file("data"), kBytes, kSeed);
 	}
 
@@ -162,7 +161,6 @@ INSTANTIATE_TEST_SUITE_P(
  */
 TEST(SocatInteractive, EachLineComesBackBeforeTheNextIsTyped)
 {
-	SKIP_IN_SANITIZER_BUILD();
 	TempDir dir;
 	const int port = freePort();
 	Command server;
