@@ -12,7 +12,8 @@ namespace tlstune {
  * very thread inside the lock). Tries rather than std::timed_mutex: libstdc++ times
  * its lock with pthread_mutex_clocklock, which ThreadSanitizer does not see taken.
  */
-inline bool lockWithin(std::unique_lock<std::mutex> &lock, std::chrono::milliseconds patience) noexcept
+template <typename Mutex>
+bool lockWithin(std::unique_lock<Mutex> &lock, std::chrono::milliseconds patience) noexcept
 {
 	const auto deadline = std::chrono::steady_clock::now() + patience;
 	while (!lock.try_lock()) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/error_queue.h"
+#include "core/owned_lock.h"
 #include "core/write/held_plaintext.h"
 
 using namespace tlstune;
@@ -283,4 +284,90 @@ TEST(HeldMemory, ConnectionsThatHeldAndSentKeepNoBuffer)
 	const std::size_t after = mallinfo2().uordblks;
 	EXPECT_LT(after - before, std::size_t(kConnections) * 2048)
 		<< "bytes in use per idle connection: " << (after - before) / kConnections;
+}
+
+namespace {
+
+std::string g_encrypted;
+
+int recordingEncrypt(void *, const unsigned char *data, std::size_t length, bool) noexcept
+{
+	g_encrypted.append(reinterpret_cast<const char *>(data), length);
+	return 0;
+}
+
+} /* namespace */
+
+/*
+ * A signal handler that calls _exit interrupted this thread inside the connection's lock
+ * (copying a write in, say): the end of the image goes on as the lock's holder and sends
+ * what is held, instead of waiting for itself and dropping it (issue 22: 6 runs in 100 of
+ * examples/leaving_writers alarm-exit lost up to 16 KB, and some hung).
+ */
+TEST(HeldImageEnd, AThreadInterruptedInsideTheLockStillEncryptsWhatIsHeld)
+{
+	int ssl = 0;
+	HeldPlaintext held(&ssl, recordingEncrypt, &g_api);
+	bool becameHeld = false;
+	ASSERT_TRUE(held.hold("first\n", 6, &becameHeld));
+	ASSERT_TRUE(held.hold("second\n", 7, &becameHeld));
+	g_encrypted.clear();
+	held.mutex().lock(); /* where the handler found this thread */
+	held.encryptAtImageEnd(false);
+	EXPECT_EQ(g_encrypted, "first\nsecond\n");
+	EXPECT_FALSE(held.held());
+	held.mutex().unlock();
+}
+
+/* An exec may fail and return into the interrupted copy: then nothing is taken from under it. */
+TEST(HeldImageEnd, AnExecFromInsideTheLockLeavesWhatIsHeldInPlace)
+{
+	int ssl = 0;
+	HeldPlaintext held(&ssl, recordingEncrypt, &g_api);
+	bool becameHeld = false;
+	ASSERT_TRUE(held.hold("line\n", 5, &becameHeld));
+	g_encrypted.clear();
+	held.mutex().lock();
+	held.encryptAtImageEnd(true);
+	EXPECT_TRUE(g_encrypted.empty());
+	EXPECT_TRUE(held.held());
+	held.mutex().unlock();
+	EXPECT_TRUE(held.encryptIfIdle());
+	EXPECT_EQ(g_encrypted, "line\n");
+}
+
+/* The holder knows it holds the lock; nobody else thinks so; and it excludes. */
+TEST(OwnedLock, OnlyItsHolderSeesItHeldAndHoldersTakeTurns)
+{
+	OwnedLock lock;
+	EXPECT_FALSE(lock.heldHere());
+	lock.lock();
+	EXPECT_TRUE(lock.heldHere());
+	bool seenElsewhere = true;
+	bool takenElsewhere = true;
+	std::thread other([&] {
+		seenElsewhere = lock.heldHere();
+		takenElsewhere = lock.try_lock();
+	});
+	other.join();
+	EXPECT_FALSE(seenElsewhere);
+	EXPECT_FALSE(takenElsewhere);
+	lock.unlock();
+	EXPECT_FALSE(lock.heldHere());
+
+	/* Contended: every increment under the lock counts, and waiters are woken. */
+	constexpr int kThreads = 4, kRounds = 20000;
+	long counter = 0;
+	std::vector<std::thread> threads;
+	for (int t = 0; t < kThreads; t++)
+		threads.emplace_back([&] {
+			for (int i = 0; i < kRounds; i++) {
+				std::lock_guard<OwnedLock> guard(lock);
+				counter++;
+			}
+		});
+	for (std::thread &thread : threads)
+		thread.join();
+	EXPECT_EQ(counter, long(kThreads) * kRounds);
+	EXPECT_FALSE(lock.heldHere());
 }

@@ -10,6 +10,7 @@
 #include "core/known_fds.h"
 #include "core/log.h"
 #include "core/shim_thread.h"
+#include "core/signals_blocked.h"
 
 namespace tlstune {
 
@@ -140,6 +141,8 @@ bool Coalescer::dirtied(PendingWrites *writes)
 	if (ShimLock::heldHere())
 		return false;
 	{
+		/* A handler that ends the image must not find this thread inside the list's lock. Once per batch. */
+		SignalsBlocked quiet;
 		ShimLock listed(dirtyListMutex_);
 		if (!writes->listed()) {
 			dirtyList_.push_back(writes); /* within the capacity open() reserved */
@@ -154,6 +157,11 @@ bool Coalescer::plaintextHeld()
 	/* An active flusher looks at the dirty count before it sleeps: only a waiting one needs a call. */
 	if (flusherIdle_.load(std::memory_order_acquire) ||
 	    !flusherRunning_.load(std::memory_order_acquire)) {
+		/*
+		 * Once per burst: a handler that ends the image would wait for this very lock (its
+		 * encryption wakes the flusher too), and the thread start takes glibc's locks.
+		 */
+		SignalsBlocked quiet;
 		std::lock_guard<std::mutex> lock(wakeMutex_);
 		if (!flusherRunning_.load(std::memory_order_relaxed))
 			return startFlusher();

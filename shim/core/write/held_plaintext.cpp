@@ -3,8 +3,8 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
-#include <optional>
 
+#include "core/owned_lock.h"
 #include "core/patient_lock.h"
 #include "core/signals_blocked.h"
 
@@ -25,18 +25,6 @@ public:
 };
 
 /*
- * Which HeldPlaintext and which registry this thread holds the lock of, if any: a signal
- * handler that ends the process image (its _exit) must not wait for a lock of its own.
- */
-thread_local const void *entryLockedHere = nullptr;
-thread_local const void *registryLockedHere = nullptr;
-/*
- * The HeldPlaintext this thread is copying a write into (hold()): its bytes up to size_
- * are whole and nothing else is half done, so the end of the image may encrypt them.
- */
-thread_local const HeldPlaintext *copyingHere = nullptr;
-
-/*
  * One spare record buffer for the process: a burst takes back the one its last record
  * gave up, without malloc. A signal handler that ends the image may have interrupted
  * this thread inside malloc, and the shim's thread must never wait for that lock while
@@ -51,46 +39,7 @@ unsigned char *takeBuffer() noexcept
 	return new (std::nothrow) unsigned char[HeldPlaintext::kCapacity];
 }
 
-/* A lock of the held plaintext's, named in its thread-local slot while it is held. */
-class Guard {
-public:
-	Guard(std::mutex &mutex, const void *owner, const void *&slot) : lock_(mutex), slot_(slot)
-	{
-		enter(owner);
-	}
-	Guard(std::mutex &mutex, const void *owner, const void *&slot, std::try_to_lock_t)
-		: lock_(mutex, std::try_to_lock), slot_(slot)
-	{
-		enter(owner);
-	}
-	/* Waits a bounded while: at the end of the process image another thread may never let go. */
-	Guard(std::mutex &mutex, const void *owner, const void *&slot, std::chrono::milliseconds patience)
-		: lock_(mutex, std::defer_lock), slot_(slot)
-	{
-		lockWithin(lock_, patience);
-		enter(owner);
-	}
-	~Guard()
-	{
-		if (lock_.owns_lock())
-			slot_ = previous_;
-	}
-	Guard(const Guard &) = delete;
-	Guard &operator=(const Guard &) = delete;
-	bool owns() const noexcept { return lock_.owns_lock(); }
-
-private:
-	void enter(const void *owner) noexcept
-	{
-		previous_ = slot_;
-		if (lock_.owns_lock())
-			slot_ = owner;
-	}
-
-	std::unique_lock<std::mutex> lock_;
-	const void *&slot_;
-	const void *previous_ = nullptr;
-};
+using Guard = std::unique_lock<OwnedLock>;
 
 /*
  * At the end of the process image: how long to wait for another thread that is
@@ -119,7 +68,7 @@ bool HeldPlaintext::hold(const void *data, std::size_t length, bool *becameHeld)
 	const std::size_t capacity = capacity_.load(std::memory_order_relaxed);
 	if (encrypting || length > capacity)
 		return false;
-	Guard lock(mutex_, this, entryLockedHere);
+	Guard lock(mutex_);
 	if (inside_ > 0 || retired_ || failure_.sslError)
 		return false;
 	std::size_t size = size_.load(std::memory_order_relaxed);
@@ -135,11 +84,10 @@ bool HeldPlaintext::hold(const void *data, std::size_t length, bool *becameHeld)
 		if (!bytes_)
 			return false;
 	}
-	copyingHere = this;
+	/* Whole at every instruction: a handler that ends the image here sends size_ bytes. */
 	std::memcpy(bytes_.get() + size, data, length);
 	*becameHeld = size == 0;
 	size_.store(size + length, std::memory_order_relaxed);
-	copyingHere = nullptr;
 	return true;
 }
 
@@ -147,11 +95,7 @@ HeldPlaintext::Failure HeldPlaintext::enter(Entering how) noexcept
 {
 	if (encrypting)
 		return {};
-	/* As encryptByOwner, when there is something to encrypt (a call of any kind begins). */
-	std::optional<SignalsBlocked> quiet;
-	if (how != Entering::Query && size_.load(std::memory_order_relaxed) > 0)
-		quiet.emplace();
-	Guard lock(mutex_, this, entryLockedHere);
+	Guard lock(mutex_);
 	if (how != Entering::Query && inside_ == 0 && size_.load(std::memory_order_relaxed) > 0)
 		encryptLocked(true, how == Entering::Report);
 	inside_++;
@@ -173,7 +117,7 @@ void HeldPlaintext::leave() noexcept
 {
 	if (encrypting)
 		return;
-	Guard lock(mutex_, this, entryLockedHere);
+	Guard lock(mutex_);
 	inside_--;
 }
 
@@ -181,8 +125,8 @@ bool HeldPlaintext::encryptIfIdle() noexcept
 {
 	if (encrypting)
 		return false;
-	Guard lock(mutex_, this, entryLockedHere, std::try_to_lock);
-	if (!lock.owns())
+	Guard lock(mutex_, std::try_to_lock);
+	if (!lock.owns_lock())
 		return false;
 	if (inside_ == 0 && !retired_ && size_.load(std::memory_order_relaxed) > 0)
 		encryptLocked(false, false);
@@ -193,20 +137,14 @@ void HeldPlaintext::encryptByOwner() noexcept
 {
 	if (encrypting)
 		return;
-	/*
-	 * The bytes were reported written: a signal handler that ends the process must not
-	 * find them half encrypted, nor their lock taken (the shim's thread blocks every
-	 * signal already). Once per record.
-	 */
-	SignalsBlocked quiet;
-	Guard lock(mutex_, this, entryLockedHere);
+	Guard lock(mutex_);
 	if (inside_ == 0 && size_.load(std::memory_order_relaxed) > 0)
 		encryptLocked(true, true);
 }
 
 void HeldPlaintext::retire() noexcept
 {
-	Guard lock(mutex_, this, entryLockedHere);
+	Guard lock(mutex_);
 	/* Nobody reports a failure now: its entries leave this thread's queue with it. */
 	if (inside_ == 0 && size_.load(std::memory_order_relaxed) > 0)
 		encryptLocked(true, false);
@@ -215,7 +153,7 @@ void HeldPlaintext::retire() noexcept
 
 int HeldPlaintext::takeReportedError() noexcept
 {
-	Guard lock(mutex_, this, entryLockedHere);
+	Guard lock(mutex_);
 	const int reported = reported_;
 	reported_ = 0;
 	return reported;
@@ -227,6 +165,12 @@ void HeldPlaintext::encryptLocked(bool byOwner, bool reportedHere) noexcept
 	if (size == 0 || retired_)
 		return;
 	const int savedErrno = errno;
+	/*
+	 * The bytes were reported written: a signal handler that ends the process must never
+	 * find them half encrypted (everything else under the lock is whole at every
+	 * instruction). Once per record; the shim's thread blocks every signal already.
+	 */
+	SignalsBlocked quiet;
 	Encrypting scope;
 	errors_.clear();
 	const ErrorMark mark = reportedHere ? ErrorMark{} : markErrors(*errorApi_);
@@ -252,7 +196,9 @@ HeldPlaintext *HeldRegistry::attach(void *ssl, HeldPlaintext::Encrypt encrypt,
 {
 	if (HeldPlaintext *known = of(ssl))
 		return known;
-	Guard lock(mutex_, this, registryLockedHere);
+	/* The map changes: never half way for a handler that ends the image. Once per connection. */
+	SignalsBlocked quiet;
+	Guard lock(mutex_);
 	auto found = entries_.find(ssl);
 	if (found != entries_.end())
 		return found->second.get();
@@ -286,7 +232,7 @@ HeldPlaintext *HeldRegistry::of(void *ssl) noexcept
 	const unsigned long generation = generation_.load(std::memory_order_acquire);
 	if (lastLookup.held && lastLookup.ssl == ssl && lastLookup.generation == generation)
 		return lastLookup.held;
-	Guard lock(mutex_, this, registryLockedHere);
+	Guard lock(mutex_);
 	auto found = entries_.find(ssl);
 	HeldPlaintext *held = found == entries_.end() ? nullptr : found->second.get();
 	lastLookup = { ssl, held, generation_.load(std::memory_order_relaxed) };
@@ -299,7 +245,8 @@ void HeldRegistry::free(void *ssl) noexcept
 		return;
 	std::unique_ptr<HeldPlaintext> gone;
 	{
-		Guard lock(mutex_, this, registryLockedHere);
+		SignalsBlocked quiet; /* as in attach() */
+		Guard lock(mutex_);
 		auto found = entries_.find(ssl);
 		if (found == entries_.end())
 			return;
@@ -315,8 +262,8 @@ void HeldRegistry::encryptAll() noexcept
 {
 	if (encrypting || held_.load(std::memory_order_relaxed) == 0)
 		return;
-	Guard lock(mutex_, this, registryLockedHere, std::try_to_lock);
-	if (!lock.owns())
+	Guard lock(mutex_, std::try_to_lock);
+	if (!lock.owns_lock())
 		return;
 	/* Reset first: a buffer filled after this pass saw it counts again. */
 	held_.store(0, std::memory_order_relaxed);
@@ -330,28 +277,30 @@ void HeldRegistry::encryptAll() noexcept
 
 void HeldPlaintext::encryptAtImageEnd(bool mayReturn) noexcept
 {
-	/*
-	 * A handler that interrupted this thread copying a write in (the image ends, nobody
-	 * returns to the copy): what was held before it is whole, and goes out.
-	 */
-	if (copyingHere == this) {
+	if (mutex_.heldHere()) {
+		/*
+		 * A handler interrupted this thread inside the lock (copying a write in, say):
+		 * what is held is whole, and nobody returns to the interrupted call. An exec may
+		 * return, into a copy that would go on with a stale size: then it stays held.
+		 */
 		if (!mayReturn && inside_ == 0 && !retired_)
 			encryptLocked(false, false);
 		return;
 	}
-	if (entryLockedHere == this)
-		return; /* half way through something else of its own: nothing is safe */
-	Guard lock(mutex_, this, entryLockedHere, kEndPatience);
-	if (lock.owns() && inside_ == 0 && !retired_ && size_.load(std::memory_order_relaxed) > 0)
+	Guard lock(mutex_, std::defer_lock);
+	lockWithin(lock, kEndPatience);
+	if (lock.owns_lock() && inside_ == 0 && !retired_ && size_.load(std::memory_order_relaxed) > 0)
 		encryptLocked(false, false);
 }
 
 void HeldRegistry::encryptAtImageEnd(bool mayReturn) noexcept
 {
-	if (encrypting || registryLockedHere == this || held_.load(std::memory_order_relaxed) == 0)
+	/* Every entry, not the hint: the image may end between a first write and its noteHeld(). */
+	if (encrypting || count_.load(std::memory_order_relaxed) == 0)
 		return;
-	Guard lock(mutex_, this, registryLockedHere, kEndPatience);
-	if (!lock.owns())
+	/* Held here (a lookup was interrupted): the map is whole, it changes with signals blocked. */
+	Guard lock(mutex_, std::defer_lock);
+	if (!mutex_.heldHere() && !lockWithin(lock, kEndPatience))
 		return;
 	for (auto &entry : entries_)
 		entry.second->encryptAtImageEnd(mayReturn);

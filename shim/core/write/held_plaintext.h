@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "core/error_queue.h"
+#include "core/owned_lock.h"
 
 namespace tlstune {
 
@@ -114,22 +115,23 @@ public:
 
 	/* A forked child: the parent encrypts and sends what is held, once. */
 	void dropAfterFork() noexcept { size_.store(0, std::memory_order_relaxed); }
-	std::mutex &mutex() noexcept { return mutex_; }
+	OwnedLock &mutex() noexcept { return mutex_; }
 	/*
 	 * The process image ends (_exit, exec, exit): what is held is encrypted unless a call
 	 * on the SSL is inside OpenSSL, waiting a bounded while for another thread's
-	 * encryption to end. mayReturn: an exec, which comes back when it fails.
+	 * encryption to end; at once when this thread holds the lock (a signal handler
+	 * interrupted it). mayReturn: an exec, which comes back when it fails.
 	 */
 	void encryptAtImageEnd(bool mayReturn) noexcept;
 
 private:
 	/*
-	 * With mutex_ held and no call inside. reportedHere: a failure is reported by this
+	 * With mutex_ held and no call inside; signals are blocked while it runs. reportedHere: a failure is reported by this
 	 * thread's current call, whose queue keeps the entries; else they are taken.
 	 */
 	void encryptLocked(bool byOwner, bool reportedHere) noexcept;
 
-	std::mutex mutex_;
+	OwnedLock mutex_; /* owner-aware: see encryptAtImageEnd */
 	void *const ssl_;
 	const Encrypt encrypt_;
 	const ErrorQueueApi *const errorApi_;
@@ -173,8 +175,9 @@ public:
 	void encryptAll() noexcept;
 	/*
 	 * At _exit, exec or exit: the same, waiting a bounded while for a connection another
-	 * thread is encrypting (its bytes would be lost with the image); only what is free
-	 * when this thread holds one of the locks itself (a signal handler interrupted it).
+	 * thread is encrypting (its bytes would be lost with the image). A signal handler that
+	 * interrupted this thread inside one of the locks goes on as their holder: what they
+	 * guard is whole at every instruction but an encryption, which blocks signals.
 	 */
 	void encryptAtImageEnd(bool mayReturn) noexcept;
 
@@ -187,7 +190,7 @@ public:
 	void unlockInChild() noexcept;
 
 private:
-	std::mutex mutex_;
+	OwnedLock mutex_;
 	std::unordered_map<void *, std::unique_ptr<HeldPlaintext>> entries_;
 	std::atomic<int> count_{0};
 	/* Moves on whenever an entry goes: a thread's cached lookup of() is stale then. */
