@@ -1,6 +1,7 @@
 #include <dlfcn.h>
 #include "runtime.h"
 
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 
 #include "core/log.h"
 #include "interpose/export.h"
+#include "live.h"
 #include "symbols.h"
 
 TLSTUNE_EXPORT const char *tlstune_version(void);
@@ -37,20 +39,21 @@ void printStats()
 	 */
 	const Process &p = process();
 	const int pid = static_cast<int>(getpid());
+	char line[512];
 	if (p.config.disable) {
-		if (usesOpenSsl.load(std::memory_order_relaxed))
-			printLine("stats: disabled by TLSTUNE_DISABLE, every call passed through: program=%s pid=%d",
-				  programName(), pid);
-		return;
+		if (!usesOpenSsl.load(std::memory_order_relaxed))
+			return;
+		formatDisabledLine(line, sizeof(line), programName(), pid);
+	} else {
+		if (!p.stats.any() && !p.coalescer.counters().records.load(std::memory_order_relaxed))
+			return;
+		const std::array<LineCounter, kLineCounters> counters = lineCounters(p);
+		std::array<StatsValue, kLineCounters> values;
+		for (std::size_t i = 0; i < kLineCounters; i++)
+			values[i] = { counters[i].name, counters[i].counter->load(std::memory_order_relaxed) };
+		formatStatsLine(line, sizeof(line), values.data(), values.size(), programName(), pid);
 	}
-	const PendingWrites::Counters &writes = p.coalescer.counters();
-	const uint64_t records = writes.records.load(std::memory_order_relaxed);
-	/* records_held: records kept back to go out together; held_sends: the sends that carried them. */
-	if (p.stats.any() || records)
-		printLine("%s records_held=%llu held_sends=%llu program=%s pid=%d", p.stats.summary().c_str(),
-			  static_cast<unsigned long long>(records),
-			  static_cast<unsigned long long>(writes.sends.load(std::memory_order_relaxed)),
-			  programName(), pid);
+	printLine("%s", line);
 }
 
 /*
@@ -160,6 +163,10 @@ Process *buildProcess() noexcept
 	if (first)
 		logLine(LogLevel::Debug, "another copy of the library, %s, came first: this one passes every call through",
 			first);
+
+	/* Where `tlstune --stats PID` finds the counters: the working copy's only. */
+	if (!first)
+		publishLive(instance);
 
 	resolveLibc(&instance.libc);
 	pthread_atfork(lockForFork, unlockInParent, unlockInChild);
