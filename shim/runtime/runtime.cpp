@@ -137,8 +137,14 @@ const char *firstCopy() noexcept
 {
 	Dl_info first, mine;
 	const void *found = dlsym(RTLD_DEFAULT, kCopyMarker);
+	/*
+	 * This copy is told by a hidden function's address. &tlstune_version would not do: it
+	 * is exported, so the loader binds this copy's reference to the first copy's
+	 * definition, and every copy took itself for the first (both counted and tuned; two
+	 * copies' tlstune_live said active).
+	 */
 	if (!found || !dladdr(found, &first) ||
-	    !dladdr(reinterpret_cast<const void *>(&tlstune_version), &mine) || first.dli_fbase == mine.dli_fbase)
+	    !dladdr(reinterpret_cast<const void *>(&firstCopy), &mine) || first.dli_fbase == mine.dli_fbase)
 		return nullptr;
 	return first.dli_fname ? first.dli_fname : "?";
 }
