@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <unistd.h>
 
 #include "core/config.h"
 #include "core/log.h"
@@ -67,6 +68,7 @@ TEST(Wrapper, HelpAndVersion)
 	Captured help = wrapper({ "--help" });
 	EXPECT_EQ(help.status, 0);
 	EXPECT_NE(help.out.find("Usage: tlstune [OPTION]... [--] COMMAND [ARG]..."), std::string::npos);
+	EXPECT_NE(help.out.find("\n  or:  tlstune --stats PID\n"), std::string::npos) << help.out;
 }
 
 TEST(Wrapper, ItsOwnErrorsAre125AndTheCommandsAre126And127)
@@ -403,6 +405,227 @@ TEST(Messages, ARateLimitLetsOneLineASecondThroughAndCountsTheRest)
 	EXPECT_FALSE(limit.allow(start + tlstune::RateLimit::kIntervalNs, &skipped));
 }
 
+/*
+ * `tlstune --stats PID`: a running process's stats line, read from its memory (tools/stats).
+ * The client is examples/write_burst --lines: it has made its context and connection once
+ * the server has printed the first line it sent, and then waits in fgets() until stdin ends.
+ */
+namespace {
+
+constexpr int kLiveTimeoutMs = 60000;
+
+Command liveClientCommand(const ExampleServer &server, const std::string &input, const std::string &errors,
+			  const std::vector<std::string> &env)
+{
+	Command command;
+	command.argv = { examplePath("write_burst"), server.portText(), "--lines" };
+	command.stdinPath = input;
+	command.stderrPath = errors;
+	command.env = env;
+	return command;
+}
+
+class LiveClient {
+public:
+	explicit LiveClient(const std::vector<std::string> &env)
+		: input_(dir_.file("stdin")), server_({ "--lines" }),
+		  client_(liveClientCommand(server_, input_.path(), dir_.file("stderr"), env))
+	{
+		input_.write("hello\n");
+		ready_ = server_.process().readLine(kLiveTimeoutMs) == "line hello";
+	}
+	/* Its TLS work is done: the server has what it wrote. */
+	bool ready() const { return ready_; }
+	pid_t pid() const { return client_.pid(); }
+	/* Ends it (stdin closed) and returns its status; errors() then has what it printed there. */
+	int finish()
+	{
+		input_.closeWriter();
+		const int status = client_.wait(kLiveTimeoutMs);
+		server_.process().wait(kLiveTimeoutMs);
+		return status;
+	}
+	std::string errors() const { return readFile(dir_.file("stderr")); }
+
+private:
+	TempDir dir_;
+	Fifo input_;
+	ExampleServer server_;
+	Process client_;
+	bool ready_ = false;
+};
+
+/* "tlstune: stats: a=1 b=2 program=P pid=N" -> its fields, in order; empty if it is not such a line. */
+std::vector<std::pair<std::string, std::string>> statsFields(const std::string &line)
+{
+	std::vector<std::pair<std::string, std::string>> fields;
+	const std::string prefix = "tlstune: stats:";
+	if (line.rfind(prefix, 0) != 0)
+		return fields;
+	std::istringstream words(line.substr(prefix.size()));
+	for (std::string word; words >> word;) {
+		const std::string::size_type equals = word.find('=');
+		if (equals == std::string::npos)
+			return {};
+		fields.emplace_back(word.substr(0, equals), word.substr(equals + 1));
+	}
+	return fields;
+}
+
+/* The one line of text that starts with "tlstune: stats: ". */
+std::string statsLine(const std::string &text)
+{
+	std::istringstream lines(text);
+	std::string found;
+	for (std::string line; std::getline(lines, line);)
+		if (line.rfind("tlstune: stats: ", 0) == 0)
+			found = found.empty() ? line : "more than one stats line";
+	return found;
+}
+
+uint64_t field(const std::vector<std::pair<std::string, std::string>> &fields, const std::string &name)
+{
+	for (const auto &entry : fields)
+		if (entry.first == name)
+			return std::stoull(entry.second);
+	ADD_FAILURE() << "no field " << name;
+	return 0;
+}
+
+} /* namespace */
+
+TEST(LiveStats, ARunningProcessShowsItsCountersSoFarAsItsExitLineWill)
+{
+	SKIP_IN_SANITIZER_BUILD();
+	LiveClient client(shimEnv({ "TLSTUNE_STATS=1" }));
+	ASSERT_TRUE(client.ready());
+	const std::string pid = std::to_string(client.pid());
+	const Captured live = wrapper({ "--stats", pid });
+	EXPECT_EQ(live.status, 0) << live.err;
+	EXPECT_EQ(live.err, "");
+	EXPECT_EQ(std::count(live.out.begin(), live.out.end(), '\n'), 1) << live.out;
+	const auto now = statsFields(live.out.substr(0, live.out.find('\n')));
+	ASSERT_FALSE(now.empty()) << live.out;
+	EXPECT_GE(field(now, "contexts_tuned"), 1u) << live.out;
+	EXPECT_GE(field(now, "connections"), 1u) << live.out;
+
+	/* Asking changed nothing: the client goes on and ends as ever, with its exit line. */
+	EXPECT_EQ(client.finish(), 0) << client.errors();
+	const std::string exitLine = statsLine(client.errors());
+	const auto atExit = statsFields(exitLine);
+	ASSERT_FALSE(atExit.empty()) << client.errors();
+	ASSERT_EQ(now.size(), atExit.size()) << live.out << exitLine;
+	for (size_t i = 0; i < now.size(); i++) {
+		EXPECT_EQ(now[i].first, atExit[i].first) << live.out << exitLine;
+		if (now[i].first == "program" || now[i].first == "pid")
+			EXPECT_EQ(now[i].second, atExit[i].second) << now[i].first;
+		else
+			EXPECT_GE(std::stoull(atExit[i].second), std::stoull(now[i].second)) << now[i].first;
+	}
+	EXPECT_EQ(now.back(), std::make_pair(std::string("pid"), pid));
+	EXPECT_EQ(now[now.size() - 2], std::make_pair(std::string("program"), std::string("write_burst")));
+}
+
+/*
+ * Two copies (/etc/ld.so.preload and the wrapper's): the first in the loader's order does
+ * the work, whichever is mapped lower, and the line is that copy's.
+ */
+TEST(LiveStats, OfTwoCopiesTheWorkingOneIsRead)
+{
+	SKIP_IN_SANITIZER_BUILD();
+	TempDir dir;
+	const std::string copy = dir.file("libtlstune.so");
+	std::filesystem::copy_file(shimPath(), copy);
+	for (const std::string &preload : { shimPath() + ":" + copy, copy + ":" + shimPath() }) {
+		LiveClient client({ "LD_PRELOAD=" + preload, "TLSTUNE_LOG=debug" });
+		ASSERT_TRUE(client.ready()) << preload;
+		const Captured live = wrapper({ "--stats", std::to_string(client.pid()) });
+		EXPECT_EQ(live.status, 0) << live.err;
+		const auto now = statsFields(live.out.substr(0, live.out.find('\n')));
+		ASSERT_FALSE(now.empty()) << live.out;
+		EXPECT_GE(field(now, "contexts_tuned"), 1u) << preload << ": " << live.out;
+		EXPECT_GE(field(now, "connections"), 1u) << preload << ": " << live.out;
+		EXPECT_EQ(client.finish(), 0);
+		const std::string second = preload.substr(preload.find(':') + 1);
+		EXPECT_EQ(linesWith(client.errors(), "tlstune: another copy of the library, " +
+						     preload.substr(0, preload.find(':')) + ", came first"), 1u)
+			<< second << " passes every call through\n" << client.errors();
+	}
+}
+
+TEST(LiveStats, AProcessWithoutTheLibraryOrNoneAtAllIsSaidWithItsOwnStatus)
+{
+	/* The test's own child, without the shim: cat waiting for its stdin. */
+	TempDir dir;
+	Fifo input(dir.file("stdin"));
+	Command command;
+	command.argv = { "cat" };
+	command.stdinPath = input.path();
+	Process plain(command);
+	const std::string pid = std::to_string(plain.pid());
+	const Captured none = wrapper({ "--stats", pid });
+	EXPECT_EQ(none.status, 2) << none.err;
+	EXPECT_EQ(none.out, "");
+	EXPECT_TRUE(contains(none.err, "tlstune: process " + pid + " (")) << none.err;
+	EXPECT_TRUE(contains(none.err, ") does not have libtlstune loaded: no file named libtlstune* is mapped in /proc/" +
+					       pid + "/maps\n"))
+		<< none.err;
+	input.closeWriter();
+	EXPECT_EQ(plain.wait(kLiveTimeoutMs), 0);
+
+	/* pid_max itself is never given to a process. */
+	std::ifstream in("/proc/sys/kernel/pid_max");
+	long pidMax = 0;
+	ASSERT_TRUE(in >> pidMax);
+	const Captured gone = wrapper({ "--stats", std::to_string(pidMax) });
+	EXPECT_EQ(gone.status, 1) << gone.err;
+	EXPECT_EQ(gone.out, "");
+	EXPECT_EQ(gone.err, "tlstune: no process with pid " + std::to_string(pidMax) + "\n");
+}
+
+TEST(LiveStats, AnotherUsersProcessIsPermissionDeniedSayingWhatItNeeds)
+{
+	if (geteuid() != 0 || !haveProgram("setpriv"))
+		GTEST_SKIP() << "needs root, to ask as another user (nobody) about one of root's processes";
+	TempDir dir;
+	Fifo input(dir.file("stdin"));
+	Command command;
+	command.argv = { "cat" };
+	command.stdinPath = input.path();
+	Process plain(command);
+	Command asNobody;
+	asNobody.argv = { "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", kWrapper, "--stats",
+			  std::to_string(plain.pid()) };
+	const Captured denied = runCaptured(asNobody, kLiveTimeoutMs);
+	EXPECT_EQ(denied.status, 3) << denied.err;
+	EXPECT_EQ(denied.out, "");
+	EXPECT_TRUE(contains(denied.err, ": Permission denied: reading a process's memory needs root, or the same "
+					 "user as the process"))
+		<< denied.err;
+	EXPECT_TRUE(contains(denied.err, "ptrace_scope")) << denied.err;
+	EXPECT_EQ(linesWith(denied.err, "tlstune:"), 1u) << denied.err;
+	input.closeWriter();
+	EXPECT_EQ(plain.wait(kLiveTimeoutMs), 0);
+}
+
+TEST(LiveStats, OnlyAProcessIdAloneAfterStatsIsOneAnythingElseIsACommand)
+{
+	SKIP_IN_SANITIZER_BUILD();
+	/* Followed by a command, --stats is TLSTUNE_STATS=1 as ever; so is --stats -- 123. */
+	const Captured command = wrapper({ "--stats", "sh", "-c", "echo $TLSTUNE_STATS" });
+	EXPECT_EQ(command.status, 0) << command.err;
+	EXPECT_EQ(command.out, "1\n");
+	const Captured digitsCommand = wrapper({ "--stats", "--", "123" });
+	EXPECT_EQ(digitsCommand.status, 127);
+	EXPECT_EQ(digitsCommand.err, "tlstune: 123: command not found\n");
+	const Captured withArgument = wrapper({ "--stats", "123", "x" });
+	EXPECT_EQ(withArgument.status, 127);
+	EXPECT_EQ(withArgument.err, "tlstune: 123: command not found\n");
+	const Captured notDigits = wrapper({ "--stats", "12a" });
+	EXPECT_EQ(notDigits.status, 127);
+	EXPECT_EQ(notDigits.err, "tlstune: 12a: command not found\n");
+}
+
 TEST(Install, PutsTheLibraryToolsAndManPageInPlace)
 {
 	TempDir dest;
@@ -416,7 +639,8 @@ TEST(Install, PutsTheLibraryToolsAndManPageInPlace)
 	Command list;
 	list.argv = { "find", dest.path(), "-type", "f", "-printf", "%P\n" };
 	run(list, 60000, &found);
-	for (const char *file : { "bin/tlstune", "bin/tlstune-check", "/libtlstune.so", "man1/tlstune.1" })
+	for (const char *file : { "bin/tlstune", "bin/tlstune-check", "/libtlstune.so", "man1/tlstune.1",
+				  "libexec/tlstune/tlstune-stats" })
 		EXPECT_NE(found.find(file), std::string::npos) << file << " not in\n" << found;
 	EXPECT_EQ(found.find("test-"), std::string::npos) << "tests are not installed\n" << found;
 
@@ -470,7 +694,8 @@ TEST(Install, IntoARealPrefixTheToolsFindTheLibraryThemselves)
 		      "-Dtests=false" };
 	ASSERT_EQ(run(step, 300000), 0) << readFile(step.stderrPath);
 	/* Only what is installed: the examples would double the build. */
-	step.argv = { "ninja", "-C", tree, "shim/libtlstune.so", "tools/tlstune-check", "tools/tlstune.1" };
+	step.argv = { "ninja", "-C", tree, "shim/libtlstune.so", "tools/tlstune-check", "tools/tlstune-stats",
+		      "tools/tlstune.1" };
 	ASSERT_EQ(run(step, 900000), 0) << readFile(step.stderrPath);
 	step.argv = { "meson", "install", "-C", tree, "--no-rebuild", "--quiet" };
 	ASSERT_EQ(run(step, 300000), 0) << readFile(step.stderrPath);
@@ -491,6 +716,11 @@ TEST(Install, IntoARealPrefixTheToolsFindTheLibraryThemselves)
 	Captured verbose = runCaptured(installed, 60000);
 	EXPECT_EQ(verbose.status, 0) << verbose.err;
 	EXPECT_TRUE(contains(verbose.err, "tlstune: version " TLSTUNE_VERSION ", python3 pid ")) << verbose.err;
+	/* --stats PID finds its tool in libexec: this test's own process has no library. */
+	installed.argv = { prefix + "/bin/tlstune", "--stats", std::to_string(getpid()) };
+	Captured stats = runCaptured(installed, 60000);
+	EXPECT_EQ(stats.status, 2) << stats.err;
+	EXPECT_TRUE(contains(stats.err, "does not have libtlstune loaded")) << stats.err;
 	installed.argv = { prefix + "/bin/tlstune-check", "--help" };
 	Captured help = runCaptured(installed, 60000);
 	EXPECT_TRUE(contains(help.out, "(default: " + library + ";")) << help.out;
