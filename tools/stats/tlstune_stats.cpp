@@ -334,9 +334,10 @@ public:
 		if (header.e_ident[EI_CLASS] != ELFCLASS64 || header.e_ident[EI_DATA] != ELFDATA2LSB ||
 		    header.e_machine != EM_X86_64)
 			return unreadable("not a 64-bit x86_64 library, the only kind tlstune-stats reads");
-		if (header.e_shentsize != sizeof(Elf64_Shdr) || header.e_shnum == 0 ||
-		    header.e_phentsize != sizeof(Elf64_Phdr))
+		if (header.e_shentsize != sizeof(Elf64_Shdr) || header.e_shnum == 0)
 			return unreadable("no section headers to find the dynamic symbol table by");
+		if (header.e_phentsize != sizeof(Elf64_Phdr) || header.e_phnum == 0)
+			return unreadable("no program headers to place it in memory by");
 		std::vector<Elf64_Shdr> sections(header.e_shnum);
 		if (!readExactly(fd_, sections.data(), sections.size() * sizeof(Elf64_Shdr), header.e_shoff))
 			return unreadable("its section headers cannot be read");
