@@ -38,6 +38,10 @@
  *                     against tls_server --burst 3 (no hangup): reads one line, then peeks
  *                     without MSG_DONTWAIT (an alarm of 30 s ends a peek that waits for
  *                     ever). Prints "blocking peek R".
+ *   masked-wait ppoll|pselect PORT
+ *                     against tls_server --burst 3: reads one line, blocks SIGUSR1 and
+ *                     raises it, then waits with a mask that lets it in. Prints "ppoll R
+ *                     handler ran|did not run in the wait".
  *   stoptls --cert C --key K
  *                     a forked server sends 2 lines, close_notify, then "PLAIN\n" without TLS
  *                     on the same socket (FTP's CCC). Reads the lines until SSL_read says
@@ -79,6 +83,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <fcntl.h>
 #include <poll.h>
@@ -89,6 +94,7 @@
 #include <sys/syscall.h>
 #include <thread>
 #include <sys/ioctl.h>
+#include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -403,6 +409,45 @@ int blockingPeek(const char *port)
 	const ssize_t n = recv(client.fd, &byte, 1, MSG_PEEK);
 	alarm(0);
 	std::printf("blocking peek %zd\n", n);
+	return 0;
+}
+
+volatile sig_atomic_t g_handled = 0;
+
+void onUsr1(int)
+{
+	g_handled = g_handled + 1;
+}
+
+/*
+ * A signal blocked and pending, then ppoll or pselect with a mask that lets it in, while
+ * the rest of the burst waits: the kernel answers with the ready socket first, and the
+ * signal stays pending (its handler does not run in the wait).
+ */
+int maskedWait(const char *port, const std::string &how)
+{
+	FirstLineRead client(port);
+	signal(SIGUSR1, onUsr1);
+	sigset_t blocked, during;
+	sigemptyset(&blocked);
+	sigaddset(&blocked, SIGUSR1);
+	sigprocmask(SIG_BLOCK, &blocked, &during);
+	sigdelset(&during, SIGUSR1);
+	raise(SIGUSR1);
+	const struct timespec wait = { 2, 0 };
+	int ready;
+	if (how == "pselect") {
+		fd_set readable;
+		FD_ZERO(&readable);
+		FD_SET(client.fd, &readable);
+		ready = pselect(client.fd + 1, &readable, nullptr, nullptr, &wait, &during);
+	} else {
+		struct pollfd watched = { client.fd, POLLIN, 0 };
+		ready = ppoll(&watched, 1, &wait, &during);
+	}
+	const int error = errno;
+	std::printf("%s %d%s%s handler %s in the wait\n", how.c_str(), ready, ready < 0 ? " " : "", ready < 0 ? std::strerror(error) : "",
+		    g_handled ? "ran" : "did not run");
 	return 0;
 }
 
@@ -780,6 +825,8 @@ int main(int argc, char **argv)
 		return readAheadSetting(argv[2]);
 	if (which == "nested" && argc > 2)
 		return nested(argv[2]);
+	if (which == "masked-wait" && argc > 3)
+		return maskedWait(argv[3], argv[2]);
 	if (which == "blocking-peek" && argc > 2)
 		return blockingPeek(argv[2]);
 	if (which == "rearm" && argc > 2)

@@ -49,7 +49,7 @@ TLSTUNE_EXPORT int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec 
 {
 	Process &p = beforeWait();
 	return pollMerged(p.buffered, fds, nfds, [&](bool zero) {
-		return p.libc.ppoll(fds, nfds, zero ? &kZeroSpec : timeout, sigmask);
+		return p.libc.ppoll(fds, nfds, zero ? &kZeroSpec : timeout, zero ? nullptr : sigmask);
 	});
 }
 
@@ -58,7 +58,7 @@ TLSTUNE_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct tim
 {
 	Process &p = beforeWait();
 	return pollMerged(p.buffered, fds, nfds, [&](bool zero) {
-		return p.libc.ppoll_chk(fds, nfds, zero ? &kZeroSpec : timeout, sigmask, fdslen);
+		return p.libc.ppoll_chk(fds, nfds, zero ? &kZeroSpec : timeout, zero ? nullptr : sigmask, fdslen);
 	});
 }
 
@@ -78,7 +78,7 @@ TLSTUNE_EXPORT int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *
 	Process &p = beforeWait();
 	return selectMerged(p.buffered, nfds, readfds, [&](bool zero) {
 		return p.libc.pselect(nfds, readfds, writefds, exceptfds,
-				      zero ? &kZeroSpec : timeout, sigmask);
+				      zero ? &kZeroSpec : timeout, zero ? nullptr : sigmask);
 	});
 }
 

@@ -86,6 +86,17 @@ TEST(Readiness, ABlockingPeekAnswersAtOnceWhileOpenSslHoldsRecords)
 	expectBothWays(bothWays({ "blocking-peek" }, { "--burst", "3" }), "blocking peek 1\n");
 }
 
+/* The probe the shim makes when a connection holds records ran with the program's mask: EINTR. */
+TEST(Readiness, PpollAndPselectAnswerTheHeldSocketBeforeASignalTheirMaskLetsIn)
+{
+	RecordProperty("fault", "ppoll and pselect with a mask unblocking a pending signal, records unread");
+	for (const char *how : { "ppoll", "pselect" }) {
+		SCOPED_TRACE(how);
+		expectBothWays(bothWays({ "masked-wait", how }, { "--burst", "3" }),
+			       std::string(how) + " 1 handler did not run in the wait\n");
+	}
+}
+
 TEST(Readiness, PlaintextAfterCloseNotifyDoesNotSpinThePollLoop)
 {
 	RecordProperty("fault", "plaintext after close_notify on the same socket (StopTLS)");

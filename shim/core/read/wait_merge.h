@@ -21,7 +21,12 @@ namespace tlstune {
  * buffered anywhere (the normal case) after one relaxed load.
  */
 
-/* realPoll(zeroTimeout) runs the real poll/ppoll over the same fds. */
+/*
+ * realPoll(zeroTimeout) runs the real poll/ppoll over the same fds. The zero-timeout probe
+ * leaves ppoll's signal mask out: a held connection is ready, and the kernel answers ready
+ * fds before a signal the mask lets in (which stays pending); with the mask, the probe
+ * met the signal and said EINTR.
+ */
 template <typename RealPoll>
 int pollMerged(const BufferedFds &buffered, struct pollfd *fds, nfds_t nfds, RealPoll realPoll)
 {
@@ -51,7 +56,7 @@ int pollMerged(const BufferedFds &buffered, struct pollfd *fds, nfds_t nfds, Rea
 	return ready;
 }
 
-/* realSelect(zeroTimeout) runs the real select/pselect over the same sets. */
+/* realSelect(zeroTimeout) runs the real select/pselect over the same sets (the mask as for ppoll). */
 template <typename RealSelect>
 int selectMerged(const BufferedFds &buffered, int nfds, fd_set *readfds, RealSelect realSelect)
 {
