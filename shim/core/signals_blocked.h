@@ -26,4 +26,20 @@ private:
 	sigset_t old_;
 };
 
+/*
+ * No cancellation point acts while it lives (pthread_setcancelstate: no system call). A
+ * send of bytes the program was told are written must not end half way in a cancelled
+ * thread: they would be lost with its stack. Only around sends that cannot block.
+ */
+class CancelDeferred {
+public:
+	CancelDeferred() noexcept { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old_); }
+	~CancelDeferred() { pthread_setcancelstate(old_, nullptr); }
+	CancelDeferred(const CancelDeferred &) = delete;
+	CancelDeferred &operator=(const CancelDeferred &) = delete;
+
+private:
+	int old_ = PTHREAD_CANCEL_ENABLE;
+};
+
 } /* namespace tlstune */

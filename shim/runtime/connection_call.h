@@ -176,9 +176,12 @@ int onConnection(SSL *ssl, Function OpenSslApi::*function, Args... args)
 
 /*
  * Before a call that may wait for the peer (read, peek, handshake, shutdown): the bytes
- * this connection wrote go out first, as they would have without coalescing.
+ * this connection wrote go out first, as they would have without coalescing. Not
+ * noexcept, nor is anything between a program's call and a send that may block: that send
+ * is a cancellation point, and pthread_cancel unwinds through it as through the
+ * program's own write.
  */
-inline void flushWrites(SSL *ssl) noexcept
+inline void flushWrites(SSL *ssl)
 {
 	waitsOfThisThread()++;
 	if (HeldPlaintext *held = heldOf(ssl))
@@ -231,7 +234,7 @@ inline void encryptBeforeExit() noexcept
 
 /* holdWrite's last step: data joins the record being gathered. */
 inline bool holdMore(Process &p, HeldPlaintext *held, PendingWrites *writes, const void *data, size_t length,
-		     unsigned long waits, int savedErrno) noexcept
+		     unsigned long waits, int savedErrno)
 {
 	bool becameHeld = false;
 	if (!held->hold(data, length, &becameHeld)) {
@@ -257,7 +260,7 @@ inline bool holdMore(Process &p, HeldPlaintext *held, PendingWrites *writes, con
  * TLSTUNE_COALESCE=records: a small write on a connection that may hold plaintext is
  * copied and reported written. True when it was; false: it goes through as it is.
  */
-inline bool holdWrite(SSL *ssl, const void *data, size_t length) noexcept
+inline bool holdWrite(SSL *ssl, const void *data, size_t length)
 {
 	const OpenSsl &o = openssl();
 	if (!o.records || length == 0 || length >= kHeldWriteBelow || HeldPlaintext::encryptingHere())
@@ -265,6 +268,11 @@ inline bool holdWrite(SSL *ssl, const void *data, size_t length) noexcept
 	Process &p = process();
 	if (!p.held.holding() || !p.coalescer.holding() || p.recordCallbacks.load(std::memory_order_relaxed))
 		return false;
+	/*
+	 * The program's write would be a cancellation point (its write system call): a pending
+	 * cancellation acts here too, before the write is taken. One load in glibc.
+	 */
+	pthread_testcancel();
 	PendingWrites *writes = o.filter.attached(o.api, ssl);
 	/* A broken connection's writes go through the filter, which reports it as the kernel would. */
 	if (!writes || writes->fd() < 0 || writes->stalled() || writes->error() || o.filter.socketHooked(o.api, ssl))

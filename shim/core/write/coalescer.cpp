@@ -296,6 +296,8 @@ void Coalescer::shuttingDown(int fd)
 
 void Coalescer::handOver(PendingWrites *writes)
 {
+	/* Bounded (kDrainTimeoutMs): a cancelled thread hands the bytes over first. */
+	CancelDeferred whole;
 	{
 		SignalsBlocked quiet;
 		if (!writes->dirty() || writes->sendPatiently(kPatience) != PendingWrites::Result::Again)

@@ -121,6 +121,8 @@ int filterWrite(BIO *bio, const char *data, int length)
 		return passOn(bio, writes, next, data, length);
 	}
 
+	/* A cancellation point, as the socket write this replaces (holdWrite says why). */
+	pthread_testcancel();
 	bool becameDirty = false;
 	switch (writes->append(data, static_cast<std::size_t>(length), &becameDirty)) {
 	case PendingWrites::Result::Done:

@@ -76,6 +76,7 @@ PendingWrites::Result PendingWrites::sendAsOwner()
 	{
 		/* A batch began on a socket with room for it (batchRoom): it goes at once. */
 		SignalsBlocked quiet;
+		CancelDeferred whole;
 		const Result sent = sendTakenOut(MSG_DONTWAIT);
 		if (sent != Result::Again)
 			return sent;
@@ -106,6 +107,25 @@ PendingWrites::Result PendingWrites::sendTakenOut(int flags)
 		sent_ = 0;
 		markClean();
 	}
+	/*
+	 * A blocking send is a cancellation point, as the program's own write is: a cancelled
+	 * thread leaves the bytes where they were, for the close or exit that follows.
+	 */
+	struct PutBack {
+		PendingWrites &writes;
+		std::vector<unsigned char> &taken;
+		const std::size_t &done;
+		bool needed = true;
+		~PutBack()
+		{
+			if (!needed)
+				return;
+			ShimLock lock(writes.mutex_);
+			writes.bytes_.swap(taken);
+			writes.sent_ = done;
+			writes.markDirty();
+		}
+	} putBack{ *this, taken, done };
 	int sendErrno = 0;
 	while (done < taken.size()) {
 		const ssize_t n = calls_.send(fd, taken.data() + done, taken.size() - done, flags);
@@ -117,6 +137,7 @@ PendingWrites::Result PendingWrites::sendTakenOut(int flags)
 			break;
 		}
 	}
+	putBack.needed = false;
 	ShimLock lock(mutex_);
 	Result result = Result::Done;
 	if (done == taken.size()) {
@@ -163,6 +184,8 @@ PendingWrites::Result PendingWrites::trySend()
 
 PendingWrites::Result PendingWrites::sendLocked(int flags)
 {
+	/* Under the lock, and never blocking: a cancelled thread must not leave them half sent. */
+	CancelDeferred whole;
 	const int fd = this->fd();
 	while (sent_ < bytes_.size()) {
 		if (fd < 0) {

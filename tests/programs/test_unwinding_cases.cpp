@@ -1,0 +1,74 @@
+/*
+ * Leaving an OpenSSL call other than by its return, through the shim's frames:
+ * examples/unwinding_cases run with and without the shim against tls_server. The
+ * library's own static copy of the unwinder aborted every one of them (a personality
+ * routine of the library's ran inside libgcc_s's unwinding), and a cancellation point
+ * under a noexcept frame of the shim's called std::terminate.
+ */
+
+#include <gtest/gtest.h>
+
+#include "process.h"
+#include "tls_fixture.h"
+
+using namespace testsupport;
+
+namespace {
+
+constexpr int kTimeoutMs = 120000;
+
+struct CaseRun {
+	Captured program;
+	std::string received; /* the server's "received N sha256 H" */
+};
+
+CaseRun runCase(const std::string &name, bool withShim)
+{
+	ExampleServer peer({ "--tls", "1.2", "--sink" });
+	CaseRun run;
+	run.program = runProgram({ examplePath("unwinding_cases"), name, peer.portText() }, withShim,
+				 { "TSAN_OPTIONS=report_signal_unsafe=0" }, kTimeoutMs);
+	run.received = peer.process().readLine(kTimeoutMs);
+	return run;
+}
+
+} /* namespace */
+
+TEST(Unwinding, ACancelledReaderLeavesTheConnectionToTheOtherThreads)
+{
+	RecordProperty("fault", "pthread_cancel of a thread blocked in SSL_read, then writes and a shutdown");
+	for (bool withShim : { false, true }) {
+		SCOPED_TRACE(withShim ? "with the shim" : "without the shim");
+		const CaseRun run = runCase("cancel-reader", withShim);
+		EXPECT_EQ(run.program.status, 0) << run.program.err;
+		EXPECT_EQ(run.program.out, "joined canceled\nwrote 60 shutdown 0\n");
+		EXPECT_EQ(run.received.rfind("received 90 ", 0), 0u) << run.received;
+	}
+}
+
+TEST(Unwinding, ACancelledWriterLosesNoAcceptedByte)
+{
+	RecordProperty("fault", "pthread_cancel of a thread writing short lines in a loop");
+	for (bool withShim : { false, true }) {
+		SCOPED_TRACE(withShim ? "with the shim" : "without the shim");
+		const CaseRun run = runCase("cancel-writer", withShim);
+		ASSERT_EQ(run.program.status, 0) << run.program.err;
+		ASSERT_EQ(run.program.out.rfind("joined canceled\naccepted ", 0), 0u) << run.program.out;
+		ASSERT_EQ(run.received.rfind("received ", 0), 0u) << run.received;
+		const long accepted = std::stol(run.program.out.substr(25));
+		const long got = std::stol(run.received.substr(9));
+		/* The write the cancellation interrupted may have gone out already: one line more. */
+		EXPECT_TRUE(got == accepted || got == accepted + 14) << "accepted " << accepted << ", received " << got;
+	}
+}
+
+TEST(Unwinding, AnExceptionFromAVerifyCallbackReachesTheProgramsCatch)
+{
+	RecordProperty("fault", "a C++ exception thrown by a verify callback through SSL_connect");
+	for (bool withShim : { false, true }) {
+		SCOPED_TRACE(withShim ? "with the shim" : "without the shim");
+		const CaseRun run = runCase("throw-callback", withShim);
+		EXPECT_EQ(run.program.status, 0) << run.program.err;
+		EXPECT_EQ(run.program.out, "caught rejected by policy\n");
+	}
+}
