@@ -11,11 +11,22 @@
  *                        "accepted N": the peer must get N bytes, or one line more.
  *   throw-callback PORT  a verify callback throws a C++ exception through SSL_connect,
  *                        caught around it. Prints "caught rejected by policy".
+ *   longjmp-callback PORT
+ *                        a verify callback longjmps out of SSL_connect (as C error
+ *                        handlers such as Lua's leave a callback); that SSL is freed, and a
+ *                        second connection writes ten lines (tls_server --connections 2).
+ *                        Prints "callback bailed out", "shutdown R", "end".
+ *   siglongjmp-read PORT twice: five lines, an SSL_read on a silent peer that a SIGALRM
+ *                        handler leaves by siglongjmp (the old timeout idiom), ten lines, a
+ *                        shutdown (tls_server --connections 2). Prints "round N: read timed
+ *                        out" and "shutdown R" each round.
  */
 
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <csetjmp>
+#include <csignal>
 #include <pthread.h>
 #include <stdexcept>
 #include <sys/syscall.h>
@@ -133,6 +144,81 @@ int throwCallback(const char *port)
 	return 0;
 }
 
+jmp_buf g_bailOut;
+
+int bailOut(int, X509_STORE_CTX *)
+{
+	longjmp(g_bailOut, 1);
+}
+
+void writeNumbered(SSL *ssl, const char *what, int count)
+{
+	char line[32];
+	for (int i = 0; i < count; i++) {
+		const int n = std::snprintf(line, sizeof(line), "%s %02d\n", what, i);
+		if (SSL_write(ssl, line, n) != n)
+			fail("SSL_write");
+	}
+}
+
+int longjmpCallback(const char *port)
+{
+	SSL_CTX *rejecting = SSL_CTX_new(TLS_client_method());
+	SSL_CTX_set_verify(rejecting, SSL_VERIFY_PEER, bailOut);
+	int fd = connectTo("127.0.0.1", port);
+	SSL *ssl = SSL_new(rejecting);
+	SSL_set_fd(ssl, fd);
+	if (setjmp(g_bailOut) == 0)
+		std::printf("connect %d\n", SSL_connect(ssl));
+	else
+		std::printf("callback bailed out\n");
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	ssl = connectSsl(ctx, port, &fd);
+	writeNumbered(ssl, "second", 10);
+	std::printf("shutdown %d\nend\n", SSL_shutdown(ssl));
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	SSL_CTX_free(rejecting);
+	return 0;
+}
+
+sigjmp_buf g_timedOut;
+
+void onAlarm(int)
+{
+	siglongjmp(g_timedOut, 1);
+}
+
+int siglongjmpRead(const char *port)
+{
+	struct sigaction action = {};
+	action.sa_handler = onAlarm;
+	sigaction(SIGALRM, &action, nullptr);
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	for (int round = 0; round < 2; round++) {
+		int fd = -1;
+		SSL *ssl = connectSsl(ctx, port, &fd);
+		writeNumbered(ssl, round ? "r1 before" : "r0 before", 5);
+		if (sigsetjmp(g_timedOut, 1) == 0) {
+			/* The peer sends nothing: only the alarm ends the read. */
+			ualarm(100000, 0);
+			char buffer[100];
+			std::printf("read %d\n", SSL_read(ssl, buffer, sizeof(buffer)));
+		} else {
+			std::printf("round %d: read timed out\n", round);
+		}
+		writeNumbered(ssl, round ? "r1 after" : "r0 after", 10);
+		std::printf("shutdown %d\n", SSL_shutdown(ssl));
+		SSL_free(ssl);
+		close(fd);
+	}
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 } /* namespace */
 
 int main(int argc, char **argv)
@@ -144,5 +230,9 @@ int main(int argc, char **argv)
 		return cancelWriter(argv[2]);
 	if (which == "throw-callback")
 		return throwCallback(argv[2]);
-	fail("usage: unwinding_cases cancel-reader|cancel-writer|throw-callback PORT");
+	if (which == "longjmp-callback")
+		return longjmpCallback(argv[2]);
+	if (which == "siglongjmp-read")
+		return siglongjmpRead(argv[2]);
+	fail("usage: unwinding_cases cancel-reader|cancel-writer|throw-callback|longjmp-callback|siglongjmp-read PORT");
 }

@@ -3,7 +3,8 @@
  * examples/unwinding_cases run with and without the shim against tls_server. The
  * library's own static copy of the unwinder aborted every one of them (a personality
  * routine of the library's ran inside libgcc_s's unwinding), and a cancellation point
- * under a noexcept frame of the shim's called std::terminate.
+ * under a noexcept frame of the shim's called std::terminate. A longjmp out of a call left
+ * the shim's record of it behind: the next call spun or crashed on it.
  */
 
 #include <gtest/gtest.h>
@@ -22,13 +23,15 @@ struct CaseRun {
 	std::string received; /* the server's "received N sha256 H" */
 };
 
-CaseRun runCase(const std::string &name, bool withShim)
+/* received: the server's lines, one per connection. */
+CaseRun runCase(const std::string &name, bool withShim, int connections = 1)
 {
-	ExampleServer peer({ "--tls", "1.2", "--sink" });
+	ExampleServer peer({ "--tls", "1.2", "--sink", "--connections", std::to_string(connections) });
 	CaseRun run;
 	run.program = runProgram({ examplePath("unwinding_cases"), name, peer.portText() }, withShim,
 				 { "TSAN_OPTIONS=report_signal_unsafe=0" }, kTimeoutMs);
-	run.received = peer.process().readLine(kTimeoutMs);
+	for (int i = 0; i < connections; i++)
+		run.received += peer.process().readLine(kTimeoutMs) + "\n";
 	return run;
 }
 
@@ -71,4 +74,34 @@ TEST(Unwinding, AnExceptionFromAVerifyCallbackReachesTheProgramsCatch)
 		EXPECT_EQ(run.program.status, 0) << run.program.err;
 		EXPECT_EQ(run.program.out, "caught rejected by policy\n");
 	}
+}
+
+namespace {
+
+/* The server's lines both ways: the same bytes of each connection. */
+void expectTheSameBytes(const std::string &name, const std::string &out)
+{
+	std::string received[2];
+	for (bool withShim : { false, true }) {
+		SCOPED_TRACE(withShim ? "with the shim" : "without the shim");
+		const CaseRun run = runCase(name, withShim, 2);
+		EXPECT_EQ(run.program.status, 0) << run.program.err;
+		EXPECT_EQ(run.program.out, out);
+		received[withShim] = run.received;
+	}
+	EXPECT_EQ(received[0], received[1]);
+}
+
+} /* namespace */
+
+TEST(Unwinding, ALongjmpOutOfAVerifyCallbackLeavesTheNextConnectionAlone)
+{
+	RecordProperty("fault", "longjmp out of a verify callback in SSL_connect, then a second connection");
+	expectTheSameBytes("longjmp-callback", "callback bailed out\nshutdown 0\nend\n");
+}
+
+TEST(Unwinding, ASiglongjmpOutOfABlockedReadLeavesTheConnectionAndTheNextAlone)
+{
+	RecordProperty("fault", "siglongjmp from a SIGALRM handler out of a blocked SSL_read, twice");
+	expectTheSameBytes("siglongjmp-read", "round 0: read timed out\nshutdown 0\nround 1: read timed out\nshutdown 0\n");
 }

@@ -28,6 +28,8 @@ void logFd(int from, int to, ino_t ino) noexcept
 
 /* initial-exec: the read wrappers test this on every read(2) of the host program. */
 __attribute__((tls_model("initial-exec"))) thread_local CallScope *innermost = nullptr;
+__attribute__((tls_model("initial-exec"))) thread_local uint64_t innermostCookie = 0;
+thread_local uint64_t lastCookie = 0;
 
 void freeConnection(void * /*parent*/, void *ptr, CRYPTO_EX_DATA * /*ad*/, int /*idx*/,
 		    long /*argl*/, void *argp)
@@ -128,36 +130,55 @@ Connection *ConnectionSlot::of(const OpenSslApi &api, SSL *ssl) const noexcept
 	return connection;
 }
 
-CallScope::CallScope(Connection *connection) noexcept
-	: connection_(connection), previous_(innermost)
+/*
+ * Whether scope, as a link names it, is a live frame of this thread: above below on the
+ * stack, and still carrying the cookie it was made with. A longjmp out of an OpenSSL call
+ * (a callback's, a signal handler's siglongjmp) skips destructors, and new frames reuse
+ * the memory; a scope above below is in mapped stack, so reading its cookie is safe.
+ */
+bool CallScope::live(const CallScope *scope, uint64_t cookie, const void *below) noexcept
 {
+	return scope && static_cast<const void *>(scope) > below && scope->cookie_ == cookie;
+}
+
+CallScope::CallScope(Connection *connection) noexcept : connection_(connection), cookie_(++lastCookie)
+{
+	const bool chained = live(innermost, innermostCookie, this);
+	previous_ = chained ? innermost : nullptr;
+	previousCookie_ = chained ? innermostCookie : 0;
 	outermost_ = true;
-	for (const CallScope *scope = previous_; scope; scope = scope->previous_) {
-		if (scope->connection_ == connection) {
+	for (const CallScope *scope = this; live(scope->previous_, scope->previousCookie_, this);
+	     scope = scope->previous_) {
+		if (scope->previous_->connection_ == connection) {
 			outermost_ = false;
 			break;
 		}
 	}
 	innermost = this;
+	innermostCookie = cookie_;
 }
 
 CallScope::~CallScope()
 {
 	innermost = previous_;
+	innermostCookie = previousCookie_;
 }
 
 bool CallScope::active() noexcept
 {
-	return innermost != nullptr;
+	return live(innermost, innermostCookie, __builtin_frame_address(0));
 }
 
 bool CallScope::noteSocketRead(int fd, bool gotBytes) noexcept
 {
-	CallScope *scope = innermost;
-	if (!scope)
+	const void *here = __builtin_frame_address(0);
+	if (!live(innermost, innermostCookie, here))
 		return false;
-	for (; scope; scope = scope->previous_)
+	for (CallScope *scope = innermost;; scope = scope->previous_) {
 		scope->connection_->noteSocketRead(fd, gotBytes);
+		if (!live(scope->previous_, scope->previousCookie_, here))
+			break;
+	}
 	return true;
 }
 

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <openssl/ssl.h>
 
 #include "buffered_fds.h"
@@ -106,7 +107,8 @@ private:
  * Marks the connection this thread is inside an OpenSSL call on, so the read wrappers can
  * attribute the socket they read to it. Nested calls (libssl calling its own exported
  * functions, or a BIO that reads through another SSL) stack; the innermost one owns the
- * read.
+ * read. A scope whose destructor a longjmp skipped is told dead by its place on the stack
+ * and its cookie, and left out.
  */
 class CallScope {
 public:
@@ -129,8 +131,12 @@ public:
 	static bool active() noexcept;
 
 private:
+	static bool live(const CallScope *scope, uint64_t cookie, const void *below) noexcept;
+
 	Connection *connection_;
 	CallScope *previous_;
+	uint64_t previousCookie_;
+	const uint64_t cookie_; /* this scope's, unique in its thread */
 	bool outermost_;
 };
 
