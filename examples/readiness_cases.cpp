@@ -38,7 +38,7 @@
  *                     against tls_server --burst 3 (no hangup): reads one line, then peeks
  *                     without MSG_DONTWAIT (an alarm of 30 s ends a peek that waits for
  *                     ever). Prints "blocking peek R".
- *   masked-wait ppoll|pselect PORT
+ *   masked-wait ppoll|pselect|epoll_pwait PORT
  *                     against tls_server --burst 3: reads one line, blocks SIGUSR1 and
  *                     raises it, then waits with a mask that lets it in. Prints "ppoll R
  *                     handler ran|did not run in the wait".
@@ -436,7 +436,15 @@ int maskedWait(const char *port, const std::string &how)
 	raise(SIGUSR1);
 	const struct timespec wait = { 2, 0 };
 	int ready;
-	if (how == "pselect") {
+	if (how == "epoll_pwait") {
+		const int epfd = epoll_create1(EPOLL_CLOEXEC);
+		struct epoll_event interest = {};
+		interest.events = EPOLLIN;
+		epoll_ctl(epfd, EPOLL_CTL_ADD, client.fd, &interest);
+		struct epoll_event event;
+		ready = epoll_pwait(epfd, &event, 1, 2000, &during);
+		close(epfd);
+	} else if (how == "pselect") {
 		fd_set readable;
 		FD_ZERO(&readable);
 		FD_SET(client.fd, &readable);

@@ -128,7 +128,7 @@ TLSTUNE_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxeven
 {
 	Process &p = beforeWait();
 	return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents, [&](bool zero) {
-		return p.libc.epoll_pwait(epfd, events, maxevents, zero ? 0 : timeout, sigmask);
+		return p.libc.epoll_pwait(epfd, events, maxevents, zero ? 0 : timeout, zero ? nullptr : sigmask);
 	});
 }
 
@@ -142,7 +142,7 @@ TLSTUNE_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxeve
 	}
 	return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents, [&](bool zero) {
 		return p.libc.epoll_pwait2(epfd, events, maxevents, zero ? &kZeroSpec : timeout,
-					   sigmask);
+					   zero ? nullptr : sigmask);
 	});
 }
 

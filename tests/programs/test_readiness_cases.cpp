@@ -87,10 +87,10 @@ TEST(Readiness, ABlockingPeekAnswersAtOnceWhileOpenSslHoldsRecords)
 }
 
 /* The probe the shim makes when a connection holds records ran with the program's mask: EINTR. */
-TEST(Readiness, PpollAndPselectAnswerTheHeldSocketBeforeASignalTheirMaskLetsIn)
+TEST(Readiness, WaitsWithASignalMaskAnswerTheHeldSocketBeforeASignalTheMaskLetsIn)
 {
-	RecordProperty("fault", "ppoll and pselect with a mask unblocking a pending signal, records unread");
-	for (const char *how : { "ppoll", "pselect" }) {
+	RecordProperty("fault", "ppoll, pselect and epoll_pwait with a mask unblocking a pending signal, records unread");
+	for (const char *how : { "ppoll", "pselect", "epoll_pwait" }) {
 		SCOPED_TRACE(how);
 		expectBothWays(bothWays({ "masked-wait", how }, { "--burst", "3" }),
 			       std::string(how) + " 1 handler did not run in the wait\n");

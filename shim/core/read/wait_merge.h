@@ -147,6 +147,7 @@ void disarmOneShot(EpollCtl realCtl, int epfd, const EpollRegistration &registra
  * arrival (EpollSets::claim), so a server that leaves data unread on purpose (nginx under
  * backpressure) is not woken again until more arrives.
  */
+/* realWait(zeroTimeout): the real epoll wait, its mask left out of the probe as for ppoll. */
 template <typename RealWait>
 int epollMerged(const BufferedFds &buffered, EpollSets &sets, EpollCtl realCtl, int epfd,
 		struct epoll_event *events, int maxevents, RealWait realWait)
