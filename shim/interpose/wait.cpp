@@ -82,13 +82,16 @@ TLSTUNE_EXPORT int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *
 	});
 }
 
-/* The sets' registrations are kept as the program makes them: a wait reads no /proc file. */
+/*
+ * The sets' registrations are kept as the program makes them, from its first connection
+ * on: a wait reads no /proc file.
+ */
 TLSTUNE_EXPORT int epoll_create(int size)
 {
 	Process &p = process();
 	int epfd = p.libc.epoll_create(size);
 	if (epfd >= 0)
-		p.epoll.created(epfd);
+		p.epoll.created(epfd, ConnectionSlot::anyMade());
 	return epfd;
 }
 
@@ -97,7 +100,7 @@ TLSTUNE_EXPORT int epoll_create1(int flags)
 	Process &p = process();
 	int epfd = p.libc.epoll_create1(flags);
 	if (epfd >= 0)
-		p.epoll.created(epfd);
+		p.epoll.created(epfd, ConnectionSlot::anyMade());
 	return epfd;
 }
 
@@ -105,7 +108,12 @@ TLSTUNE_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event
 {
 	Process &p = process();
 	int result = p.libc.epoll_ctl(epfd, op, fd, event);
-	if (result != 0)
+	/*
+	 * Nothing is recorded before the process's first connection (issue 24): a set's list
+	 * is then read from the kernel once, when it first matters. Asked after the real call,
+	 * so a change the gate missed is in the list that reading finds.
+	 */
+	if (result != 0 || !ConnectionSlot::anyMade())
 		return result;
 	p.epoll.changed(epfd, op, fd, event);
 	/* The kernel polls the file on MOD and ADD, and wakes the set's waiters: so does the shim. */

@@ -127,8 +127,12 @@ Connection *ConnectionSlot::of(const OpenSslApi &api, SSL *ssl) const noexcept
 		delete connection;
 		return nullptr;
 	}
+	if (!made_.load(std::memory_order_relaxed))
+		made_.store(true, std::memory_order_seq_cst);
 	return connection;
 }
+
+std::atomic<bool> ConnectionSlot::made_{false};
 
 /*
  * Whether scope, as a link names it, is a live frame of this thread: above below on the

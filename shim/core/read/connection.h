@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <openssl/ssl.h>
 
@@ -99,8 +100,15 @@ public:
 	/* SSL_new's hook: attach now so later calls find it. */
 	bool attach(const OpenSslApi &api, SSL *ssl) const noexcept;
 
+	/*
+	 * Whether the process ever made a connection the shim follows: until then nothing can
+	 * be held, and the epoll sets' registrations are not recorded (issue 24). One load.
+	 */
+	static bool anyMade() noexcept { return made_.load(std::memory_order_acquire); }
+
 private:
 	int index_ = -1;
+	static std::atomic<bool> made_;
 };
 
 /*

@@ -163,7 +163,7 @@ void EpollSets::dropSet(std::unordered_map<int, Set>::iterator it) noexcept
 	count_.store(sets_.size(), std::memory_order_relaxed);
 }
 
-void EpollSets::created(int epfd) noexcept
+void EpollSets::created(int epfd, bool following) noexcept
 {
 	knownFds().note(epfd);
 	std::lock_guard<std::mutex> lock(mutex_);
@@ -171,7 +171,7 @@ void EpollSets::created(int epfd) noexcept
 	if (old != sets_.end())
 		dropSet(old); /* its fd was closed behind the shim's back */
 	try {
-		sets_.emplace(epfd, Set());
+		sets_.emplace(epfd, Set()).first->second.unread = !following;
 	} catch (const std::bad_alloc &) {
 		/* Out of memory: the set stays unknown, and its waits read the kernel's list. */
 	}
@@ -198,6 +198,9 @@ void EpollSets::changed(int epfd, int op, int fd, const struct epoll_event *even
 			entry.second.exact = false;
 		return;
 	}
+	/* Its list as the kernel has it, this change included: the change below then finds it. */
+	if (set->unread)
+		readWhole(epfd, *set);
 	if (!set->exact)
 		return; /* its waits read the kernel's list */
 	Stored *stored = live(*set, fd);
@@ -227,19 +230,46 @@ void EpollSets::changed(int epfd, int op, int fd, const struct epoll_event *even
 		stored = nullptr;
 	}
 	try {
-		if (!stored) {
-			Stored added = { { fd, event->events, event->data.u64, ino }, 0, false, false, false, 0 };
-			stored = &set->byIno.emplace(ino, added)->second;
-			set->liveByFd[fd] = ino;
-			if (fd != epfd && find(fd)) {
-				stored->innerSet = fd;
-				set->nested++;
-			}
-		}
-		index(*set, stored);
+		if (stored)
+			index(*set, stored);
+		else
+			add(epfd, *set, { fd, event->events, event->data.u64, ino });
 	} catch (const std::bad_alloc &) {
 		set->exact = false;
 	}
+}
+
+void EpollSets::add(int epfd, Set &set, const EpollRegistration &registration)
+{
+	Stored added = { registration, 0, false, false, false, 0 };
+	Stored *stored = &set.byIno.emplace(registration.ino, added)->second;
+	set.liveByFd[registration.fd] = registration.ino;
+	if (registration.fd != epfd && find(registration.fd)) {
+		stored->innerSet = registration.fd;
+		set.nested++;
+	}
+	index(set, stored);
+}
+
+void EpollSets::readWhole(int epfd, Set &set) noexcept
+{
+	set.unread = false;
+	Set fresh;
+	bool fits = true;
+	const bool read = readKernelList(epfd, [&](const EpollRegistration &registration) {
+		if (!fits)
+			return;
+		try {
+			knownFds().note(registration.fd);
+			add(epfd, fresh, registration);
+		} catch (const std::bad_alloc &) {
+			fits = false;
+		}
+	});
+	oneShotCount_.fetch_sub(set.oneShotByData.size(), std::memory_order_relaxed);
+	set = std::move(fresh);
+	/* Unreadable (no /proc) or out of memory: its waits read the kernel's list, as before. */
+	set.exact = read && fits;
 }
 
 void EpollSets::detach(Set &set, int fd) noexcept
@@ -385,7 +415,9 @@ int EpollSets::claim(int epfd, const BufferedFds &buffered, EpollRegistration *o
 	bool known;
 	{
 		std::lock_guard<std::mutex> lock(mutex_);
-		const Set *set = find(epfd);
+		Set *set = find(epfd);
+		if (set && set->unread)
+			readWhole(epfd, *set);
 		known = set && set->exact;
 		if (!set) {
 			try {

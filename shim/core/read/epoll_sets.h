@@ -46,9 +46,13 @@ struct EpollRegistration {
  */
 class EpollSets {
 public:
-	/* epoll_create/epoll_create1 returned epfd: a set the shim sees every change of. */
-	void created(int epfd) noexcept;
-	/* After a successful epoll_ctl(epfd, op, fd, event). */
+	/*
+	 * epoll_create/epoll_create1 returned epfd: a set the shim sees every change of.
+	 * following: changes are recorded from now on; false (no connection yet, issue 24),
+	 * the set's list is read from the kernel once, when it first matters.
+	 */
+	void created(int epfd, bool following = true) noexcept;
+	/* After a successful epoll_ctl(epfd, op, fd, event), while changes are followed. */
 	void changed(int epfd, int op, int fd, const struct epoll_event *event) noexcept;
 	/* The program closed fds first..last (close, dup2 onto one, close_range). */
 	void closed(int first, int last) noexcept;
@@ -106,6 +110,8 @@ private:
 		std::unordered_multimap<unsigned long long, Stored *> oneShotByData;
 		size_t detached = 0;
 		bool exact = true;
+		/* Made before changes were followed: its list is the kernel's, read on first use. */
+		bool unread = false;
 		bool owed = false; /* the last wait left some of the shim's events undelivered */
 		size_t turn = 0;   /* the buffered connection the next claim begins with */
 		size_t nested = 0; /* registrations of other sets (innerSet) */
@@ -137,6 +143,10 @@ private:
 	void prune(int epfd) noexcept;
 	/* Replaces an inexact set's entries by the kernel's, for the buffered sockets. */
 	void reload(int epfd, const BufferedFds &buffered) noexcept;
+	/* Under the lock: an unread set's whole list, from the kernel, once; exact if it could be read. */
+	void readWhole(int epfd, Set &set) noexcept;
+	/* Under the lock: records a registration the kernel has (ADD, or readWhole). */
+	void add(int epfd, Set &set, const EpollRegistration &registration);
 
 	mutable std::mutex mutex_;
 	std::unordered_map<int, Set> sets_;
