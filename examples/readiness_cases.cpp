@@ -38,6 +38,10 @@
  *                     against tls_server --burst 3 (no hangup): reads one line, then peeks
  *                     without MSG_DONTWAIT (an alarm of 30 s ends a peek that waits for
  *                     ever). Prints "blocking peek R".
+ *   read-bio read-fully|read-once|buffer PORT
+ *                     against tls_server --burst 20: the connection's BIO is the program's
+ *                     own (reading all it is asked for, or once per call) or a buffer BIO
+ *                     over a socket BIO; reads lines, polling before each. Prints "lines N".
  *   masked-wait ppoll|pselect|epoll_pwait PORT
  *                     against tls_server --burst 3: reads one line, blocks SIGUSR1 and
  *                     raises it, then waits with a mask that lets it in. Prints "ppoll R
@@ -84,6 +88,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <cstdint>
 #include <cstring>
 #include <fcntl.h>
 #include <poll.h>
@@ -409,6 +414,76 @@ int blockingPeek(const char *port)
 	const ssize_t n = recv(client.fd, &byte, 1, MSG_PEEK);
 	alarm(0);
 	std::printf("blocking peek %zd\n", n);
+	return 0;
+}
+
+/* A BIO of the program's own over a socket: its read, and the fd it reads. */
+int bioFd(BIO *bio)
+{
+	return static_cast<int>(reinterpret_cast<intptr_t>(BIO_get_data(bio)));
+}
+
+int bioWrite(BIO *bio, const char *data, int length)
+{
+	return static_cast<int>(send(bioFd(bio), data, static_cast<size_t>(length), MSG_NOSIGNAL));
+}
+
+/* As a BIO over a blocking stream often reads: all it was asked for, or the end. */
+int bioReadFully(BIO *bio, char *data, int length)
+{
+	int got = 0;
+	while (got < length) {
+		const ssize_t n = recv(bioFd(bio), data + got, static_cast<size_t>(length - got), 0);
+		if (n <= 0)
+			return got ? got : static_cast<int>(n);
+		got += static_cast<int>(n);
+	}
+	return got;
+}
+
+/* One recv per read, as a socket BIO does. */
+int bioReadOnce(BIO *bio, char *data, int length)
+{
+	return static_cast<int>(recv(bioFd(bio), data, static_cast<size_t>(length), 0));
+}
+
+long bioControl(BIO *, int command, long, void *)
+{
+	return command == BIO_CTRL_FLUSH ? 1 : 0;
+}
+
+/*
+ * The connection's BIO is the program's own (reading fully, or once per call) or a
+ * buffer over a socket BIO; then lines are read, polling before each SSL_read.
+ */
+int readBio(const char *port, const std::string &how)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	const int fd = connectTo("127.0.0.1", port);
+	SSL *ssl = SSL_new(ctx);
+	BIO *bio;
+	if (how == "buffer") {
+		bio = BIO_push(BIO_new(BIO_f_buffer()), BIO_new_socket(fd, BIO_NOCLOSE));
+	} else {
+		BIO_METHOD *method = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, how.c_str());
+		BIO_meth_set_write(method, bioWrite);
+		BIO_meth_set_read(method, how == "read-fully" ? bioReadFully : bioReadOnce);
+		BIO_meth_set_ctrl(method, bioControl);
+		bio = BIO_new(method);
+		BIO_set_data(bio, reinterpret_cast<void *>(static_cast<intptr_t>(fd)));
+		BIO_set_init(bio, 1);
+	}
+	SSL_set_bio(ssl, bio, bio);
+	if (SSL_connect(ssl) != 1)
+		fail("SSL_connect");
+	int lines = 0;
+	std::string line;
+	while (lines < 20 && pollThenRead(ssl, fd, &line))
+		lines++;
+	std::printf("lines %d\n", lines);
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
 	return 0;
 }
 
@@ -833,6 +908,8 @@ int main(int argc, char **argv)
 		return readAheadSetting(argv[2]);
 	if (which == "nested" && argc > 2)
 		return nested(argv[2]);
+	if (which == "read-bio" && argc > 3)
+		return readBio(argv[3], argv[2]);
 	if (which == "masked-wait" && argc > 3)
 		return maskedWait(argv[3], argv[2]);
 	if (which == "blocking-peek" && argc > 2)

@@ -70,6 +70,8 @@ struct OpenSslApi {
 
 	/* Write coalescing: a filter BIO between OpenSSL and its socket BIO. */
 	decltype(&::SSL_get_wbio) SSL_get_wbio = nullptr;
+	/* Read tuning: whether the read BIO reads its source itself. */
+	decltype(&::SSL_get_rbio) SSL_get_rbio = nullptr;
 	decltype(&::SSL_set0_wbio) SSL_set0_wbio = nullptr;
 	decltype(&::BIO_get_new_index) BIO_get_new_index = nullptr;
 	decltype(&::BIO_meth_new) BIO_meth_new = nullptr;
@@ -132,7 +134,8 @@ struct OpenSslApi {
 		return SSL_CTX_ctrl && SSL_set_default_read_buffer_len && SSL_set_read_ahead &&
 		       SSL_get_read_ahead && SSL_get_SSL_CTX && SSL_CTX_get_ex_data &&
 		       SSL_CTX_set_ex_data && SSL_has_pending && SSL_want &&
-		       CRYPTO_get_ex_new_index && SSL_get_ex_data && SSL_set_ex_data;
+		       CRYPTO_get_ex_new_index && SSL_get_ex_data && SSL_set_ex_data && SSL_get_rbio &&
+		       BIO_next && BIO_method_type;
 	}
 };
 

@@ -33,6 +33,7 @@ inline void rebindConnection(SSL *ssl) noexcept
 		return;
 	int savedErrno = errno;
 	connection->rebind(process().buffered, o.api.SSL_get_rfd(ssl));
+	ReadTuning::readBioChanged(o.api, ssl, *connection);
 	errno = savedErrno;
 }
 

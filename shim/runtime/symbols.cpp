@@ -192,6 +192,7 @@ bool resolveOpenSsl(OpenSslApi *api) noexcept
 	RESOLVE(SSL_set_ex_data);
 
 	RESOLVE(SSL_get_wbio);
+	RESOLVE(SSL_get_rbio);
 	RESOLVE(SSL_set0_wbio);
 	RESOLVE(BIO_get_new_index);
 	RESOLVE(BIO_meth_new);

@@ -41,12 +41,27 @@ void ReadTuning::tuneConnection(const OpenSslApi &api, const Config &config, SSL
 	connection.decideReadTuning();
 	SSL_CTX *ctx = api.SSL_get_SSL_CTX(ssl);
 	if (connection.programSetReadAhead() || (ctx && api.SSL_CTX_get_ex_data(ctx, contextIndex_)) ||
-	    api.SSL_get_read_ahead(ssl))
+	    api.SSL_get_read_ahead(ssl) || !readsItsSource(api, ssl))
 		return;
 	turnOn(api, config, ssl);
 	connection.setReadAheadByShim(true);
 	logLimited(tunedLines, LogLevel::Info, "connection tuned: read-ahead on, read buffer %zu bytes",
 		   config.readBuffer);
+}
+
+bool ReadTuning::readsItsSource(const OpenSslApi &api, SSL *ssl) noexcept
+{
+	BIO *rbio = api.SSL_get_rbio(ssl);
+	return rbio && !api.BIO_next(rbio) && !(api.BIO_method_type(rbio) & BIO_TYPE_FILTER);
+}
+
+void ReadTuning::readBioChanged(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept
+{
+	if (!connection.readAheadByShim() || readsItsSource(api, ssl))
+		return;
+	/* What OpenSSL holds already it still hands out; it reads no further ahead. */
+	api.SSL_set_read_ahead(ssl, 0);
+	connection.setReadAheadByShim(false);
 }
 
 } /* namespace tlstune */

@@ -37,6 +37,20 @@ public:
 	void tuneConnection(const OpenSslApi &api, const Config &config, SSL *ssl,
 			    Connection &connection) const noexcept;
 
+	/*
+	 * The program gave ssl another read BIO (SSL_set_bio, SSL_set0_rbio, SSL_set_fd): the
+	 * shim's read-ahead goes when the new one does not read its source itself.
+	 */
+	static void readBioChanged(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept;
+
+	/*
+	 * Whether ssl's read BIO reads its source itself, with nothing chained: a socket, fd
+	 * or connect BIO, or a source BIO of the program's own (curl's). A buffer BIO or any
+	 * other filter is left as it is: it keeps bytes of its own, and read-ahead's 64 KiB
+	 * ask waited there for bytes that never came (the handshake hung).
+	 */
+	static bool readsItsSource(const OpenSslApi &api, SSL *ssl) noexcept;
+
 private:
 	int contextIndex_ = -1;
 };
