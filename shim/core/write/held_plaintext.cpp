@@ -84,9 +84,13 @@ bool HeldPlaintext::hold(const void *data, std::size_t length, bool *becameHeld)
 		if (!bytes_)
 			return false;
 	}
-	/* Whole at every instruction: a handler that ends the image here sends size_ bytes. */
+	/*
+	 * Whole at every instruction: a handler that ends the image here sends size_ bytes.
+	 * The fence keeps the compiler from storing the size before the copy (no instruction).
+	 */
 	std::memcpy(bytes_.get() + size, data, length);
 	*becameHeld = size == 0;
+	std::atomic_signal_fence(std::memory_order_release);
 	size_.store(size + length, std::memory_order_relaxed);
 	return true;
 }
