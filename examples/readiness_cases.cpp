@@ -462,10 +462,11 @@ int readBio(const char *port, const std::string &how)
 	const int fd = connectTo("127.0.0.1", port);
 	SSL *ssl = SSL_new(ctx);
 	BIO *bio;
+	BIO_METHOD *method = nullptr;
 	if (how == "buffer") {
 		bio = BIO_push(BIO_new(BIO_f_buffer()), BIO_new_socket(fd, BIO_NOCLOSE));
 	} else {
-		BIO_METHOD *method = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, how.c_str());
+		method = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, how.c_str());
 		BIO_meth_set_write(method, bioWrite);
 		BIO_meth_set_read(method, how == "read-fully" ? bioReadFully : bioReadOnce);
 		BIO_meth_set_ctrl(method, bioControl);
@@ -482,6 +483,7 @@ int readBio(const char *port, const std::string &how)
 		lines++;
 	std::printf("lines %d\n", lines);
 	SSL_free(ssl);
+	BIO_meth_free(method);
 	close(fd);
 	SSL_CTX_free(ctx);
 	return 0;
