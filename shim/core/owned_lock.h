@@ -1,7 +1,6 @@
 #pragma once
 
 #include <atomic>
-#include <climits>
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>

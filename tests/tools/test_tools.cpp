@@ -414,6 +414,32 @@ namespace {
 
 constexpr int kLiveTimeoutMs = 60000;
 
+/* A process without the shim that waits (cat on a FIFO) until end() lets it go. */
+class WaitingChild {
+public:
+	WaitingChild() : input_(dir_.file("stdin")), process_(command(input_)) {}
+	std::string pid() const { return std::to_string(process_.pid()); }
+	/* Its status once its input ends: 0 unless something stopped it. */
+	int end()
+	{
+		input_.closeWriter();
+		return process_.wait(kLiveTimeoutMs);
+	}
+
+private:
+	static Command command(const Fifo &input)
+	{
+		Command cat;
+		cat.argv = { "cat" };
+		cat.stdinPath = input.path();
+		return cat;
+	}
+
+	TempDir dir_;
+	Fifo input_;
+	Process process_;
+};
+
 Command liveClientCommand(const ExampleServer &server, const std::string &input, const std::string &errors,
 			  const std::vector<std::string> &env)
 {
@@ -555,14 +581,9 @@ TEST(LiveStats, OfTwoCopiesTheWorkingOneIsRead)
 
 TEST(LiveStats, AProcessWithoutTheLibraryOrNoneAtAllIsSaidWithItsOwnStatus)
 {
-	/* The test's own child, without the shim: cat waiting for its stdin. */
-	TempDir dir;
-	Fifo input(dir.file("stdin"));
-	Command command;
-	command.argv = { "cat" };
-	command.stdinPath = input.path();
-	Process plain(command);
-	const std::string pid = std::to_string(plain.pid());
+	/* The test's own child, without the shim. */
+	WaitingChild plain;
+	const std::string pid = plain.pid();
 	const Captured none = wrapper({ "--stats", pid });
 	EXPECT_EQ(none.status, 2) << none.err;
 	EXPECT_EQ(none.out, "");
@@ -570,8 +591,7 @@ TEST(LiveStats, AProcessWithoutTheLibraryOrNoneAtAllIsSaidWithItsOwnStatus)
 	EXPECT_TRUE(contains(none.err, ") does not have libtlstune loaded: no file named libtlstune* is mapped in /proc/" +
 					       pid + "/maps\n"))
 		<< none.err;
-	input.closeWriter();
-	EXPECT_EQ(plain.wait(kLiveTimeoutMs), 0);
+	EXPECT_EQ(plain.end(), 0);
 
 	/* pid_max itself is never given to a process. */
 	std::ifstream in("/proc/sys/kernel/pid_max");
@@ -587,15 +607,10 @@ TEST(LiveStats, AnotherUsersProcessIsPermissionDeniedSayingWhatItNeeds)
 {
 	if (geteuid() != 0 || !haveProgram("setpriv"))
 		GTEST_SKIP() << "needs root, to ask as another user (nobody) about one of root's processes";
-	TempDir dir;
-	Fifo input(dir.file("stdin"));
-	Command command;
-	command.argv = { "cat" };
-	command.stdinPath = input.path();
-	Process plain(command);
+	WaitingChild plain;
 	Command asNobody;
 	asNobody.argv = { "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", kWrapper, "--stats",
-			  std::to_string(plain.pid()) };
+			  plain.pid() };
 	const Captured denied = runCaptured(asNobody, kLiveTimeoutMs);
 	EXPECT_EQ(denied.status, 3) << denied.err;
 	EXPECT_EQ(denied.out, "");
@@ -604,8 +619,7 @@ TEST(LiveStats, AnotherUsersProcessIsPermissionDeniedSayingWhatItNeeds)
 		<< denied.err;
 	EXPECT_TRUE(contains(denied.err, "ptrace_scope")) << denied.err;
 	EXPECT_EQ(linesWith(denied.err, "tlstune:"), 1u) << denied.err;
-	input.closeWriter();
-	EXPECT_EQ(plain.wait(kLiveTimeoutMs), 0);
+	EXPECT_EQ(plain.end(), 0);
 }
 
 TEST(LiveStats, OnlyAProcessIdAloneAfterStatsIsOneAnythingElseIsACommand)

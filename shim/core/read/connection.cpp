@@ -29,7 +29,7 @@ void logFd(int from, int to, ino_t ino) noexcept
 /* initial-exec: the read wrappers test this on every read(2) of the host program. */
 __attribute__((tls_model("initial-exec"))) thread_local CallScope *innermost = nullptr;
 __attribute__((tls_model("initial-exec"))) thread_local uint64_t innermostCookie = 0;
-thread_local uint64_t lastCookie = 0;
+__attribute__((tls_model("initial-exec"))) thread_local uint64_t lastCookie = 0;
 
 void freeConnection(void * /*parent*/, void *ptr, CRYPTO_EX_DATA * /*ad*/, int /*idx*/,
 		    long /*argl*/, void *argp)

@@ -266,8 +266,7 @@ void EpollSets::readWhole(int epfd, Set &set) noexcept
 			fits = false;
 		}
 	});
-	oneShotCount_.fetch_sub(set.oneShotByData.size(), std::memory_order_relaxed);
-	set = std::move(fresh);
+	replace(set, std::move(fresh));
 	/* Unreadable (no /proc) or out of memory: its waits read the kernel's list, as before. */
 	set.exact = read && fits;
 }
@@ -405,8 +404,14 @@ void EpollSets::reload(int epfd, const BufferedFds &buffered) noexcept
 	} catch (const std::bad_alloc &) {
 		return;
 	}
-	oneShotCount_.fetch_sub(set->oneShotByData.size(), std::memory_order_relaxed);
-	*set = std::move(fresh);
+	replace(*set, std::move(fresh));
+}
+
+void EpollSets::replace(Set &set, Set &&fresh) noexcept
+{
+	/* fresh's one-shot registrations were counted as index() made them; set's go. */
+	oneShotCount_.fetch_sub(set.oneShotByData.size(), std::memory_order_relaxed);
+	set = std::move(fresh);
 }
 
 int EpollSets::claim(int epfd, const BufferedFds &buffered, EpollRegistration *out,

@@ -143,6 +143,8 @@ private:
 	void prune(int epfd) noexcept;
 	/* Replaces an inexact set's entries by the kernel's, for the buffered sockets. */
 	void reload(int epfd, const BufferedFds &buffered) noexcept;
+	/* Under the lock: set becomes fresh, the one-shot count kept true. */
+	void replace(Set &set, Set &&fresh) noexcept;
 	/* Under the lock: an unread set's whole list, from the kernel, once; exact if it could be read. */
 	void readWhole(int epfd, Set &set) noexcept;
 	/* Under the lock: records a registration the kernel has (ADD, or readWhole). */
