@@ -260,6 +260,7 @@ bool resolveCrypto(CaApi *api) noexcept
 	RESOLVE(d2i_X509_NAME);
 	RESOLVE(X509_NAME_free);
 	RESOLVE(X509_NAME_cmp);
+	RESOLVE(X509_NAME_get0_der);
 	RESOLVE(ASN1_item_d2i);
 	RESOLVE(ASN1_item_free);
 	RESOLVE(ASN1_INTEGER_it);

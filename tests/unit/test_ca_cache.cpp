@@ -218,6 +218,7 @@ CaApi linkedApi()
 	api.d2i_X509_NAME = ::d2i_X509_NAME;
 	api.X509_NAME_free = ::X509_NAME_free;
 	api.X509_NAME_cmp = ::X509_NAME_cmp;
+	api.X509_NAME_get0_der = reinterpret_cast<CaApi::NameDer>(::X509_NAME_get0_der);
 	api.ASN1_item_d2i = ::ASN1_item_d2i;
 	api.ASN1_item_free = ::ASN1_item_free;
 #if OPENSSL_VERSION_NUMBER >= 0x30000000L
@@ -414,6 +415,38 @@ TEST(CaIndex, IndexesTheSystemBundleAndParsesOnDemand)
 	BIO_free(in);
 	EXPECT_EQ(stats.caCertsParsed.load(), 2u * static_cast<uint64_t>(blocks));
 	EXPECT_EQ(stats.caCertsIndexed.load(), static_cast<uint64_t>(blocks));
+}
+
+TEST(CaIndex, FindsASubjectByANameItsEncoderDoesNotFollow)
+{
+	SKIP_BEFORE_OPENSSL_3();
+	const CaApi api = linkedApi();
+	Stats stats;
+	const std::string pem = testsupport::readFile(testsupport::pki().ca1);
+	const std::shared_ptr<CaIndex> index = indexFile(api, stats, pem);
+	ASSERT_NE(index, nullptr);
+	BIO *in = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+	X509 *ca = PEM_read_bio_X509(in, nullptr, nullptr, nullptr);
+	BIO_free(in);
+	ASSERT_NE(ca, nullptr);
+	/* The same name in BMPStrings: canonically equal, so X509_NAME_cmp finds it. */
+	const X509_NAME *subject = X509_get_subject_name(ca);
+	X509_NAME *bmp = X509_NAME_new();
+	for (int i = 0; i < X509_NAME_entry_count(subject); i++) {
+		const X509_NAME_ENTRY *entry = X509_NAME_get_entry(subject, i);
+		const ASN1_STRING *text = X509_NAME_ENTRY_get_data(entry);
+		std::string utf16;
+		for (int k = 0; k < ASN1_STRING_length(text); k++)
+			utf16 += std::string(1, '\0') + static_cast<char>(ASN1_STRING_get0_data(text)[k]);
+		X509_NAME_add_entry_by_OBJ(bmp, X509_NAME_ENTRY_get_object(entry), V_ASN1_BMPSTRING,
+					   reinterpret_cast<const unsigned char *>(utf16.data()),
+					   static_cast<int>(utf16.size()), -1, 0);
+	}
+	ASSERT_EQ(X509_NAME_cmp(bmp, subject), 0);
+	EXPECT_EQ(index->withSubject(bmp), std::vector<int>{ 0 });
+	EXPECT_EQ(index->withSubject(subject), std::vector<int>{ 0 });
+	X509_NAME_free(bmp);
+	X509_free(ca);
 }
 
 namespace {

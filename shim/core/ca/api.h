@@ -81,6 +81,9 @@ struct CaApi {
 	decltype(&::d2i_X509_NAME) d2i_X509_NAME = nullptr;
 	decltype(&::X509_NAME_free) X509_NAME_free = nullptr;
 	decltype(&::X509_NAME_cmp) X509_NAME_cmp = nullptr;
+	/* 1.1.1's headers declare the name without const; only called on 3.0 and later. */
+	using NameDer = int (*)(const X509_NAME *name, const unsigned char **der, size_t *length);
+	NameDer X509_NAME_get0_der = nullptr;
 	decltype(&::ASN1_item_d2i) ASN1_item_d2i = nullptr;
 	decltype(&::ASN1_item_free) ASN1_item_free = nullptr;
 	/*
@@ -143,7 +146,7 @@ struct CaApi {
 	bool hasLazy() const noexcept
 	{
 		return d2i_X509 && X509_new_ex && X509_free && X509_get0_pubkey && OSSL_PROVIDER_do_all &&
-		       d2i_X509_NAME && X509_NAME_free && X509_NAME_cmp && ASN1_item_d2i &&
+		       d2i_X509_NAME && X509_NAME_free && X509_NAME_cmp && X509_NAME_get0_der && ASN1_item_d2i &&
 		       ASN1_item_free && ASN1_INTEGER_it && ASN1_BIT_STRING_it && ASN1_TIME_it &&
 		       X509_ALGOR_it && X509_NAME_it && X509_EXTENSIONS_it && X509_get_subject_name &&
 		       X509_get_issuer_name && OPENSSL_sk_delete_ptr && CRYPTO_get_ex_new_index &&

@@ -3,53 +3,15 @@
 #include <algorithm>
 #include <cstring>
 
+#include "der.h"
+#include "name.h"
+
 namespace tlstune {
 
 namespace {
 
-/* One DER element: its tag byte, where its content starts and how long it is. */
-struct Element {
-	const unsigned char *start = nullptr;
-	unsigned char tag = 0;
-	const unsigned char *content = nullptr;
-	std::size_t length = 0;
-	const unsigned char *end() const noexcept { return content + length; }
-};
-
-/*
- * Reads the element at *at (before limit) and moves *at past it. Only what a DER
- * certificate holds: one-byte tags, definite minimal lengths up to 16 MiB. Anything else
- * (indefinite BER lengths that d2i would accept, say) makes the file go the eager way.
- */
-bool readElement(const unsigned char **at, const unsigned char *limit, Element *element) noexcept
-{
-	const unsigned char *p = *at;
-	if (limit - p < 2 || (p[0] & 0x1f) == 0x1f)
-		return false;
-	element->start = p;
-	element->tag = p[0];
-	std::size_t length = p[1];
-	p += 2;
-	if (length & 0x80) {
-		const std::size_t bytes = length & 0x7f;
-		if (bytes == 0 || bytes > 3 || static_cast<std::size_t>(limit - p) < bytes || p[0] == 0)
-			return false;
-		length = 0;
-		for (std::size_t i = 0; i < bytes; i++)
-			length = length << 8 | *p++;
-		if (length < 0x80)
-			return false;
-	}
-	if (static_cast<std::size_t>(limit - p) < length)
-		return false;
-	element->content = p;
-	element->length = length;
-	*at = p + length;
-	return true;
-}
-
 /* Every element inside a constructed one is well framed, down to the leaves. */
-bool wellFramed(const Element &element, int depth) noexcept
+bool wellFramed(const DerElement &element, int depth) noexcept
 {
 	if (!(element.tag & 0x20))
 		return true;
@@ -57,32 +19,32 @@ bool wellFramed(const Element &element, int depth) noexcept
 		return false;
 	const unsigned char *at = element.content;
 	while (at < element.end()) {
-		Element child;
-		if (!readElement(&at, element.end(), &child) || !wellFramed(child, depth + 1))
+		DerElement child;
+		if (!readDerElement(&at, element.end(), &child) || !wellFramed(child, depth + 1))
 			return false;
 	}
 	return true;
 }
 
 /* The children of a constructed element, whatever their tags. */
-std::vector<Element> allChildren(const Element &parent) noexcept
+std::vector<DerElement> allChildren(const DerElement &parent) noexcept
 {
-	std::vector<Element> out;
+	std::vector<DerElement> out;
 	const unsigned char *at = parent.content;
-	Element child;
-	while (at < parent.end() && readElement(&at, parent.end(), &child))
+	DerElement child;
+	while (at < parent.end() && readDerElement(&at, parent.end(), &child))
 		out.push_back(child);
 	return out;
 }
 
 /* The children of a constructed element, each of the expected tag. */
-bool children(const Element &parent, std::initializer_list<unsigned char> tags,
-	      std::vector<Element> *out) noexcept
+bool children(const DerElement &parent, std::initializer_list<unsigned char> tags,
+	      std::vector<DerElement> *out) noexcept
 {
 	const unsigned char *at = parent.content;
 	for (unsigned char tag : tags) {
-		Element child;
-		if (!readElement(&at, parent.end(), &child) || child.tag != tag)
+		DerElement child;
+		if (!readDerElement(&at, parent.end(), &child) || child.tag != tag)
 			return false;
 		out->push_back(child);
 	}
@@ -94,7 +56,7 @@ bool children(const Element &parent, std::initializer_list<unsigned char> tags,
 namespace {
 
 /* The element decodes, to its end, as item: what d2i_X509 asks of that field. */
-bool decodes(const CaApi &api, const Element &element, const ASN1_ITEM *item) noexcept
+bool decodes(const CaApi &api, const DerElement &element, const ASN1_ITEM *item) noexcept
 {
 	const unsigned char *p = element.start;
 	ASN1_VALUE *value = api.ASN1_item_d2i(nullptr, &p, static_cast<long>(element.end() - element.start), item);
@@ -115,11 +77,11 @@ bool checkCertificate(const CaApi &api, const unsigned char *der, std::size_t le
 	 * version (3.5 reports them), so such a file loads the way OpenSSL loads it.
 	 */
 	const unsigned char *at = der;
-	Element certificate;
-	if (!readElement(&at, der + length, &certificate) || certificate.tag != 0x30 ||
+	DerElement certificate;
+	if (!readDerElement(&at, der + length, &certificate) || certificate.tag != 0x30 ||
 	    at != der + length || !wellFramed(certificate, 0))
 		return false;
-	std::vector<Element> parts;
+	std::vector<DerElement> parts;
 	if (!children(certificate, { 0x30, 0x30, 0x03 }, &parts) ||
 	    !decodes(api, parts[1], api.X509_ALGOR_it()) || !decodes(api, parts[2], api.ASN1_BIT_STRING_it()))
 		return false;
@@ -128,11 +90,11 @@ bool checkCertificate(const CaApi &api, const unsigned char *der, std::size_t le
 	 * signature, issuer, validity, subject, subjectPublicKeyInfo, [1] [2] unique ids
 	 * OPTIONAL (not taken here), [3] EXPLICIT extensions OPTIONAL }
 	 */
-	const Element &tbs = parts[0];
-	const std::vector<Element> fields = allChildren(tbs);
+	const DerElement &tbs = parts[0];
+	const std::vector<DerElement> fields = allChildren(tbs);
 	std::size_t i = 0;
 	if (!fields.empty() && fields[0].tag == 0xa0) {
-		std::vector<Element> version;
+		std::vector<DerElement> version;
 		if (!children(fields[0], { 0x02 }, &version) || !decodes(api, version[0], api.ASN1_INTEGER_it()))
 			return false;
 		i = 1;
@@ -144,10 +106,10 @@ bool checkCertificate(const CaApi &api, const unsigned char *der, std::size_t le
 		if (fields[i++].tag != tag)
 			return false;
 	}
-	const Element &serial = fields[i - 6], &algorithm = fields[i - 5], &issuer = fields[i - 4];
-	const Element &validity = fields[i - 3], &subjectField = fields[i - 2], &key = fields[i - 1];
-	const std::vector<Element> times = allChildren(validity);
-	std::vector<Element> keyParts;
+	const DerElement &serial = fields[i - 6], &algorithm = fields[i - 5], &issuer = fields[i - 4];
+	const DerElement &validity = fields[i - 3], &subjectField = fields[i - 2], &key = fields[i - 1];
+	const std::vector<DerElement> times = allChildren(validity);
+	std::vector<DerElement> keyParts;
 	const bool selfIssued = issuer.end() - issuer.start == subjectField.end() - subjectField.start &&
 				std::equal(issuer.start, issuer.end(), subjectField.start);
 	/*
@@ -163,7 +125,7 @@ bool checkCertificate(const CaApi &api, const unsigned char *der, std::size_t le
 	    !decodes(api, keyParts[1], api.ASN1_BIT_STRING_it()))
 		return false;
 	if (i < fields.size() && fields[i].tag == 0xa3) {
-		std::vector<Element> extensions;
+		std::vector<DerElement> extensions;
 		if (!children(fields[i], { 0x30 }, &extensions) ||
 		    !decodes(api, extensions[0], api.X509_EXTENSIONS_it()))
 			return false;
@@ -181,20 +143,64 @@ bool checkCertificate(const CaApi &api, const unsigned char *der, std::size_t le
 
 CaIndex::~CaIndex()
 {
-	for (const std::unique_ptr<Entry> &entry : entries_)
-		api_.X509_NAME_free(entry->subject);
+	for (const std::unique_ptr<Entry> &entry : entries_) {
+		if (X509_NAME *name = entry->subject.load(std::memory_order_acquire))
+			api_.X509_NAME_free(name);
+	}
 }
+
+namespace {
+
+/* X509_NAME_cmp's order on canonical encodings: the shorter first, then by bytes. */
+int compareCanonical(const std::string &a, const std::string &b) noexcept
+{
+	if (a.size() != b.size())
+		return a.size() < b.size() ? -1 : 1;
+	return a.compare(b);
+}
+
+} /* namespace */
 
 std::vector<int> CaIndex::withSubject(const X509_NAME *name) const
 {
-	auto less = [this](int position, const X509_NAME *n) {
-		return api_.X509_NAME_cmp(entries_[position]->subject, n) < 0;
-	};
 	std::vector<int> found;
-	for (auto it = std::lower_bound(bySubject_.begin(), bySubject_.end(), name, less);
-	     it != bySubject_.end() && api_.X509_NAME_cmp(entries_[*it]->subject, name) == 0; ++it)
-		found.push_back(*it);
+	const unsigned char *der = nullptr;
+	std::size_t length = 0;
+	std::string canon;
+	if (api_.X509_NAME_get0_der(name, &der, &length) == 1 && canonicalName(der, length, &canon)) {
+		auto less = [this](int position, const std::string &c) {
+			return compareCanonical(entries_[position]->canon, c) < 0;
+		};
+		for (auto it = std::lower_bound(bySubject_.begin(), bySubject_.end(), canon, less);
+		     it != bySubject_.end() && entries_[*it]->canon == canon; ++it)
+			found.push_back(*it);
+		return found;
+	}
+	/* A name the canonical encoder does not follow (a BMPString, say): OpenSSL compares. */
+	for (int position = 0; position < count(); position++) {
+		const X509_NAME *subject = this->subject(position);
+		if (subject && api_.X509_NAME_cmp(subject, name) == 0)
+			found.push_back(position);
+	}
 	return found;
+}
+
+const X509_NAME *CaIndex::subject(int position) const noexcept
+{
+	const Entry &entry = *entries_[position];
+	X509_NAME *name = entry.subject.load(std::memory_order_acquire);
+	if (name)
+		return name;
+	/* Indexing proved that it decodes: only memory can fail here. */
+	api_.ERR_set_mark();
+	const unsigned char *p = reinterpret_cast<const unsigned char *>(entry.der.data()) + entry.subjectAt;
+	X509_NAME *decoded = api_.d2i_X509_NAME(nullptr, &p, static_cast<long>(entry.subjectLength));
+	api_.ERR_pop_to_mark();
+	if (decoded && !entry.subject.compare_exchange_strong(name, decoded, std::memory_order_acq_rel)) {
+		api_.X509_NAME_free(decoded);
+		return name;
+	}
+	return decoded;
 }
 
 X509 *CaIndex::parse(int position) const
@@ -239,11 +245,11 @@ DecodingState decodingState(const CaApi &api)
 	return state;
 }
 
-bool CaIndex::keysDecode() const
+bool CaIndex::keysDecode(const std::vector<int> &positions) const
 {
 	api_.ERR_set_mark();
 	bool ok = true;
-	for (int position : keyAlgorithms_) {
+	for (int position : positions) {
 		X509 *x = parse(position);
 		ok = ok && x && api_.X509_get0_pubkey(x);
 		if (x)
@@ -255,7 +261,7 @@ bool CaIndex::keysDecode() const
 
 bool CaIndex::keysDecodeNow() const
 {
-	return decodingState(api_) == decodedUnder_ || keysDecode();
+	return decodingState(api_) == decodedUnder_ || keysDecode(keyAlgorithms_);
 }
 
 namespace {
@@ -279,22 +285,27 @@ struct Base64Table {
 };
 constexpr Base64Table kBase64;
 
-/* Standard base64 with '=' padding only at its end; false for anything else. */
-bool decodeBase64(const std::string &text, std::string *out) noexcept
+/*
+ * Appends the standard base64 of [p, end), '=' padding only at its end, to out; false
+ * for anything else.
+ */
+bool decodeBase64(const char *p, const char *end, std::string *out) noexcept
 {
-	if (text.empty() || text.size() % 4 != 0)
+	const std::size_t size = static_cast<std::size_t>(end - p);
+	if (size == 0 || size % 4 != 0)
 		return false;
-	const std::size_t padding = text.size() - text.find_last_not_of('=') - 1;
+	std::size_t padding = 0;
+	while (padding < size && end[-1 - static_cast<std::ptrdiff_t>(padding)] == '=')
+		padding++;
 	if (padding > 2)
 		return false;
-	out->clear();
 	unsigned int bits = 0;
 	int held = 0;
-	for (std::size_t i = 0; i < text.size() - padding; i++) {
-		const int value = kBase64.value[static_cast<unsigned char>(text[i])];
+	for (const char *q = p; q < end - padding; q++) {
+		const int value = kBase64.value[static_cast<unsigned char>(*q)];
 		if (value < 0)
 			return false;
-		bits = bits << 6 | static_cast<unsigned int>(value);
+		bits = (bits << 6 | static_cast<unsigned int>(value)) & 0xffffff;
 		held += 6;
 		if (held >= 8) {
 			held -= 8;
@@ -315,37 +326,43 @@ bool decodeBase64(const std::string &text, std::string *out) noexcept
  */
 bool scanPem(const std::string &content, std::vector<std::string> *ders)
 {
-	static const std::string kBegin = "-----BEGIN CERTIFICATE-----", kEnd = "-----END CERTIFICATE-----";
-	if (content.find('\0') != std::string::npos || content.find('\r') != std::string::npos)
+	static const char kBegin[] = "-----BEGIN CERTIFICATE-----", kEnd[] = "-----END CERTIFICATE-----";
+	auto is = [](const char *line, std::size_t length, const char *text, std::size_t textLength) {
+		return length == textLength && std::memcmp(line, text, length) == 0;
+	};
+	if (std::memchr(content.data(), '\0', content.size()) || content.find('\r') != std::string::npos)
 		return false;
+	const char *at = content.data(), *const end = at + content.size();
 	bool inside = false;
-	std::string body, der;
-	std::size_t at = 0;
-	while (at < content.size()) {
-		const std::size_t newline = content.find('\n', at);
-		if (newline == std::string::npos)
+	std::string body;
+	while (at < end) {
+		const char *newline = static_cast<const char *>(std::memchr(at, '\n', static_cast<std::size_t>(end - at)));
+		if (!newline)
 			return false;
-		const std::string line = content.substr(at, newline - at);
+		const char *line = at;
+		const std::size_t length = static_cast<std::size_t>(newline - at);
 		at = newline + 1;
 		if (!inside) {
-			if (line == kBegin)
+			if (is(line, length, kBegin, sizeof kBegin - 1))
 				inside = true;
-			else if (line.size() > 200 || (!line.empty() && line[0] == '-'))
+			else if (length > 200 || (length > 0 && line[0] == '-'))
 				return false;
 			continue;
 		}
-		if (line == kEnd) {
-			if (!decodeBase64(body, &der))
+		if (is(line, length, kEnd, sizeof kEnd - 1)) {
+			std::string der;
+			der.reserve(body.size() / 4 * 3);
+			if (!decodeBase64(body.data(), body.data() + body.size(), &der))
 				return false;
-			ders->push_back(der);
+			ders->push_back(std::move(der));
 			body.clear();
 			inside = false;
 			continue;
 		}
 		/* Its characters are checked as they are decoded. */
-		if (line.empty() || line.size() > 76)
+		if (length == 0 || length > 76)
 			return false;
-		body += line;
+		body.append(line, length);
 	}
 	return !inside;
 }
@@ -358,65 +375,76 @@ std::shared_ptr<CaIndex> indexFile(const CaApi &api, Stats &stats, const std::st
 	std::vector<std::string> ders;
 	if (!scanPem(content, &ders) || ders.empty())
 		return nullptr;
-	api.ERR_set_mark();
 	auto index = std::make_shared<CaIndex>(api, stats, propq);
-	bool ok = true;
-	std::vector<std::string> keyAlgorithms;
+	std::vector<std::string> keyAlgorithms, algorithmOf;
+	api.ERR_set_mark();
 	for (std::string &der : ders) {
+		const unsigned char *bytes = reinterpret_cast<const unsigned char *>(der.data());
 		const unsigned char *subject = nullptr;
 		std::size_t subjectLength = 0;
 		std::string keyAlgorithm;
-		ok = checkCertificate(api, reinterpret_cast<const unsigned char *>(der.data()), der.size(),
-				      &subject, &subjectLength, &keyAlgorithm);
-		if (ok && std::find(keyAlgorithms.begin(), keyAlgorithms.end(), keyAlgorithm) ==
-				  keyAlgorithms.end()) {
+		auto entry = std::make_unique<CaIndex::Entry>();
+		/* A subject the canonical encoder follows is one d2i_X509_NAME decodes. */
+		if (!checkCertificate(api, bytes, der.size(), &subject, &subjectLength, &keyAlgorithm) ||
+		    !canonicalName(subject, subjectLength, &entry->canon))
+			break;
+		if (std::find(keyAlgorithms.begin(), keyAlgorithms.end(), keyAlgorithm) == keyAlgorithms.end()) {
 			keyAlgorithms.push_back(keyAlgorithm);
 			index->keyAlgorithms_.push_back(index->count());
 		}
-		X509_NAME *decoded = ok ? api.d2i_X509_NAME(nullptr, &subject, static_cast<long>(subjectLength))
-					: nullptr;
-		if (!decoded)
-			break;
-		auto entry = std::make_unique<CaIndex::Entry>();
+		algorithmOf.push_back(std::move(keyAlgorithm));
+		entry->subjectAt = static_cast<std::size_t>(subject - bytes);
+		entry->subjectLength = subjectLength;
 		entry->der = std::move(der);
-		entry->subject = decoded;
 		index->entries_.push_back(std::move(entry));
 	}
-	ok = index->count() == static_cast<int>(ders.size());
+	api.ERR_pop_to_mark();
+	if (index->count() != static_cast<int>(ders.size()))
+		return nullptr;
 
 	const int count = index->count();
+	auto canon = [&](int position) -> const std::string & { return index->entries_[position]->canon; };
 	for (int i = 0; i < count; i++)
 		index->bySubject_.push_back(i);
-	std::stable_sort(index->bySubject_.begin(), index->bySubject_.end(), [&](int a, int b) {
-		return api.X509_NAME_cmp(index->entries_[a]->subject, index->entries_[b]->subject) < 0;
-	});
+	std::stable_sort(index->bySubject_.begin(), index->bySubject_.end(),
+			 [&](int a, int b) { return compareCanonical(canon(a), canon(b)) < 0; });
 	index->subjectRank_.resize(static_cast<std::size_t>(count));
 	for (int i = 0; i < count; i++) {
 		const int position = index->bySubject_[i];
-		if (i == 0 || api.X509_NAME_cmp(index->entries_[index->bySubject_[i - 1]]->subject,
-						index->entries_[position]->subject) != 0)
+		if (i == 0 || canon(index->bySubject_[i - 1]) != canon(position))
 			index->firstWithSubject_.push_back(position);
 		index->subjectRank_[position] = static_cast<int>(index->firstWithSubject_.size()) - 1;
 	}
 	/*
 	 * Loading compares certificates that share a subject; one whose extensions do not
 	 * decode then leaves an error on the queue at load time, which a lazy load cannot.
+	 * Parsing them decodes their keys too: a key algorithm seen here needs no other check.
 	 */
+	bool ok = true;
+	std::vector<std::string> keysChecked;
+	api.ERR_set_mark();
 	for (int i = 0; ok && i + 1 < count; i++) {
 		const int a = index->bySubject_[i], b = index->bySubject_[i + 1];
-		if (api.X509_NAME_cmp(index->entries_[a]->subject, index->entries_[b]->subject) != 0)
+		if (canon(a) != canon(b))
 			continue;
 		for (int position : { a, b }) {
 			X509 *x = index->parse(position);
-			ok = ok && x && api.X509_check_purpose(x, -1, 0) == 1;
+			ok = ok && x && api.X509_check_purpose(x, -1, 0) == 1 && api.X509_get0_pubkey(x);
 			if (x)
 				api.X509_free(x);
+			keysChecked.push_back(algorithmOf[static_cast<std::size_t>(position)]);
 		}
 	}
 	api.ERR_pop_to_mark();
 	/* Decided now, as loading decides it: a key that does not decode loads eagerly. */
 	index->decodedUnder_ = decodingState(api);
-	if (!ok || !index->keysDecode())
+	std::vector<int> unchecked;
+	for (int position : index->keyAlgorithms_) {
+		if (std::find(keysChecked.begin(), keysChecked.end(), algorithmOf[static_cast<std::size_t>(position)]) ==
+		    keysChecked.end())
+			unchecked.push_back(position);
+	}
+	if (!ok || !index->keysDecode(unchecked))
 		return nullptr;
 	Stats::add(stats.caCertsIndexed, static_cast<uint64_t>(count));
 	return index;

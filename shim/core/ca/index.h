@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,14 +48,18 @@ public:
 
 	/* File positions of the certificates whose subject equals name, in file order. */
 	std::vector<int> withSubject(const X509_NAME *name) const;
-	const X509_NAME *subject(int position) const noexcept { return entries_[position]->subject; }
+	/*
+	 * The certificate's subject, decoded when first asked for (indexing does not decode
+	 * names: it compares their canonical encodings); null if memory ran out.
+	 */
+	const X509_NAME *subject(int position) const noexcept;
 	/* The certificate's bytes: equal bytes are what X509_cmp calls the same certificate. */
 	const std::string &der(int position) const noexcept { return entries_[position]->der; }
 	/* The distinct subjects in X509_NAME_cmp order, and which one a certificate has. */
 	int subjectCount() const noexcept { return static_cast<int>(firstWithSubject_.size()); }
 	const X509_NAME *distinctSubject(int rank) const noexcept
 	{
-		return entries_[firstWithSubject_[rank]]->subject;
+		return subject(firstWithSubject_[rank]);
 	}
 	int subjectRank(int position) const noexcept { return subjectRank_[position]; }
 
@@ -74,17 +79,19 @@ private:
 
 	struct Entry {
 		std::string der;
-		X509_NAME *subject = nullptr;
+		std::size_t subjectAt = 0, subjectLength = 0; /* the subject's DER, in der */
+		std::string canon; /* its canonical encoding (name.h), which X509_NAME_cmp compares */
+		mutable std::atomic<X509_NAME *> subject{ nullptr };
 	};
 
 	X509 *parse(int position) const; /* certificate(), not counted in the stats */
-	bool keysDecode() const;
+	bool keysDecode(const std::vector<int> &positions) const; /* each one's key decodes */
 
 	const CaApi &api_;
 	Stats &stats_;
 	const std::string propq_;
 	std::vector<std::unique_ptr<Entry>> entries_;
-	std::vector<int> bySubject_; /* positions, sorted by X509_NAME_cmp, then file order */
+	std::vector<int> bySubject_; /* positions, in X509_NAME_cmp order, then file order */
 	std::vector<int> firstWithSubject_; /* per distinct subject, in order: a position */
 	std::vector<int> subjectRank_;      /* per position: its subject's rank */
 	std::vector<int> keyAlgorithms_;    /* a position per distinct key algorithm */

@@ -195,6 +195,11 @@ bool StoreModel::sameLazyCertificate(std::size_t first, const CaIndex &index, in
 bool StoreModel::load(STACK_OF(X509_OBJECT) *objects, std::shared_ptr<const CaIndex> index)
 {
 	sync(objects);
+	/* The index decodes its names when first asked: only memory can fail that. */
+	for (int rank = 0; rank < index->subjectCount(); rank++) {
+		if (!index->distinctSubject(rank))
+			return false;
+	}
 	const int file = static_cast<int>(files_.size());
 	files_.push_back(index);
 
