@@ -47,4 +47,19 @@ inline bool readDerElement(const unsigned char **at, const unsigned char *limit,
 	return true;
 }
 
+/*
+ * An OBJECT IDENTIFIER's content as c2i_ASN1_OBJECT takes it: not empty, the last byte
+ * ends a subidentifier, and no subidentifier starts with 0x80.
+ */
+inline bool validObjectIdentifier(const DerElement &object) noexcept
+{
+	if (object.tag != 0x06 || object.length == 0 || object.content[object.length - 1] & 0x80)
+		return false;
+	for (std::size_t i = 0; i < object.length; i++) {
+		if (object.content[i] == 0x80 && (i == 0 || !(object.content[i - 1] & 0x80)))
+			return false;
+	}
+	return true;
+}
+
 } /* namespace tlstune */

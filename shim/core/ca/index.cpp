@@ -65,6 +65,58 @@ bool decodes(const CaApi &api, const DerElement &element, const ASN1_ITEM *item)
 	return value && p == element.end();
 }
 
+/*
+ * What OpenSSL's decoder is sure to take, told from the bytes alone; each falls back on
+ * the decoder for anything less plain, so each is true exactly when decodes() would be.
+ */
+
+/* An INTEGER of minimal length, not starting 0xff (whose padding rules are OpenSSL's to apply). */
+bool plainInteger(const DerElement &e) noexcept
+{
+	return e.tag == 0x02 && e.length >= 1 && e.content[0] != 0xff &&
+	       !(e.length > 1 && e.content[0] == 0 && !(e.content[1] & 0x80));
+}
+
+/* A BIT STRING of whole bytes. */
+bool plainBitString(const DerElement &e) noexcept
+{
+	return e.tag == 0x03 && e.length >= 1 && e.content[0] == 0;
+}
+
+/* AlgorithmIdentifier ::= SEQUENCE { OID, parameters: absent, NULL or an OID (a curve's) }. */
+bool plainAlgorithm(const DerElement &e) noexcept
+{
+	const unsigned char *at = e.content;
+	DerElement algorithm, parameter;
+	if (e.tag != 0x30 || !readDerElement(&at, e.end(), &algorithm) || !validObjectIdentifier(algorithm))
+		return false;
+	if (at == e.end())
+		return true;
+	return readDerElement(&at, e.end(), &parameter) && at == e.end() &&
+	       ((parameter.tag == 0x05 && parameter.length == 0) || validObjectIdentifier(parameter));
+}
+
+/* Extensions ::= SEQUENCE OF SEQUENCE { OID, critical BOOLEAN OPTIONAL, OCTET STRING }. */
+bool plainExtensions(const DerElement &e) noexcept
+{
+	if (e.tag != 0x30)
+		return false;
+	for (const unsigned char *at = e.content; at < e.end();) {
+		DerElement extension, field;
+		if (!readDerElement(&at, e.end(), &extension) || extension.tag != 0x30)
+			return false;
+		const unsigned char *in = extension.content;
+		if (!readDerElement(&in, extension.end(), &field) || !validObjectIdentifier(field) ||
+		    !readDerElement(&in, extension.end(), &field))
+			return false;
+		if (field.tag == 0x01 && (field.length != 1 || !readDerElement(&in, extension.end(), &field)))
+			return false;
+		if (field.tag != 0x04 || in != extension.end())
+			return false;
+	}
+	return true;
+}
+
 } /* namespace */
 
 bool checkCertificate(const CaApi &api, const unsigned char *der, std::size_t length,
@@ -83,7 +135,8 @@ bool checkCertificate(const CaApi &api, const unsigned char *der, std::size_t le
 		return false;
 	std::vector<DerElement> parts;
 	if (!children(certificate, { 0x30, 0x30, 0x03 }, &parts) ||
-	    !decodes(api, parts[1], api.X509_ALGOR_it()) || !decodes(api, parts[2], api.ASN1_BIT_STRING_it()))
+	    !(plainAlgorithm(parts[1]) || decodes(api, parts[1], api.X509_ALGOR_it())) ||
+	    !(plainBitString(parts[2]) || decodes(api, parts[2], api.ASN1_BIT_STRING_it())))
 		return false;
 	/*
 	 * TBSCertificate ::= SEQUENCE { [0] EXPLICIT version OPTIONAL, serial INTEGER,
@@ -95,7 +148,8 @@ bool checkCertificate(const CaApi &api, const unsigned char *der, std::size_t le
 	std::size_t i = 0;
 	if (!fields.empty() && fields[0].tag == 0xa0) {
 		std::vector<DerElement> version;
-		if (!children(fields[0], { 0x02 }, &version) || !decodes(api, version[0], api.ASN1_INTEGER_it()))
+		if (!children(fields[0], { 0x02 }, &version) ||
+		    !(plainInteger(version[0]) || decodes(api, version[0], api.ASN1_INTEGER_it())))
 			return false;
 		i = 1;
 	}
@@ -115,19 +169,24 @@ bool checkCertificate(const CaApi &api, const unsigned char *der, std::size_t le
 	/*
 	 * Every field decoded by OpenSSL's own decoder but the public key, whose decoding
 	 * d2i_X509 does not fail on (it keeps a key it cannot decode undecoded). The subject
-	 * is decoded by the caller, and with it the issuer of a self-issued certificate.
+	 * is checked by the caller (canonicalName), and with it the issuer of a self-issued
+	 * certificate.
 	 */
-	if (!decodes(api, serial, api.ASN1_INTEGER_it()) || !decodes(api, algorithm, api.X509_ALGOR_it()) ||
-	    (!selfIssued && !decodes(api, issuer, api.X509_NAME_it())) ||
+	std::string canon;
+	if (!(plainInteger(serial) || decodes(api, serial, api.ASN1_INTEGER_it())) ||
+	    !(plainAlgorithm(algorithm) || decodes(api, algorithm, api.X509_ALGOR_it())) ||
+	    !(selfIssued || canonicalName(issuer.start, static_cast<std::size_t>(issuer.end() - issuer.start), &canon) ||
+	      decodes(api, issuer, api.X509_NAME_it())) ||
 	    times.size() != 2 || !decodes(api, times[0], api.ASN1_TIME_it()) ||
 	    !decodes(api, times[1], api.ASN1_TIME_it()) ||
-	    !children(key, { 0x30, 0x03 }, &keyParts) || !decodes(api, keyParts[0], api.X509_ALGOR_it()) ||
-	    !decodes(api, keyParts[1], api.ASN1_BIT_STRING_it()))
+	    !children(key, { 0x30, 0x03 }, &keyParts) ||
+	    !(plainAlgorithm(keyParts[0]) || decodes(api, keyParts[0], api.X509_ALGOR_it())) ||
+	    !(plainBitString(keyParts[1]) || decodes(api, keyParts[1], api.ASN1_BIT_STRING_it())))
 		return false;
 	if (i < fields.size() && fields[i].tag == 0xa3) {
 		std::vector<DerElement> extensions;
 		if (!children(fields[i], { 0x30 }, &extensions) ||
-		    !decodes(api, extensions[0], api.X509_EXTENSIONS_it()))
+		    !(plainExtensions(extensions[0]) || decodes(api, extensions[0], api.X509_EXTENSIONS_it())))
 			return false;
 		i++;
 	}
@@ -299,21 +358,31 @@ bool decodeBase64(const char *p, const char *end, std::string *out) noexcept
 		padding++;
 	if (padding > 2)
 		return false;
-	unsigned int bits = 0;
-	int held = 0;
-	for (const char *q = p; q < end - padding; q++) {
-		const int value = kBase64.value[static_cast<unsigned char>(*q)];
-		if (value < 0)
+	auto value = [](char c) { return kBase64.value[static_cast<unsigned char>(c)]; };
+	const std::size_t whole = (size - padding) / 4 * 4; /* the unpadded groups */
+	const std::size_t at = out->size();
+	out->resize(at + whole / 4 * 3);
+	char *o = &(*out)[at];
+	for (std::size_t i = 0; i < whole; i += 4) {
+		const int a = value(p[i]), b = value(p[i + 1]), c = value(p[i + 2]), d = value(p[i + 3]);
+		if ((a | b | c | d) < 0)
 			return false;
-		bits = (bits << 6 | static_cast<unsigned int>(value)) & 0xffffff;
-		held += 6;
-		if (held >= 8) {
-			held -= 8;
-			out->push_back(static_cast<char>(bits >> held & 0xff));
-		}
+		const unsigned int bits = static_cast<unsigned int>(a << 18 | b << 12 | c << 6 | d);
+		*o++ = static_cast<char>(bits >> 16);
+		*o++ = static_cast<char>(bits >> 8 & 0xff);
+		*o++ = static_cast<char>(bits & 0xff);
 	}
-	/* The bits a padded block leaves over must be zero, as a strict decoder checks. */
-	return (bits & ((1u << held) - 1)) == 0;
+	if (!padding)
+		return true;
+	/* The last group: two or three digits, whose left-over bits must be zero, as a strict decoder checks. */
+	const int a = value(p[whole]), b = value(p[whole + 1]), c = padding == 1 ? value(p[whole + 2]) : 0;
+	if ((a | b | c) < 0)
+		return false;
+	const unsigned int bits = static_cast<unsigned int>(a << 18 | b << 12 | c << 6);
+	out->push_back(static_cast<char>(bits >> 16));
+	if (padding == 1)
+		out->push_back(static_cast<char>(bits >> 8 & 0xff));
+	return (bits & (padding == 1 ? 0xffu : 0xffffu)) == 0;
 }
 
 /*

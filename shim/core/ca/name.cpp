@@ -34,18 +34,6 @@ void appendElement(std::string *out, unsigned char tag, const std::string &conte
 	*out += content;
 }
 
-/* c2i_ASN1_OBJECT's checks: not empty, the last byte ends a subidentifier, none starts with 0x80. */
-bool validObject(const DerElement &object) noexcept
-{
-	if (object.length == 0 || object.content[object.length - 1] & 0x80)
-		return false;
-	for (std::size_t i = 0; i < object.length; i++) {
-		if (object.content[i] == 0x80 && (i == 0 || !(object.content[i - 1] & 0x80)))
-			return false;
-	}
-	return true;
-}
-
 /*
  * Well-formed UTF-8 as OpenSSL's UTF8_getc and is_unicode_valid take it: shortest forms
  * of at most four bytes, no surrogates, nothing past U+10FFFF.
@@ -148,7 +136,7 @@ bool canonicalName(const unsigned char *der, std::size_t length, std::string *ca
 		    !(inside = relative.content, readDerElement(&inside, relative.end(), &sequence)) ||
 		    sequence.tag != 0x30 || inside != relative.end() ||
 		    !(fields = sequence.content, readDerElement(&fields, sequence.end(), &object)) ||
-		    object.tag != 0x06 || !validObject(object) ||
+		    !validObjectIdentifier(object) ||
 		    !readDerElement(&fields, sequence.end(), &string) || fields != sequence.end())
 			return false;
 		if (string.tag == 0x12) { /* NumericString: not folded, kept as it is */
