@@ -226,21 +226,26 @@ std::vector<int> CaIndex::withSubject(const X509_NAME *name) const
 	const unsigned char *der = nullptr;
 	std::size_t length = 0;
 	std::string canon;
-	if (api_.X509_NAME_get0_der(name, &der, &length) == 1 && canonicalName(der, length, &canon)) {
-		auto less = [this](int position, const std::string &c) {
-			return compareCanonical(entries_[position]->canon, c) < 0;
-		};
-		for (auto it = std::lower_bound(bySubject_.begin(), bySubject_.end(), canon, less);
-		     it != bySubject_.end() && entries_[*it]->canon == canon; ++it)
-			found.push_back(*it);
-		return found;
-	}
+	if (api_.X509_NAME_get0_der(name, &der, &length) == 1 && canonicalName(der, length, &canon))
+		return withCanonical(canon);
 	/* A name the canonical encoder does not follow (a BMPString, say): OpenSSL compares. */
 	for (int position = 0; position < count(); position++) {
 		const X509_NAME *subject = this->subject(position);
 		if (subject && api_.X509_NAME_cmp(subject, name) == 0)
 			found.push_back(position);
 	}
+	return found;
+}
+
+std::vector<int> CaIndex::withCanonical(const std::string &canon) const
+{
+	auto less = [this](int position, const std::string &c) {
+		return compareCanonical(entries_[position]->canon, c) < 0;
+	};
+	std::vector<int> found;
+	for (auto it = std::lower_bound(bySubject_.begin(), bySubject_.end(), canon, less);
+	     it != bySubject_.end() && entries_[*it]->canon == canon; ++it)
+		found.push_back(*it);
 	return found;
 }
 

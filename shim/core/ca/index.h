@@ -48,6 +48,9 @@ public:
 
 	/* File positions of the certificates whose subject equals name, in file order. */
 	std::vector<int> withSubject(const X509_NAME *name) const;
+	/* The same by a subject's canonical encoding (name.h), and a certificate's subject's. */
+	std::vector<int> withCanonical(const std::string &canon) const;
+	const std::string &canonical(int position) const noexcept { return entries_[position]->canon; }
 	/*
 	 * The certificate's subject, decoded when first asked for (indexing does not decode
 	 * names: it compares their canonical encodings); null if memory ran out.

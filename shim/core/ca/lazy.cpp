@@ -188,8 +188,55 @@ int LazyStores::attach(X509_STORE *store, const std::shared_ptr<const CaIndex> &
 		s->unsortedLast = nullptr;
 		s->lastLoaded = static_cast<int>(s->files.size()) - 1;
 		s->complete.store(false, std::memory_order_release);
+		fillCompared(s, api_->X509_STORE_get0_objects(store));
 	}
 	return ok ? index->count() : -1;
+}
+
+/*
+ * Loading compares each certificate with the store's of the same subject (X509_cmp, which
+ * caches both certificates' extensions and puts an invalid one's error on the queue). The
+ * attached file's subjects that the store or an earlier lazy file holds are filled now,
+ * through the same duplicate check, so that what loading reports it reports at load time.
+ */
+void LazyStores::fillCompared(State *s, STACK_OF(X509_OBJECT) *objects) const noexcept
+{
+	const int file = static_cast<int>(s->files.size()) - 1;
+	const CaIndex &index = *s->files.back().index;
+	std::vector<bool> met(static_cast<std::size_t>(index.subjectCount()));
+	const int held = api_->OPENSSL_sk_num(stack(objects));
+	for (int i = 0; i < held; i++) {
+		const X509_OBJECT *object = static_cast<const X509_OBJECT *>(api_->OPENSSL_sk_value(stack(objects), i));
+		const X509 *x = api_->X509_OBJECT_get_type(object) == X509_LU_X509
+			? api_->X509_OBJECT_get0_X509(object) : nullptr;
+		for (int position : x ? index.withSubject(api_->X509_get_subject_name(x)) : std::vector<int>())
+			met[static_cast<std::size_t>(index.subjectRank(position))] = true;
+	}
+	for (int position = 0; position < index.count(); position++) {
+		const std::size_t rank = static_cast<std::size_t>(index.subjectRank(position));
+		for (int f = 0; f < file && !met[rank]; f++)
+			met[rank] = !s->files[static_cast<std::size_t>(f)].index->withCanonical(index.canonical(position)).empty();
+	}
+	bool failed = false;
+	for (int position = 0; position < index.count() && !failed; position++) {
+		const std::size_t rank = static_cast<std::size_t>(index.subjectRank(position));
+		const X509_NAME *subject = met[rank] ? index.subject(position) : nullptr;
+		if (!subject)
+			continue;
+		met[rank] = false;
+		for (std::size_t f = 0; f < s->files.size(); f++) {
+			State::File &other = s->files[f];
+			for (int q : other.index->withSubject(subject)) {
+				if (other.inStore[static_cast<std::size_t>(q)])
+					continue;
+				X509_OBJECT *pushed = materialise(*api_, objects, *other.index, q, &failed);
+				other.inStore[static_cast<std::size_t>(q)] = !failed;
+				/* The file's last certificate, if new, is what loading leaves unsorted at the end. */
+				if (static_cast<int>(f) == file && q == index.count() - 1)
+					s->unsortedLast = pushed;
+			}
+		}
+	}
 }
 
 void LazyStores::beforeRead(X509_STORE *store, const X509_NAME *subject) const noexcept

@@ -66,6 +66,8 @@ private:
 	State *stateOrNew(X509_STORE *store) const noexcept;
 	/* The store's state while some of its lazy certificates are not in it; the store's lock held. */
 	State *unfilled(X509_STORE *store) const noexcept;
+	/* 3.0: the attached file's subjects that loading would compare, in the store now. */
+	void fillCompared(State *s, STACK_OF(X509_OBJECT) *objects) const noexcept;
 	/* 3.5: drops the model once every certificate is in the store. */
 	void settle(State *s) const noexcept;
 
