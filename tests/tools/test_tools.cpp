@@ -654,7 +654,7 @@ TEST(Install, PutsTheLibraryToolsAndManPageInPlace)
 	list.argv = { "find", dest.path(), "-type", "f", "-printf", "%P\n" };
 	run(list, 60000, &found);
 	for (const char *file : { "bin/tlstune", "bin/tlstune-check", "/libtlstune.so", "man1/tlstune.1",
-				  "libexec/tlstune/tlstune-stats" })
+				  "man1/tlstune-check.1", "libexec/tlstune/tlstune-stats" })
 		EXPECT_NE(found.find(file), std::string::npos) << file << " not in\n" << found;
 	EXPECT_EQ(found.find("test-"), std::string::npos) << "tests are not installed\n" << found;
 
