@@ -150,6 +150,48 @@ TEST_F(Cache, ThreadsAskingAtOnceShareOneIndex)
 		EXPECT_EQ(index, seen[0]);
 }
 
+/*
+ * A file is compared with the entry of its size as it is read: the same bytes are a hit,
+ * any other (one byte, one more, one fewer than fstat said) are indexed as themselves.
+ */
+TEST_F(Cache, AnOpenFileIsComparedAsItIsRead)
+{
+	testsupport::TempDir dir;
+	std::string indexed;
+	auto findFile = [&](const std::string &bytes, std::size_t claimed = std::string::npos) {
+		testsupport::writeFile(dir.file("ca.pem"), bytes);
+		std::size_t size = 0;
+		const int fd = openCaFile(dir.file("ca.pem").c_str(), &size);
+		EXPECT_GE(fd, 0);
+		const CaLookup lookup = cache_.find(fd, claimed == std::string::npos ? size : claimed, "",
+			[&](const std::string &content) {
+				indexed = content;
+				return std::make_shared<const CaIndex>(g_noApi, g_noStats);
+			}).lookup;
+		close(fd);
+		return lookup;
+	};
+	std::string bundle(100 * 1024 + 7, 'a');
+	for (std::size_t i = 0; i < bundle.size(); i++)
+		bundle[i] = static_cast<char>('a' + i * 7 % 26);
+	EXPECT_EQ(findFile(bundle), CaLookup::Miss);
+	EXPECT_EQ(indexed, bundle);
+	indexed.clear();
+	EXPECT_EQ(findFile(bundle), CaLookup::Hit);
+	EXPECT_EQ(indexed, "") << "a hit indexes nothing";
+	std::string changed = bundle;
+	changed[80 * 1024] ^= 1;
+	EXPECT_EQ(findFile(changed), CaLookup::Miss) << "one byte, past the first pieces";
+	EXPECT_EQ(indexed, changed);
+	/* A file that grew or shrank since its fstat, read against the entry of that size. */
+	EXPECT_EQ(findFile(bundle + "z", bundle.size()), CaLookup::Miss);
+	EXPECT_EQ(indexed, bundle + "z");
+	EXPECT_EQ(findFile(bundle.substr(1), bundle.size()), CaLookup::Miss);
+	EXPECT_EQ(indexed, bundle.substr(1));
+	EXPECT_EQ(findFile(bundle), CaLookup::Hit);
+	EXPECT_EQ(cache_.size(), 4u);
+}
+
 TEST(ReadCaFile, ReadsOnlyReadableRegularFilesAndOpensNothingElse)
 {
 	RecordProperty("fault", "a FIFO as the CA file: a probe open releases its writer");

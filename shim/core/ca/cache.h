@@ -20,11 +20,20 @@ namespace tlstune {
  */
 bool readCaFile(const char *path, std::string *content) noexcept;
 
+/*
+ * readCaFile in two steps: the file opened as OpenSSL opens it, with its fstat size
+ * (-1 when it is not a readable regular file, and nothing was opened then, or when it was
+ * replaced since), and the rest of an open file read onto content.
+ */
+int openCaFile(const char *path, std::size_t *size) noexcept;
+bool readRest(int fd, std::string *content) noexcept;
+
 enum class CaLookup {
 	Hit,      /* the same bytes were indexed before, younger than the TTL */
 	Miss,     /* indexed now, first time */
 	Reload,   /* indexed again: the entry outlived the TTL */
 	Uncached, /* not indexable: OpenSSL loads the file itself */
+	Unread,   /* the file could not be read whole: OpenSSL loads it itself */
 };
 
 /*
@@ -54,6 +63,13 @@ public:
 		CaLookup lookup;
 	};
 	Found find(const std::string &content, const std::string &propq, const Index &index);
+	/*
+	 * The same for the file open on fd, of fstat size size. It is compared with the
+	 * entry of that size as it is read, in small pieces: a hit (python's contexts from
+	 * copies of one bundle) allocates nothing the size of the file, which would grow the
+	 * heap for good once glibc's threshold for mapped allocations rose past it.
+	 */
+	Found find(int fd, std::size_t size, const std::string &propq, const Index &index);
 
 	/* Files remembered now, at most the capacity. */
 	std::size_t size();
@@ -63,8 +79,12 @@ public:
 	void unlockAfterFork() noexcept { mutex_.unlock(); }
 
 private:
+	/* The fresh entry holding these bytes (the same object), moved to the front. */
+	Found touch(const std::shared_ptr<const std::string> &content, const std::string &propq,
+		    const Index &index);
+
 	struct Entry {
-		std::string content;
+		std::shared_ptr<const std::string> content;
 		std::string propq;
 		std::chrono::steady_clock::time_point indexedAt;
 		std::shared_ptr<const CaIndex> index; /* null: not indexable */

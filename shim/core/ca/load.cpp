@@ -1,5 +1,7 @@
 #include "load.h"
 
+#include <unistd.h>
+
 #include "core/log.h"
 
 namespace tlstune {
@@ -19,6 +21,7 @@ const char *describe(CaLookup lookup) noexcept
 	case CaLookup::Reload:
 		return "older than the TTL: indexed again";
 	case CaLookup::Uncached:
+	case CaLookup::Unread:
 		break;
 	}
 	return "not indexable: OpenSSL loads it itself";
@@ -29,12 +32,16 @@ const char *describe(CaLookup lookup) noexcept
 int loadCaFile(const CaApi &api, CaCache &cache, Stats &stats, const LazyStores &lazy,
 	       X509_STORE *store, const char *path, const std::string &propq)
 {
-	std::string content;
-	if (!readCaFile(path, &content))
+	std::size_t size = 0;
+	const int fd = openCaFile(path, &size);
+	if (fd < 0)
 		return -1;
-	const CaCache::Found found = cache.find(content, propq, [&](const std::string &bytes) {
+	const CaCache::Found found = cache.find(fd, size, propq, [&](const std::string &bytes) {
 		return std::shared_ptr<const CaIndex>(indexFile(api, stats, bytes, propq));
 	});
+	close(fd);
+	if (found.lookup == CaLookup::Unread)
+		return -1;
 	switch (found.lookup) {
 	case CaLookup::Hit:
 		Stats::add(stats.caHits, 1);
@@ -46,6 +53,7 @@ int loadCaFile(const CaApi &api, CaCache &cache, Stats &stats, const LazyStores 
 		Stats::add(stats.caReloads, 1);
 		break;
 	case CaLookup::Uncached:
+	case CaLookup::Unread:
 		break;
 	}
 	const bool decodes = found.index && found.index->keysDecodeNow();
