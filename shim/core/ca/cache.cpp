@@ -113,6 +113,8 @@ CaCache::Found CaCache::find(int fd, std::size_t size, const std::string &propq,
 			matched += got;
 		}
 	}
+	if (content.empty())
+		content.reserve(size + 1); /* the file's size, and a byte to meet its end */
 	if (!readRest(fd, &content) || content.empty())
 		return { nullptr, CaLookup::Unread };
 	return find(content, propq, index);
