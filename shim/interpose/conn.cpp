@@ -242,8 +242,10 @@ TLSTUNE_EXPORT void SSL_free(SSL *s)
 		o.api.SSL_free(s);
 }
 
-/* The class of a kept failure that the last call reported in its stead. */
-TLSTUNE_EXPORT int SSL_get_error(const SSL *s, int ret)
+namespace {
+
+/* SSL_get_error where plaintext may be held, or before the OpenSSL side is built. */
+__attribute__((noinline)) int errorWithHeld(const SSL *s, int ret)
 {
 	const OpenSslApi &api = openssl().api;
 	if (ret <= 0 && !HeldPlaintext::encryptingHere()) {
@@ -254,6 +256,20 @@ TLSTUNE_EXPORT int SSL_get_error(const SSL *s, int ret)
 	}
 	HeldQuery query(s);
 	return api.SSL_get_error ? api.SSL_get_error(s, ret) : SSL_ERROR_SSL;
+}
+
+} /* namespace */
+
+/*
+ * The class of a kept failure that the last call reported in its stead. With nothing held
+ * anywhere, two loads and the call (issue 24): programs call this after every read.
+ */
+TLSTUNE_EXPORT int SSL_get_error(const SSL *s, int ret)
+{
+	const OpenSsl *built = g_openssl.load(std::memory_order_acquire);
+	if (__builtin_expect(built != nullptr && HeldRegistry::none() && built->api.SSL_get_error, 1))
+		return built->api.SSL_get_error(s, ret);
+	return errorWithHeld(s, ret);
 }
 
 /*

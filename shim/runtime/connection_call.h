@@ -40,7 +40,9 @@ inline void rebindConnection(SSL *ssl) noexcept
 /* TLSTUNE_COALESCE=records: ssl's held plaintext, once it wrote through the filter. */
 inline HeldPlaintext *heldOf(const SSL *ssl) noexcept
 {
-	return openssl().records ? process().held.of(const_cast<SSL *>(ssl)) : nullptr;
+	if (!openssl().records)
+		return nullptr;
+	return HeldRegistry::none() ? nullptr : process().held.of(const_cast<SSL *>(ssl));
 }
 
 /*
@@ -104,7 +106,7 @@ public:
 	 * (HeldRegistry::encryptAll), which heldOf could take again.
 	 */
 	explicit HeldQuery(const SSL *ssl) noexcept
-		: held_(HeldPlaintext::encryptingHere() ? nullptr : heldOf(ssl))
+		: held_(nothingHeld() || HeldPlaintext::encryptingHere() ? nullptr : heldOf(ssl))
 	{
 		/*
 		 * Nothing held: no encryption can be running (one ends by emptying the buffer,
@@ -125,6 +127,9 @@ public:
 	HeldQuery &operator=(const HeldQuery &) = delete;
 
 private:
+	/* No connection of the process ever held plaintext: a load and a branch, no lock. */
+	static bool nothingHeld() noexcept { return HeldRegistry::none() || !openssl().records; }
+
 	HeldPlaintext *held_;
 };
 

@@ -267,9 +267,12 @@ Process &process() noexcept
 	return *instance;
 }
 
-const OpenSsl &openssl() noexcept
+std::atomic<const OpenSsl *> g_openssl{ nullptr };
+
+const OpenSsl &opensslFirst() noexcept
 {
 	static OpenSsl *instance = buildOpenSsl();
+	g_openssl.store(instance, std::memory_order_release);
 	return *instance;
 }
 

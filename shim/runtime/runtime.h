@@ -85,7 +85,17 @@ struct OpenSsl {
 	/* Small writes' plaintext is held and merged into records (TLSTUNE_COALESCE=records). */
 	bool records = false;
 };
-const OpenSsl &openssl() noexcept;
+/*
+ * Built by the first call (opensslFirst), then one load: every interposed OpenSSL call
+ * starts here, so that a call with no work does not pay a function call more (issue 24).
+ */
+extern std::atomic<const OpenSsl *> g_openssl;
+const OpenSsl &opensslFirst() noexcept;
+inline const OpenSsl &openssl() noexcept
+{
+	const OpenSsl *built = g_openssl.load(std::memory_order_acquire);
+	return built ? *built : opensslFirst();
+}
 
 /* libcrypto's CA loading, resolved on the first load of a CA file. */
 struct Crypto {

@@ -56,6 +56,9 @@ dup-close|`dup` of a regular file and `close` of the copy
 epoll-ctl|`EPOLL_CTL_ADD` and `EPOLL_CTL_DEL` of an eventfd
 epoll-wait|`epoll_wait`, timeout 0, one idle eventfd in the set
 poll|`poll`, timeout 0, one idle eventfd
+ssl-pending|`SSL_pending`, an SSL that never wrote
+ssl-get-error|`SSL_get_error`, the same
+ssl-get-mode|`SSL_get_mode` (`SSL_ctrl`), the same
 ROWS
 	# The loader mapping the library and its constructor: a process that never uses OpenSSL.
 	interleaved_row "\`/bin/true\` started ($starts in a row), microseconds, not ns" start_time "$starts"

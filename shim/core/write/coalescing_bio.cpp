@@ -13,8 +13,9 @@ namespace {
 const OpenSslApi *g_api = nullptr;
 Coalescer *g_coalescer = nullptr;
 
-thread_local int directWrites = 0;
-thread_local bool deferredWrite = false;
+/* initial-exec: read on every write of a merged connection. */
+__attribute__((tls_model("initial-exec"))) thread_local int directWrites = 0;
+__attribute__((tls_model("initial-exec"))) thread_local bool deferredWrite = false;
 
 PendingWrites *writesOf(BIO *bio)
 {

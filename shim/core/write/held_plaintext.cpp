@@ -16,7 +16,8 @@ namespace {
  * This thread holds a HeldPlaintext's lock (it is encrypting): a call that comes back in
  * (a signal handler's close, OpenSSL calling an interposed function) must not wait for it.
  */
-thread_local bool encrypting = false;
+/* initial-exec: read by every query call of a connection (SSL_pending, SSL_get_error...). */
+__attribute__((tls_model("initial-exec"))) thread_local bool encrypting = false;
 
 class Encrypting {
 public:
@@ -227,7 +228,7 @@ struct LastLookup {
 	HeldPlaintext *held = nullptr;
 	unsigned long generation = 0;
 };
-thread_local LastLookup lastLookup;
+__attribute__((tls_model("initial-exec"))) thread_local LastLookup lastLookup;
 
 HeldPlaintext *HeldRegistry::of(void *ssl) noexcept
 {

@@ -164,6 +164,11 @@ public:
 			      const ErrorQueueApi *errors) noexcept;
 	/* ssl's when it has one: one relaxed load when no connection ever held plaintext. */
 	HeldPlaintext *of(void *ssl) noexcept;
+	/*
+	 * No connection of the process holds plaintext state: the check a query call makes
+	 * before any other, one load (issue 24). Counted over every registry (one is made).
+	 */
+	static bool none() noexcept { return count_.load(std::memory_order_relaxed) == 0; }
 	/* SSL_free: encrypts what is held, then forgets ssl. */
 	void free(void *ssl) noexcept;
 
@@ -192,7 +197,7 @@ public:
 private:
 	OwnedLock mutex_;
 	std::unordered_map<void *, std::unique_ptr<HeldPlaintext>> entries_;
-	std::atomic<int> count_{0};
+	static inline std::atomic<int> count_{0};
 	/* Moves on whenever an entry goes: a thread's cached lookup of() is stale then. */
 	std::atomic<unsigned long> generation_{0};
 	std::atomic<int> held_{0}; /* a hint: buffers that became non-empty since the last pass */
