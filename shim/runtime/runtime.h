@@ -1,5 +1,7 @@
 #pragma once
 
+#include <atomic>
+
 #include "core/read/buffered_fds.h"
 #include "core/ca/api.h"
 #include "core/read/read_tuning.h"
