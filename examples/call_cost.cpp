@@ -79,7 +79,8 @@ int main(int argc, char **argv)
 		SSL_free(ssl);
 		SSL_CTX_free(context);
 	}
-	for (int round = 0; round < 5 && rounds.empty(); round++) {
+	const bool timedWhole = !rounds.empty();
+	for (int round = 0; round < 5 && !timedWhole; round++) {
 		double spent = 0;
 		for (long i = 0; i < calls; i++) {
 			int copy = -1;
