@@ -127,7 +127,7 @@ public:
 	HeldQuery &operator=(const HeldQuery &) = delete;
 
 private:
-	/* No connection of the process ever held plaintext: a load and a branch, no lock. */
+	/* No connection of the process has held-plaintext state now: a load and a branch, no lock. */
 	static bool nothingHeld() noexcept { return HeldRegistry::none() || !openssl().records; }
 
 	HeldPlaintext *held_;
