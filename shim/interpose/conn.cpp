@@ -266,9 +266,9 @@ __attribute__((noinline)) int errorWithHeld(const SSL *s, int ret)
  */
 TLSTUNE_EXPORT int SSL_get_error(const SSL *s, int ret)
 {
-	const OpenSsl *built = g_openssl.load(std::memory_order_acquire);
-	if (__builtin_expect(built != nullptr && HeldRegistry::none() && built->api.SSL_get_error, 1))
-		return built->api.SSL_get_error(s, ret);
+	const OpenSsl *quiet = nothingHeld();
+	if (quiet && quiet->api.SSL_get_error)
+		return quiet->api.SSL_get_error(s, ret);
 	return errorWithHeld(s, ret);
 }
 

@@ -34,9 +34,8 @@ template <typename Ssl, typename Function, typename... Args>
 auto query(Ssl *ssl, Function OpenSslApi::*function, int missing, Args... args)
 	-> decltype((openssl().api.*function)(ssl, args...))
 {
-	const OpenSsl *built = g_openssl.load(std::memory_order_acquire);
-	if (__builtin_expect(built != nullptr && HeldRegistry::none(), 1)) {
-		if (const Function real = built->api.*function)
+	if (const OpenSsl *quiet = nothingHeld()) {
+		if (const Function real = quiet->api.*function)
 			return real(ssl, args...);
 	}
 	return heldQuery(ssl, function, missing, args...);

@@ -37,12 +37,21 @@ inline void rebindConnection(SSL *ssl) noexcept
 	errno = savedErrno;
 }
 
+/*
+ * The OpenSSL side while no connection of the process has held-plaintext state: a query
+ * call then goes straight to OpenSSL's, two loads and a branch (issue 24). Null before the
+ * side is built, or while plaintext may be held: then the call takes its full path.
+ */
+inline const OpenSsl *nothingHeld() noexcept
+{
+	const OpenSsl *built = g_openssl.load(std::memory_order_acquire);
+	return built && HeldRegistry::none() ? built : nullptr;
+}
+
 /* TLSTUNE_COALESCE=records: ssl's held plaintext, once it wrote through the filter. */
 inline HeldPlaintext *heldOf(const SSL *ssl) noexcept
 {
-	if (!openssl().records)
-		return nullptr;
-	return HeldRegistry::none() ? nullptr : process().held.of(const_cast<SSL *>(ssl));
+	return openssl().records ? process().held.of(const_cast<SSL *>(ssl)) : nullptr;
 }
 
 /*
@@ -106,7 +115,7 @@ public:
 	 * (HeldRegistry::encryptAll), which heldOf could take again.
 	 */
 	explicit HeldQuery(const SSL *ssl) noexcept
-		: held_(nothingHeld() || HeldPlaintext::encryptingHere() ? nullptr : heldOf(ssl))
+		: held_(HeldPlaintext::encryptingHere() ? nullptr : heldOf(ssl))
 	{
 		/*
 		 * Nothing held: no encryption can be running (one ends by emptying the buffer,
@@ -127,9 +136,6 @@ public:
 	HeldQuery &operator=(const HeldQuery &) = delete;
 
 private:
-	/* No connection of the process has held-plaintext state now: a load and a branch, no lock. */
-	static bool nothingHeld() noexcept { return HeldRegistry::none() || !openssl().records; }
-
 	HeldPlaintext *held_;
 };
 
