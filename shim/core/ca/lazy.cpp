@@ -220,22 +220,14 @@ void LazyStores::fillCompared(State *s, STACK_OF(X509_OBJECT) *objects) const no
 	bool failed = false;
 	for (int position = 0; position < index.count() && !failed; position++) {
 		const std::size_t rank = static_cast<std::size_t>(index.subjectRank(position));
-		const X509_NAME *subject = met[rank] ? index.subject(position) : nullptr;
-		if (!subject)
+		if (!met[rank])
 			continue;
 		met[rank] = false;
-		for (std::size_t f = 0; f < s->files.size(); f++) {
-			State::File &other = s->files[f];
-			for (int q : other.index->withSubject(subject)) {
-				if (other.inStore[static_cast<std::size_t>(q)])
-					continue;
-				X509_OBJECT *pushed = materialise(*api_, objects, *other.index, q, &failed);
-				other.inStore[static_cast<std::size_t>(q)] = !failed;
-				/* The file's last certificate, if new, is what loading leaves unsorted at the end. */
-				if (static_cast<int>(f) == file && q == index.count() - 1)
-					s->unsortedLast = pushed;
-			}
-		}
+		const std::string &canon = index.canonical(position);
+		/* The file's last certificate, if new, is what loading leaves unsorted at the end. */
+		if (X509_OBJECT *last = fillSubject(s, objects,
+				[&canon](const CaIndex &other) { return other.withCanonical(canon); }, &failed))
+			s->unsortedLast = last;
 	}
 }
 
@@ -254,14 +246,25 @@ void LazyStores::beforeRead(X509_STORE *store, const X509_NAME *subject) const n
 		return;
 	}
 	bool failed = false;
+	fillSubject(s, objects, [subject](const CaIndex &index) { return index.withSubject(subject); }, &failed);
+}
+
+template <typename PositionsOf>
+X509_OBJECT *LazyStores::fillSubject(State *s, STACK_OF(X509_OBJECT) *objects, PositionsOf positionsOf,
+				     bool *failed) const
+{
+	X509_OBJECT *newestLast = nullptr;
 	for (State::File &file : s->files) {
-		for (int position : file.index->withSubject(subject)) {
-			if (!file.inStore[position]) {
-				materialise(*api_, objects, *file.index, position, &failed);
-				file.inStore[position] = !failed;
-			}
+		for (int position : positionsOf(*file.index)) {
+			if (file.inStore[static_cast<std::size_t>(position)])
+				continue;
+			X509_OBJECT *pushed = materialise(*api_, objects, *file.index, position, failed);
+			file.inStore[static_cast<std::size_t>(position)] = !*failed;
+			if (&file == &s->files.back() && position == file.index->count() - 1)
+				newestLast = pushed;
 		}
 	}
+	return newestLast;
 }
 
 void LazyStores::afterLookup(X509_STORE *store) const noexcept

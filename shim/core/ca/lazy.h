@@ -66,6 +66,14 @@ private:
 	State *stateOrNew(X509_STORE *store) const noexcept;
 	/* The store's state while some of its lazy certificates are not in it; the store's lock held. */
 	State *unfilled(X509_STORE *store) const noexcept;
+	/*
+	 * 3.0: every file's lazy certificates at positionsOf(index), into the store in file
+	 * order through the duplicate check; the object pushed for the newest file's last
+	 * certificate, or null. The store's lock held.
+	 */
+	template <typename PositionsOf>
+	X509_OBJECT *fillSubject(State *s, STACK_OF(X509_OBJECT) *objects, PositionsOf positionsOf,
+				 bool *failed) const;
 	/* 3.0: the attached file's subjects that loading would compare, in the store now. */
 	void fillCompared(State *s, STACK_OF(X509_OBJECT) *objects) const noexcept;
 	/* 3.5: drops the model once every certificate is in the store. */
