@@ -450,7 +450,7 @@ std::shared_ptr<CaIndex> indexFile(const CaApi &api, Stats &stats, const std::st
 	if (!scanPem(content, &ders) || ders.empty())
 		return nullptr;
 	auto index = std::make_shared<CaIndex>(api, stats, propq);
-	std::vector<std::string> keyAlgorithms, algorithmOf;
+	std::vector<std::string> algorithmOf; /* per position: its key's AlgorithmIdentifier */
 	api.ERR_set_mark();
 	for (std::string &der : ders) {
 		const unsigned char *bytes = reinterpret_cast<const unsigned char *>(der.data());
@@ -462,10 +462,8 @@ std::shared_ptr<CaIndex> indexFile(const CaApi &api, Stats &stats, const std::st
 		if (!checkCertificate(api, bytes, der.size(), &subject, &subjectLength, &keyAlgorithm) ||
 		    !canonicalName(subject, subjectLength, &entry->canon))
 			break;
-		if (std::find(keyAlgorithms.begin(), keyAlgorithms.end(), keyAlgorithm) == keyAlgorithms.end()) {
-			keyAlgorithms.push_back(keyAlgorithm);
+		if (std::find(algorithmOf.begin(), algorithmOf.end(), keyAlgorithm) == algorithmOf.end())
 			index->keyAlgorithms_.push_back(index->count());
-		}
 		algorithmOf.push_back(std::move(keyAlgorithm));
 		entry->subjectAt = static_cast<std::size_t>(subject - bytes);
 		entry->subjectLength = subjectLength;
