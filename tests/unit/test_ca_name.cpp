@@ -14,9 +14,11 @@
 #include <openssl/x509.h>
 
 #include "core/ca/name.h"
+#include "linked_ca.h"
 #include "process.h"
 
 using namespace tlstune;
+using testsupport::canonicalHash;
 
 namespace {
 
@@ -34,15 +36,6 @@ bool canonical(const std::string &der, std::string *canon)
 	return canonicalName(reinterpret_cast<const unsigned char *>(der.data()), der.size(), canon);
 }
 
-/* X509_NAME_hash's value for a canonical encoding: its SHA-1's first four bytes, little-endian. */
-unsigned long hashOf(const std::string &canon)
-{
-	unsigned char md[SHA_DIGEST_LENGTH];
-	SHA1(reinterpret_cast<const unsigned char *>(canon.data()), canon.size(), md);
-	return (static_cast<unsigned long>(md[0]) | static_cast<unsigned long>(md[1]) << 8 |
-		static_cast<unsigned long>(md[2]) << 16 | static_cast<unsigned long>(md[3]) << 24) &
-	       0xffffffffUL;
-}
 
 /* A name of one attribute per RDN, each value given its own string type. */
 X509_NAME *nameOf(std::initializer_list<std::pair<int, std::pair<int, std::string>>> rdns)
@@ -89,7 +82,7 @@ TEST(CanonicalName, IsOpenSSLsEncodingForEverySubjectOfTheSystemBundle)
 		ASSERT_TRUE(canonical(der, &canon)) << "Debian's bundle indexes whole";
 		X509_NAME *name = decoded(der);
 		ASSERT_NE(name, nullptr);
-		EXPECT_EQ(hashOf(canon), X509_NAME_hash(name));
+		EXPECT_EQ(canonicalHash(canon), X509_NAME_hash(name));
 		X509_NAME_free(name);
 	}
 }
@@ -119,7 +112,7 @@ TEST(CanonicalName, FoldsAsOpenSSLDoes)
 		ASSERT_NE(name, nullptr);
 		std::string canon;
 		ASSERT_TRUE(canonical(derOf(name), &canon));
-		EXPECT_EQ(hashOf(canon), X509_NAME_hash(name)) << derOf(name).size();
+		EXPECT_EQ(canonicalHash(canon), X509_NAME_hash(name)) << derOf(name).size();
 		canons.emplace_back(canon, name);
 	}
 	/* X509_NAME_cmp's order is the encodings' by length, then bytes. */

@@ -64,19 +64,6 @@ bool readRest(int fd, std::string *content) noexcept
 	}
 }
 
-bool readCaFile(const char *path, std::string *content) noexcept
-{
-	std::size_t size = 0;
-	const int fd = openCaFile(path, &size);
-	if (fd < 0)
-		return false;
-	content->clear();
-	content->reserve(size + 1);
-	const bool ok = readRest(fd, content);
-	close(fd);
-	return ok && !content->empty();
-}
-
 CaCache::Found CaCache::find(int fd, std::size_t size, const std::string &propq, const Index &index)
 {
 	std::shared_ptr<const std::string> candidate;
@@ -84,7 +71,7 @@ CaCache::Found CaCache::find(int fd, std::size_t size, const std::string &propq,
 		std::lock_guard<std::mutex> lock(mutex_);
 		const auto now = clock_();
 		for (const Entry &entry : entries_) {
-			if (entry.content->size() == size && entry.propq == propq && now - entry.indexedAt < ttl_) {
+			if (entry.content->size() == size && entry.propq == propq && fresh(entry, now)) {
 				candidate = entry.content;
 				break;
 			}
@@ -126,7 +113,7 @@ CaCache::Found CaCache::touch(const std::shared_ptr<const std::string> &content,
 	{
 		std::lock_guard<std::mutex> lock(mutex_);
 		for (auto entry = entries_.begin(); entry != entries_.end(); ++entry) {
-			if (entry->content == content && entry->propq == propq && clock_() - entry->indexedAt < ttl_) {
+			if (entry->content == content && entry->propq == propq && fresh(*entry, clock_())) {
 				entries_.splice(entries_.begin(), entries_, entry);
 				return { entry->index, entry->index ? CaLookup::Hit : CaLookup::Uncached };
 			}
@@ -147,7 +134,7 @@ CaCache::Found CaCache::find(const std::string &content, const std::string &prop
 		++entry;
 	CaLookup lookup = CaLookup::Miss;
 	if (entry != entries_.end()) {
-		if (now - entry->indexedAt < ttl_) {
+		if (fresh(*entry, now)) {
 			entries_.splice(entries_.begin(), entries_, entry);
 			return { entry->index, entry->index ? CaLookup::Hit : CaLookup::Uncached };
 		}

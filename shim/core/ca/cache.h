@@ -13,19 +13,14 @@
 namespace tlstune {
 
 /*
- * The bytes of the CA file at path, read with the calls OpenSSL's own load makes (stat,
- * open, read, close: glibc's stat and fstat are one system call, newfstatat). Anything
- * but a regular file is never opened here: opening a FIFO is an event for its writer.
- * False when the file is not a readable regular file; then OpenSSL loads it alone.
- */
-bool readCaFile(const char *path, std::string *content) noexcept;
-
-/*
- * readCaFile in two steps: the file opened as OpenSSL opens it, with its fstat size
- * (-1 when it is not a readable regular file, and nothing was opened then, or when it was
- * replaced since), and the rest of an open file read onto content.
+ * The CA file at path, opened with the calls OpenSSL's own load makes (stat, open, and
+ * then read and close: glibc's stat and fstat are one system call, newfstatat), with its
+ * fstat size. Anything but a regular file is never opened here: opening a FIFO is an
+ * event for its writer. -1 when the file is not a readable regular file (or was replaced
+ * since the stat); then OpenSSL loads it alone.
  */
 int openCaFile(const char *path, std::size_t *size) noexcept;
+/* The rest of an open file, read onto content; false on an error or past the largest size cached. */
 bool readRest(int fd, std::string *content) noexcept;
 
 enum class CaLookup {
@@ -89,6 +84,11 @@ private:
 		std::chrono::steady_clock::time_point indexedAt;
 		std::shared_ptr<const CaIndex> index; /* null: not indexable */
 	};
+
+	bool fresh(const Entry &entry, std::chrono::steady_clock::time_point now) const noexcept
+	{
+		return now - entry.indexedAt < ttl_;
+	}
 
 	const std::chrono::seconds ttl_;
 	const std::size_t capacity_;
