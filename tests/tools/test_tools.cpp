@@ -741,6 +741,41 @@ TEST(Install, IntoARealPrefixTheToolsFindTheLibraryThemselves)
 	EXPECT_TRUE(std::filesystem::exists(prefix + "/share/man/man1/tlstune.1"));
 }
 
+/* The numbers of a row of the demo's table: "| what | A unit | B unit | ratio |" -> A, B. */
+static std::pair<double, double> demoRow(const std::string &table, const std::string &what)
+{
+	const size_t at = table.find("| " + what);
+	if (at == std::string::npos)
+		return { -1, -1 };
+	const std::string line = table.substr(at, table.find('\n', at) - at);
+	const size_t first = line.find('|', 2), second = line.find('|', first + 1);
+	return { std::stod(line.substr(first + 1)), std::stod(line.substr(second + 1)) };
+}
+
+TEST(Demo, ShowsEachGainWithoutAndWithFromCountsNotTimes)
+{
+	SKIP_IN_SANITIZER_BUILD();
+	TempDir cwd;
+	Command demo;
+	demo.argv = { std::string(TLSTUNE_SOURCE_ROOT) + "/tools/demo", "--runs", "1", "--size", "4",
+		      "--build=" TLSTUNE_BUILD_ROOT };
+	demo.cwd = cwd.path();
+	demo.stderrPath = cwd.file("progress");
+	std::string table;
+	ASSERT_EQ(run(demo, 600000, &table), 0) << readFile(demo.stderrPath);
+	/* Counted, not timed: read syscalls on the socket and records at the receiver, by strace. */
+	const auto reads = demoRow(table, "read syscalls per MiB, curl downloading 4 MiB (TLS 1.3) |");
+	EXPECT_GT(reads.second, 0) << table;
+	EXPECT_LT(reads.second * 3, reads.first) << table;
+	const auto records = demoRow(table, "100,000 SSL_write calls of 100 B: TLS records on the wire |");
+	EXPECT_GE(records.first, 100000) << table;
+	EXPECT_GT(records.second, 0) << table;
+	EXPECT_LT(records.second * 20, records.first) << table;
+	for (const char *row : { "| one-shot curl of a small file, CA file of ", "| python: a new context per request",
+				 "| the same: the sender's CPU" })
+		EXPECT_TRUE(contains(table, row)) << row << " not in\n" << table;
+}
+
 TEST(Bench, HelpIsUsageOnStdoutAndSuccessAndBadOptionsStopBeforeAnyWork)
 {
 	for (const char *tool : { "tools/tlstune-bench", "tools/demo" }) {
