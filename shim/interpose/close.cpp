@@ -40,6 +40,7 @@ void beforeClose(Process &p, int first, int last)
 	p.coalescer.closing(first, last);
 	if (!p.buffered.idle())
 		p.buffered.closing(first, last);
+	p.epoll.closing(first, last);
 }
 
 /* After the real call: fds first..last no longer name what they did (unless it failed). */

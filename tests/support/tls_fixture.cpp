@@ -121,14 +121,16 @@ ExampleServer::ExampleServer(const std::vector<std::string> &arguments,
 	port_ = std::stoi(line.substr(5));
 }
 
+const char *const kTracedIo = "read,readv,recvfrom,recvmsg,write,writev,sendto,sendmsg";
+
 TracedRun runTraced(const std::vector<std::string> &argv, bool withShim,
-		    const std::vector<std::string> &env, int timeoutMs)
+		    const std::vector<std::string> &env, int timeoutMs, const std::string &trace)
 {
 	TempDir dir;
 	const std::string log = dir.file("strace.log");
 	Command command;
 	command.argv = { "strace", "-f", "-yy", "-qq", "-s", "0", "-e", "signal=none", "-e",
-			 "trace=read,readv,recvfrom,recvmsg,write,writev,sendto,sendmsg", "-o", log };
+			 "trace=" + trace, "-o", log };
 	if (withShim)
 		command.argv.insert(command.argv.end(), { "-E", "LD_PRELOAD=" + preloadValue() });
 	command.argv.push_back("--");

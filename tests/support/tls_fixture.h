@@ -61,12 +61,17 @@ struct TracedRun {
 	std::vector<tlstune::Syscall> calls;
 };
 
+/* What runTraced traces by default: the reads and writes. */
+extern const char *const kTracedIo;
+
 /*
  * Runs argv under `strace -f -yy`, with libtlstune.so preloaded into the traced program
- * only when withShim. env is given to the program; stdout is captured.
+ * only when withShim. env is given to the program; stdout is captured. trace: strace's
+ * list of syscalls.
  */
 TracedRun runTraced(const std::vector<std::string> &argv, bool withShim,
-		    const std::vector<std::string> &env = {}, int timeoutMs = 300000);
+		    const std::vector<std::string> &env = {}, int timeoutMs = 300000,
+		    const std::string &trace = kTracedIo);
 
 /*
  * The most read syscalls per MiB the shim's default buffer may take on the TLS socket.

@@ -228,3 +228,18 @@ TEST(FdReuse, ANewSocketOnTheSameNumberIsNotReadable)
 	EXPECT_EQ(run(command, 60000, &out), 0) << out;
 	EXPECT_EQ(out, "reuse ok\n");
 }
+
+/* Issue 24: apache's event MPM re-adds every keep-alive connection after each request. */
+TEST(EpollCtl, AnAddAndADeleteInAProcessWithTlsMakeNoSyscallOfTheShims)
+{
+	const std::string trace = "fstat,newfstatat,statx,getpid,openat";
+	auto counted = [&](bool withShim) {
+		TracedRun run = runTraced({ examplePath("call_cost"), "epoll-ctl-tls", "1000" }, withShim, {},
+					  300000, trace);
+		EXPECT_EQ(run.status, 0) << run.out;
+		return static_cast<long>(run.calls.size());
+	};
+	const long without = counted(false), with = counted(true);
+	/* The shim's own start-up makes a few; one fstat per ADD (five rounds of 1,000) was 5,000 more. */
+	EXPECT_LT(with, without + 100) << "without " << without << ", with " << with;
+}

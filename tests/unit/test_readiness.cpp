@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 #include <fcntl.h>
+#include <sys/syscall.h>
 #include <thread>
 #include <openssl/err.h>
 #include <sys/socket.h>
@@ -430,6 +431,7 @@ protected:
 	void add(int fd, uint32_t events, uint64_t data) { control(EPOLL_CTL_ADD, fd, events, data); }
 	void closeFd(int fd)
 	{
+		sets_.closing(fd, fd);
 		ASSERT_EQ(close(fd), 0);
 		buffered_.closed(fd, fd);
 		sets_.closed(fd, fd);
@@ -717,6 +719,36 @@ TEST_F(EpollMerged, ARegistrationLivesOnThroughADupAfterItsFdCloses)
 	struct epoll_event events[4];
 	ASSERT_EQ(wait(events, 4), 1);
 	EXPECT_EQ(events[0].data.u64, 3u);
+}
+
+TEST_F(EpollMerged, ARegistrationLivesOnThroughADupAfterAWideCloseRange)
+{
+	/* Added with no syscall; the wide close learns its file from the set's side first. */
+	const int original = fcntl(pair_.fds[0], F_DUPFD_CLOEXEC, 500);
+	ASSERT_GE(original, 500);
+	add(original, EPOLLIN, 5);
+	sets_.closing(400, 1000);
+	ASSERT_EQ(syscall(SYS_close_range, 400u, 1000u, 0u), 0);
+	buffered_.closed(400, 1000);
+	sets_.closed(400, 1000);
+	hold(pair_.fds[0]);
+	expectTableMatchesKernel("closed by a wide close_range, alive through a dup");
+	struct epoll_event events[4];
+	ASSERT_EQ(wait(events, 4), 1);
+	EXPECT_EQ(events[0].data.u64, 5u);
+}
+
+TEST_F(EpollMerged, AFileLearntAtTheFirstWaitKeepsItsOneShotState)
+{
+	add(pair_.fds[0], EPOLLIN | EPOLLONESHOT, 6);
+	hold(pair_.fds[0], 1);
+	struct epoll_event events[4];
+	ASSERT_EQ(wait(events, 4), 1) << "the wait learns the file, then reports it";
+	EXPECT_EQ(wait(events, 4), 0) << "fired: disarmed until MOD";
+	control(EPOLL_CTL_MOD, pair_.fds[0], EPOLLIN | EPOLLONESHOT, 7);
+	ASSERT_EQ(wait(events, 4), 1);
+	EXPECT_EQ(events[0].data.u64, 7u);
+	expectTableMatchesKernel("a one-shot learnt at its first wait, then re-armed");
 }
 
 TEST_F(EpollMerged, AReusedFdNumberIsNotTheOldRegistration)

@@ -141,6 +141,8 @@ void EpollSets::unindex(Set &set, const Stored *stored) noexcept
 void EpollSets::erase(Set &set, Stored *stored) noexcept
 {
 	unindex(set, stored);
+	if (stored->registration.ino & kUnresolvedInode)
+		countUnresolved(set, -1);
 	if (stored->innerSet >= 0)
 		set.nested--;
 	if (stored->detached)
@@ -159,6 +161,7 @@ void EpollSets::erase(Set &set, Stored *stored) noexcept
 void EpollSets::dropSet(std::unordered_map<int, Set>::iterator it) noexcept
 {
 	oneShotCount_.fetch_sub(it->second.oneShotByData.size(), std::memory_order_relaxed);
+	unresolved_.fetch_sub(it->second.unresolved, std::memory_order_relaxed);
 	sets_.erase(it);
 	count_.store(sets_.size(), std::memory_order_relaxed);
 }
@@ -180,11 +183,6 @@ void EpollSets::created(int epfd, bool following) noexcept
 
 void EpollSets::changed(int epfd, int op, int fd, const struct epoll_event *event) noexcept
 {
-	/* The file's identity, as the kernel's list gives it: what a connection is matched by. */
-	struct stat st;
-	const int savedErrno = errno;
-	const ino_t ino = op == EPOLL_CTL_ADD && fstat(fd, &st) == 0 ? st.st_ino : 0;
-	errno = savedErrno;
 	knownFds().note(fd);
 
 	std::lock_guard<std::mutex> lock(mutex_);
@@ -233,7 +231,8 @@ void EpollSets::changed(int epfd, int op, int fd, const struct epoll_event *even
 		if (stored)
 			index(*set, stored);
 		else
-			add(epfd, *set, { fd, event->events, event->data.u64, ino });
+			add(epfd, *set, { fd, event->events, event->data.u64,
+					  kUnresolvedInode | static_cast<unsigned>(fd) });
 	} catch (const std::bad_alloc &) {
 		set->exact = false;
 	}
@@ -241,9 +240,23 @@ void EpollSets::changed(int epfd, int op, int fd, const struct epoll_event *even
 
 void EpollSets::add(int epfd, Set &set, const EpollRegistration &registration)
 {
+	const bool unresolved = (registration.ino & kUnresolvedInode) != 0;
+	if (unresolved) {
+		/* Stale numbers (deleted, closed, resolved) are dropped before they outnumber the live. */
+		if (set.unresolvedFds.size() > 2 * set.unresolved + 64) {
+			set.unresolvedFds.clear();
+			for (const auto &entry : set.liveByFd) {
+				if (entry.second & kUnresolvedInode)
+					set.unresolvedFds.push_back(entry.first);
+			}
+		}
+		set.unresolvedFds.push_back(registration.fd);
+	}
 	Stored added = { registration, 0, false, false, false, 0 };
 	Stored *stored = &set.byIno.emplace(registration.ino, added)->second;
 	set.liveByFd[registration.fd] = registration.ino;
+	if (unresolved)
+		countUnresolved(set, 1);
 	if (registration.fd != epfd && find(registration.fd)) {
 		stored->innerSet = registration.fd;
 		set.nested++;
@@ -276,10 +289,83 @@ void EpollSets::detach(Set &set, int fd) noexcept
 	Stored *stored = live(set, fd);
 	if (!stored)
 		return;
+	if (stored->registration.ino & kUnresolvedInode) {
+		/* Its file was not learnt before the close (closing() could not): nothing can match it. */
+		erase(set, stored);
+		return;
+	}
 	set.liveByFd.erase(fd);
 	stored->detached = true;
 	stored->closedAt = closings_;
 	set.detached++;
+}
+
+void EpollSets::countUnresolved(Set &set, long delta) noexcept
+{
+	set.unresolved += delta;
+	if (delta > 0)
+		unresolved_.fetch_add(static_cast<size_t>(delta), std::memory_order_relaxed);
+	else
+		unresolved_.fetch_sub(static_cast<size_t>(-delta), std::memory_order_relaxed);
+}
+
+void EpollSets::resolve(Set &set, int fd) noexcept
+{
+	Stored *stored = live(set, fd);
+	if (!stored || !(stored->registration.ino & kUnresolvedInode))
+		return;
+	struct stat st;
+	const int savedErrno = errno;
+	const bool open = fstat(fd, &st) == 0;
+	errno = savedErrno;
+	if (!open) {
+		/* Closed where the shim could not see: the kernel's list says what is left of it. */
+		erase(set, stored);
+		set.exact = false;
+		return;
+	}
+	/* A node moves between keys in place: the one-shot index's pointer to it stays good. */
+	auto range = set.byIno.equal_range(stored->registration.ino);
+	for (auto it = range.first; it != range.second; ++it) {
+		if (&it->second != stored)
+			continue;
+		auto node = set.byIno.extract(it);
+		node.key() = st.st_ino;
+		node.mapped().registration.ino = st.st_ino;
+		set.byIno.insert(std::move(node));
+		set.liveByFd[fd] = st.st_ino;
+		countUnresolved(set, -1);
+		return;
+	}
+}
+
+void EpollSets::resolve(Set &set) noexcept
+{
+	for (int fd : set.unresolvedFds)
+		resolve(set, fd);
+	set.unresolvedFds.clear();
+}
+
+void EpollSets::closing(int first, int last) noexcept
+{
+	if (unresolved_.load(std::memory_order_relaxed) == 0)
+		return;
+	std::lock_guard<std::mutex> lock(mutex_);
+	for (auto &entry : sets_) {
+		Set &set = entry.second;
+		if (set.unresolved == 0)
+			continue;
+		if (last - first <= 64) {
+			for (int fd = first; fd <= last; fd++)
+				resolve(set, fd);
+		} else {
+			/* A wide close_range: from the set's side (resolve leaves the list as it is). */
+			for (int fd : set.unresolvedFds) {
+				if (fd >= first && fd <= last)
+					resolve(set, fd);
+			}
+		}
+	}
 }
 
 void EpollSets::closed(int first, int last) noexcept
@@ -409,8 +495,9 @@ void EpollSets::reload(int epfd, const BufferedFds &buffered) noexcept
 
 void EpollSets::replace(Set &set, Set &&fresh) noexcept
 {
-	/* fresh's one-shot registrations were counted as index() made them; set's go. */
+	/* fresh's one-shot and unresolved registrations were counted as they were made; set's go. */
 	oneShotCount_.fetch_sub(set.oneShotByData.size(), std::memory_order_relaxed);
+	unresolved_.fetch_sub(set.unresolved, std::memory_order_relaxed);
 	set = std::move(fresh);
 }
 
@@ -441,6 +528,8 @@ int EpollSets::claim(int epfd, const BufferedFds &buffered, EpollRegistration *o
 	Set *set = find(epfd);
 	if (!set)
 		return 0;
+	if (set->unresolved > 0)
+		resolve(*set);
 	/*
 	 * Round robin: the next wait begins after the last connection this one served, as the
 	 * kernel's ready list rotates (a wait of 64 always served the same first 64 of 80).
@@ -490,9 +579,11 @@ int EpollSets::claimNested(Set &outer, const BufferedFds &buffered, EpollRegistr
 		Stored &stored = entry.second;
 		if (found >= max || stored.innerSet < 0 || stored.detached || !armed(stored))
 			continue;
-		const Set *inner = find(stored.innerSet);
+		Set *inner = find(stored.innerSet);
 		if (!inner)
 			continue;
+		if (inner->unresolved > 0)
+			resolve(*inner);
 		/* The newest arrival the inner set would report: an edge of the outer registration. */
 		bool ready = false;
 		unsigned long long newest = 0;

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include <sys/epoll.h>
 #include <sys/types.h>
@@ -15,7 +16,8 @@ namespace tlstune {
 /*
  * One registration of an epoll set: the fd it was added by, the program's own events mask
  * and data, and the inode of the file registered (how the kernel reports it in
- * /proc/self/fdinfo/EPFD, and how a buffered connection's socket is matched).
+ * /proc/self/fdinfo/EPFD, and how a buffered connection's socket is matched). An inode
+ * with kUnresolvedInode set is not one yet: the file has not been looked at (below).
  */
 struct EpollRegistration {
 	int fd;
@@ -23,6 +25,9 @@ struct EpollRegistration {
 	unsigned long long data;
 	unsigned long ino;
 };
+
+/* Marks a registration's inode as not looked up yet; the rest of the word is its fd. */
+constexpr unsigned long kUnresolvedInode = 1UL << 63;
 
 /*
  * The registrations of every epoll set, kept from epoll_ctl as the program makes them, so
@@ -40,6 +45,12 @@ struct EpollRegistration {
  * reports events; the shim keeps such "detached" registrations, matched by inode only, and
  * prunes the dead ones against the kernel's list once they outnumber the live ones.
  *
+ * EPOLL_CTL_ADD makes no syscall (issue 24: apache's event MPM re-adds every keep-alive
+ * connection after each request, and an fstat per ADD was 13 % more syscalls). The file's
+ * inode is looked up only when it can matter, at most once per registration: at the first
+ * wait that has a connection's held data to report (claim), or before the close of its fd,
+ * where a registration that outlives its fd (a dup keeps the file) must know its file.
+ *
  * It also carries what the kernel's semantics need beyond the mask: which arrival an
  * edge-triggered registration was last told of (one synthesized event per arrival), and
  * whether a EPOLLONESHOT registration has fired since it was armed.
@@ -54,6 +65,8 @@ public:
 	void created(int epfd, bool following = true) noexcept;
 	/* After a successful epoll_ctl(epfd, op, fd, event), while changes are followed. */
 	void changed(int epfd, int op, int fd, const struct epoll_event *event) noexcept;
+	/* The program is about to close fds first..last: their registrations learn their files. */
+	void closing(int first, int last) noexcept;
 	/* The program closed fds first..last (close, dup2 onto one, close_range). */
 	void closed(int first, int last) noexcept;
 	/* No set is known: a close has nothing to look up. */
@@ -115,6 +128,9 @@ private:
 		bool owed = false; /* the last wait left some of the shim's events undelivered */
 		size_t turn = 0;   /* the buffered connection the next claim begins with */
 		size_t nested = 0; /* registrations of other sets (innerSet) */
+		/* Live registrations whose inode is not looked up yet, and the fds they may be at. */
+		size_t unresolved = 0;
+		std::vector<int> unresolvedFds;
 	};
 
 	/* Asks for input and is not a fired one-shot. */
@@ -136,6 +152,11 @@ private:
 	void index(Set &set, Stored *stored);
 	void unindex(Set &set, const Stored *stored) noexcept;
 	void detach(Set &set, int fd) noexcept;
+	/* Under the lock: the inodes of set's unresolved registrations (at fd, or all), by fstat. */
+	void resolve(Set &set) noexcept;
+	void resolve(Set &set, int fd) noexcept;
+	/* Under the lock: a set's unresolved count changed by delta, the process's with it. */
+	void countUnresolved(Set &set, long delta) noexcept;
 	void dropSet(std::unordered_map<int, Set>::iterator it) noexcept;
 	/* closed() under the lock: returns the sets (at most max) whose detached entries want pruning. */
 	int closedLocked(int first, int last, int *prune, int max) noexcept;
@@ -155,6 +176,7 @@ private:
 	EpollWake wake_;
 	std::atomic<size_t> count_{0};        /* sets_.size(): close() of a non-epoll program skips all */
 	std::atomic<size_t> oneShotCount_{0}; /* EPOLLONESHOT registrations in all sets */
+	std::atomic<size_t> unresolved_{0};   /* Set::unresolved, over all sets: closing() skips at 0 */
 	unsigned long long closings_ = 0;
 };
 
