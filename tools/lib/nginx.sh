@@ -32,12 +32,15 @@ CONF
 	# shellcheck disable=SC2086
 	env ${nginx_env:-} nginx -p "$work" -c "$work/nginx.conf" -e stderr 2>>"$work/nginx.log" &
 	nginx_pid=$!
-	timeout 30 grep -q -m1 "start worker process" <(tail -f "$work/nginx.log")
+	# "start worker processes" comes first, before the fork: wait for the line with the pid.
+	timeout 30 grep -q -m1 -E "start worker process [0-9]+" <(tail -f "$work/nginx.log")
 }
 
 # nginx_worker: the pid of the worker (worker_processes 1), whose CPU a row reads. From the
 # log line start_nginx waited for: the master writes it as it forks, so the worker may not
 # be among its children yet (the children file was then empty and cpu_ms read /proc/stat).
+# start_nginx once waited for the line before it, "start worker processes", and the pid
+# was then missing when the machine was busy.
 nginx_worker() {
 	sed -n 's/.*start worker process \([0-9][0-9]*\).*/\1/p' "$work/nginx.log" | tail -1
 }
