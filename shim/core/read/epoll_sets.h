@@ -93,6 +93,8 @@ public:
 
 	/* The real wait returned these events: EPOLLONESHOT registrations among them are disarmed. */
 	void delivered(int epfd, const struct epoll_event *events, int count) noexcept;
+	/* No set has an EPOLLONESHOT registration: delivered() has nothing to do. One load. */
+	bool noOneShots() const noexcept { return oneShotCount_.load(std::memory_order_relaxed) == 0; }
 
 	/* What wakes a set's waiters when a held connection's registration is armed. */
 	EpollWake &wake() noexcept { return wake_; }

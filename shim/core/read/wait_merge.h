@@ -149,8 +149,38 @@ void disarmOneShot(EpollCtl realCtl, int epfd, const EpollRegistration &registra
  */
 /* realWait(zeroTimeout): the real epoll wait, its mask left out of the probe as for ppoll. */
 template <typename RealWait>
-int epollMerged(const BufferedFds &buffered, EpollSets &sets, EpollCtl realCtl, int epfd,
-		struct epoll_event *events, int maxevents, RealWait realWait)
+__attribute__((noinline)) int epollMergedFully(const BufferedFds &buffered, EpollSets &sets, EpollCtl realCtl,
+					       int epfd, struct epoll_event *events, int maxevents,
+					       RealWait realWait);
+
+/*
+ * The wait as the program made it, where nothing is held and the kernel's answer needs
+ * nothing of the shim's (no wake of its in the set, no one-shot to disarm): inline, so a
+ * process without TLS pays a few loads (issue 24: the whole merge, out of line, made
+ * epoll_wait 1.19x). Anything else goes to epollMergedFully, which waits again from the
+ * start only where this wait returned nothing, as its own loop would.
+ */
+template <typename RealWait>
+inline int epollMerged(const BufferedFds &buffered, EpollSets &sets, EpollCtl realCtl, int epfd,
+		       struct epoll_event *events, int maxevents, RealWait realWait)
+{
+	if (!buffered.empty() && maxevents > 0)
+		return epollMergedFully(buffered, sets, realCtl, epfd, events, maxevents, realWait);
+	int ready = realWait(false);
+	if (ready <= 0 || (sets.wake().idle() && sets.noOneShots()))
+		return ready;
+	bool woken = false;
+	if (!sets.wake().idle())
+		ready = sets.wake().strip(epfd, realCtl, events, ready, &woken);
+	if (woken && ready == 0)
+		return epollMergedFully(buffered, sets, realCtl, epfd, events, maxevents, realWait);
+	sets.delivered(epfd, events, ready);
+	return ready;
+}
+
+template <typename RealWait>
+int epollMergedFully(const BufferedFds &buffered, EpollSets &sets, EpollCtl realCtl, int epfd,
+		     struct epoll_event *events, int maxevents, RealWait realWait)
 {
 	/* A server's held connections served by one wait at most; the rest take the next turns. */
 	constexpr int kMaxExtra = 256;

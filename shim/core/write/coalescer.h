@@ -22,7 +22,8 @@ namespace tlstune {
  */
 inline unsigned long &waitsOfThisThread() noexcept
 {
-	static thread_local unsigned long waits = 0;
+	/* initial-exec: counted by every wait of the host program. */
+	static thread_local unsigned long waits __attribute__((tls_model("initial-exec"))) = 0;
 	return waits;
 }
 
