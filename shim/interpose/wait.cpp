@@ -16,69 +16,103 @@ namespace {
 
 const struct timespec kZeroSpec = { 0, 0 };
 
-/* The program is about to wait, maybe for the answer to what it wrote: send that first. */
-Process &beforeWait()
+/*
+ * The program is about to wait, maybe for the answer to what it wrote: send that first.
+ * Before the process's first connection nothing can be held, written or merged, and the
+ * wrappers pass the wait straight on (issue 24: one load and a branch).
+ */
+void beforeWait(Process &p)
 {
-	Process &p = process();
 	waitsOfThisThread()++;
 	if (p.held.anyHeld() && !p.inVforkChild())
 		p.held.encryptAll();
 	p.coalescer.flushAll();
-	return p;
+}
+
+bool nothingToWaitFor() noexcept
+{
+	return !ConnectionSlot::anyMade();
+}
+
+/* The merged wait, out of line: the wrappers' gate and the real call stay a few instructions. */
+template <typename Merged>
+__attribute__((noinline)) int mergedWait(Merged merged)
+{
+	Process &p = process();
+	beforeWait(p);
+	return merged(p);
 }
 
 } /* namespace */
 
 TLSTUNE_EXPORT int poll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
-	Process &p = beforeWait();
-	return pollMerged(p.buffered, fds, nfds,
-			  [&](bool zero) { return p.libc.poll(fds, nfds, zero ? 0 : timeout); });
+	if (nothingToWaitFor())
+		return process().libc.poll(fds, nfds, timeout);
+	return mergedWait([=](Process &p) {
+		return pollMerged(p.buffered, fds, nfds,
+				  [&](bool zero) { return p.libc.poll(fds, nfds, zero ? 0 : timeout); });
+	});
 }
 
 TLSTUNE_EXPORT int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout, size_t fdslen)
 {
-	Process &p = beforeWait();
-	return pollMerged(p.buffered, fds, nfds, [&](bool zero) {
-		return p.libc.poll_chk(fds, nfds, zero ? 0 : timeout, fdslen);
+	if (nothingToWaitFor())
+		return process().libc.poll_chk(fds, nfds, timeout, fdslen);
+	return mergedWait([=](Process &p) {
+		return pollMerged(p.buffered, fds, nfds, [&](bool zero) {
+			return p.libc.poll_chk(fds, nfds, zero ? 0 : timeout, fdslen);
+		});
 	});
 }
 
 TLSTUNE_EXPORT int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
 			 const sigset_t *sigmask)
 {
-	Process &p = beforeWait();
-	return pollMerged(p.buffered, fds, nfds, [&](bool zero) {
-		return p.libc.ppoll(fds, nfds, zero ? &kZeroSpec : timeout, zero ? nullptr : sigmask);
+	if (nothingToWaitFor())
+		return process().libc.ppoll(fds, nfds, timeout, sigmask);
+	return mergedWait([=](Process &p) {
+		return pollMerged(p.buffered, fds, nfds, [&](bool zero) {
+			return p.libc.ppoll(fds, nfds, zero ? &kZeroSpec : timeout, zero ? nullptr : sigmask);
+		});
 	});
 }
 
 TLSTUNE_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
 			       const sigset_t *sigmask, size_t fdslen)
 {
-	Process &p = beforeWait();
-	return pollMerged(p.buffered, fds, nfds, [&](bool zero) {
-		return p.libc.ppoll_chk(fds, nfds, zero ? &kZeroSpec : timeout, zero ? nullptr : sigmask, fdslen);
+	if (nothingToWaitFor())
+		return process().libc.ppoll_chk(fds, nfds, timeout, sigmask, fdslen);
+	return mergedWait([=](Process &p) {
+		return pollMerged(p.buffered, fds, nfds, [&](bool zero) {
+			return p.libc.ppoll_chk(fds, nfds, zero ? &kZeroSpec : timeout, zero ? nullptr : sigmask, fdslen);
+		});
 	});
 }
 
 TLSTUNE_EXPORT int select(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
 			  struct timeval *timeout)
 {
-	Process &p = beforeWait();
-	return selectMerged(p.buffered, nfds, readfds, [&](bool zero) {
-		struct timeval zeroTime = { 0, 0 };
-		return p.libc.select(nfds, readfds, writefds, exceptfds, zero ? &zeroTime : timeout);
+	if (nothingToWaitFor())
+		return process().libc.select(nfds, readfds, writefds, exceptfds, timeout);
+	return mergedWait([=](Process &p) {
+		return selectMerged(p.buffered, nfds, readfds, [&](bool zero) {
+			struct timeval zeroTime = { 0, 0 };
+			return p.libc.select(nfds, readfds, writefds, exceptfds, zero ? &zeroTime : timeout);
+		});
 	});
 }
 
 TLSTUNE_EXPORT int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
 			   const struct timespec *timeout, const sigset_t *sigmask)
 {
-	Process &p = beforeWait();
-	return selectMerged(p.buffered, nfds, readfds, [&](bool zero) {
-		return p.libc.pselect(nfds, readfds, writefds, exceptfds,
-				      zero ? &kZeroSpec : timeout, zero ? nullptr : sigmask);
+	if (nothingToWaitFor())
+		return process().libc.pselect(nfds, readfds, writefds, exceptfds, timeout, sigmask);
+	return mergedWait([=](Process &p) {
+		return selectMerged(p.buffered, nfds, readfds, [&](bool zero) {
+			return p.libc.pselect(nfds, readfds, writefds, exceptfds,
+					      zero ? &kZeroSpec : timeout, zero ? nullptr : sigmask);
+		});
 	});
 }
 
@@ -125,29 +159,38 @@ TLSTUNE_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event
 
 TLSTUNE_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
 {
-	Process &p = beforeWait();
-	return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents, [&](bool zero) {
-		return p.libc.epoll_wait(epfd, events, maxevents, zero ? 0 : timeout);
+	if (nothingToWaitFor())
+		return process().libc.epoll_wait(epfd, events, maxevents, timeout);
+	return mergedWait([=](Process &p) {
+		return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents, [&](bool zero) {
+			return p.libc.epoll_wait(epfd, events, maxevents, zero ? 0 : timeout);
+		});
 	});
 }
 
 TLSTUNE_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxevents, int timeout,
 			       const sigset_t *sigmask)
 {
-	Process &p = beforeWait();
-	return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents, [&](bool zero) {
-		return p.libc.epoll_pwait(epfd, events, maxevents, zero ? 0 : timeout, zero ? nullptr : sigmask);
+	if (nothingToWaitFor())
+		return process().libc.epoll_pwait(epfd, events, maxevents, timeout, sigmask);
+	return mergedWait([=](Process &p) {
+		return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents, [&](bool zero) {
+			return p.libc.epoll_pwait(epfd, events, maxevents, zero ? 0 : timeout, zero ? nullptr : sigmask);
+		});
 	});
 }
 
 TLSTUNE_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxevents,
 				const struct timespec *timeout, const sigset_t *sigmask)
 {
-	Process &p = beforeWait();
+	Process &p = process();
 	if (!p.libc.epoll_pwait2) {
 		errno = ENOSYS;
 		return -1;
 	}
+	if (nothingToWaitFor())
+		return p.libc.epoll_pwait2(epfd, events, maxevents, timeout, sigmask);
+	beforeWait(p);
 	return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents, [&](bool zero) {
 		return p.libc.epoll_pwait2(epfd, events, maxevents, zero ? &kZeroSpec : timeout,
 					   zero ? nullptr : sigmask);

@@ -261,9 +261,12 @@ SocketCalls Process::socketCalls() noexcept
 	return { ::send, libcPoll };
 }
 
-Process &process() noexcept
+std::atomic<Process *> g_process{ nullptr };
+
+Process &processFirst() noexcept
 {
 	static Process *instance = buildProcess();
+	g_process.store(instance, std::memory_order_release);
 	return *instance;
 }
 

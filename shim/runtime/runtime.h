@@ -64,7 +64,17 @@ struct Process {
 	/* The program set a message or record padding callback: it holds no plaintext (callbacks.cpp). */
 	std::atomic<bool> recordCallbacks{false};
 };
-Process &process() noexcept;
+/*
+ * Built by the first call (processFirst), then one load: every interposed libc call starts
+ * here, and one with no work should cost a load and a branch (issue 24).
+ */
+extern std::atomic<Process *> g_process;
+Process &processFirst() noexcept;
+inline Process &process() noexcept
+{
+	Process *built = g_process.load(std::memory_order_acquire);
+	return built ? *built : processFirst();
+}
 
 /*
  * The OpenSSL side, resolved on the first interposed OpenSSL call, when the program's
