@@ -2,13 +2,7 @@
 
 namespace tlstune {
 
-namespace {
-KnownFds process;
-} /* namespace */
-
-KnownFds &knownFds() noexcept
-{
-	return process;
-}
+/* Constant-initialised (zeroes): usable before any constructor runs. */
+KnownFds g_knownFds;
 
 } /* namespace tlstune */

@@ -45,7 +45,11 @@ private:
 	std::atomic<uint64_t> words_[kNumbers / 64] = {};
 };
 
-/* The process's one. */
-KnownFds &knownFds() noexcept;
+/* The process's one: zeroes in .bss, so no constructor runs and a lookup is one load. */
+extern KnownFds g_knownFds;
+inline KnownFds &knownFds() noexcept
+{
+	return g_knownFds;
+}
 
 } /* namespace tlstune */

@@ -34,9 +34,8 @@ int fcntlCall(int (*real)(int, int, ...), int fd, int cmd, void *argument)
 
 TLSTUNE_EXPORT int dup(int oldfd)
 {
-	Process &p = process();
-	const int result = p.libc.dup(oldfd);
-	noteDuplicate(p, oldfd, result);
+	const int result = process().libc.dup(oldfd);
+	noteDuplicate(process(), oldfd, result);
 	return result;
 }
 

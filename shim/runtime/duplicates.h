@@ -14,15 +14,21 @@ namespace tlstune {
  * what a connection holds for that socket (issue 12). One fstat per dup, and only there.
  * Not in a vfork child, which must change no state of the shim's.
  */
-inline void noteDuplicate(Process &p, int from, int to) noexcept
+__attribute__((noinline)) inline void noteDuplicateOf(Process &p, int from, int to) noexcept
 {
-	if (to < 0 || p.stats.connections.load(std::memory_order_relaxed) == 0 || p.inVforkChild())
+	if (p.inVforkChild())
 		return;
 	const int savedErrno = errno;
 	ino_t ino;
 	if (streamInode(from, &ino))
 		p.buffered.duplicated(to, ino);
 	errno = savedErrno;
+}
+
+inline void noteDuplicate(Process &p, int from, int to) noexcept
+{
+	if (to >= 0 && p.stats.connections.load(std::memory_order_relaxed) != 0)
+		noteDuplicateOf(p, from, to);
 }
 
 /*
