@@ -29,8 +29,9 @@ interleaved_row() {
 	: >"$work/cost.r"
 	for ((i = 1; i <= runs; i++)); do
 		progress "cost: $name, run $i of $runs"
-		a=$("$1" "" "${@:2}")
-		b=$("$1" "$shim" "${@:2}")
+		a=$("$1" "" "${@:2}") || fail "cost row '$name'" "failed without the shim"
+		b=$("$1" "$shim" "${@:2}") || fail "cost row '$name'" "failed with the shim"
+		nonzero "cost row '$name', run $i" "$a" "$b"
 		echo "$a" >>"$work/cost.a"
 		echo "$b" >>"$work/cost.b"
 		awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f\n", b / a }' >>"$work/cost.r"

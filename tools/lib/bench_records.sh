@@ -11,9 +11,11 @@
 # "sender-cpu-ms receiver-cpu-ms" or, with TRACE=trace, "records wire-bytes": the server's
 # socket reads under strace. Without read-ahead OpenSSL reads each record's 5-byte header
 # with its own read(2), so those reads count the records, and all of them the bytes.
+# A sender that fails, or a server that did not receive what it sent ("sent N sha256 H"
+# against "received N sha256 H"), fails the step: run it as $(records_once ...) || exit 1.
 records_once() {
-	local mode=$1 trace=$2 size=${3:-100} count=${4:-$writes} vars=() port pid
-	local dry=()
+	local mode=$1 trace=$2 size=${3:-100} count=${4:-$writes} vars=() port pid from received
+	local dry=() step="record merging, $1, $count writes of ${3:-100} B${2/time/}"
 	case $mode in
 	none) ;;
 	dry) dry=(--dry) ;;
@@ -28,17 +30,25 @@ records_once() {
 		{ time "${server[@]}" >&3; } 3>&1 2>"$work/receiver.time"
 	}
 	pid=$server_PID
-	read -r _ port <&"${server[0]}"
+	# bash closes a coprocess's fds once it has ended: a copy of its output, kept until read.
+	exec {from}<&"${server[0]}"
+	read -r _ port <&"$from" || fail "$step" "tls_server did not start"
 	local sender
 	sender=$( { TIMEFORMAT='%U %S'; time env "${vars[@]}" "$tree/examples/write_burst" "$port" \
-		--writes "$count" --size "$size" "${dry[@]}" >/dev/null; } 2>&1 | tail -1)
-	read -r _ <&"${server[0]}" # "received N sha256 H"
+		--writes "$count" --size "$size" "${dry[@]}" >"$work/sender.out"; } 2>&1 | tail -1) ||
+		{ kill "$pid" 2>/dev/null; fail "$step" "write_burst failed"; }
+	read -r received <&"$from" || received="" # "received N sha256 H"
+	exec {from}<&-
 	wait "$pid" 2>/dev/null || true
+	[ "$mode" = dry ] || [[ -n $received && $(cat "$work/sender.out") == *"sent ${received#received }"* ]] ||
+		fail "$step" "the server received '${received:-nothing}', not what write_burst sent"
 	if [ "$trace" = trace ]; then
 		awk '/TCP/ && / = [0-9]+$/ { n = $NF + 0; bytes += n; if (n == 5) records++ }
-		     END { printf "%d %d\n", records, bytes }' "$work/records.strace"
+		     END { if (!records) exit 1; printf "%d %d\n", records, bytes }' "$work/records.strace" ||
+			fail "$step" "no record headers read in the server's trace"
 		return
 	fi
+	numbers "$step" $sender $(tail -1 "$work/receiver.time")
 	awk -v s="$sender" -v r="$(tail -1 "$work/receiver.time")" 'BEGIN {
 		split(s, a, " "); split(r, b, " ")
 		printf "%.0f %.0f\n", (a[1] + a[2]) * 1000, (b[1] + b[2]) * 1000 }'
@@ -49,34 +59,37 @@ record_rows() {
 	say ""
 	say "| what | no shim | syscalls | records | no shim/records | syscalls/records |"
 	say "|------|---------|----------|---------|-----------------|------------------|"
-	local mode i sender=() receiver=() wire=() bytes=()
+	local mode i m a b sender=() receiver=() wire=() bytes=()
 	for mode in none syscalls records; do
 		local s=() r=()
 		for ((i = 1; i <= runs; i++)); do
 			progress "record merging: $mode, run $i of $runs"
-			read -r a b < <(records_once "$mode" time)
+			m=$(records_once "$mode" time) || exit 1
+			read -r a b <<<"$m"
 			s+=("$a")
 			r+=("$b")
 		done
 		sender+=("$(printf '%s\n' "${s[@]}" | median)")
 		receiver+=("$(printf '%s\n' "${r[@]}" | median)")
 		progress "record merging: $mode, records on the wire under strace"
-		read -r a b < <(records_once "$mode" trace)
+		m=$(records_once "$mode" trace) || exit 1
+		read -r a b <<<"$m"
 		wire+=("$a")
 		bytes+=("$b")
 	done
 	local d=()
 	for ((i = 1; i <= runs; i++)); do
 		progress "record merging: the sender without its writes, run $i of $runs"
-		read -r a _ < <(records_once dry time)
-		d+=("$a")
+		m=$(records_once dry time) || exit 1
+		d+=("${m%% *}")
 	done
 	local floor
 	floor=$(printf '%s\n' "${d[@]}" | median)
 	printf '\r\033[K' >&2
 	row() { # row NAME NONE SYSCALLS RECORDS
+		nonzero "record merging, $1" "$4"
 		say "$(awk -v n="$1" -v a="$2" -v b="$3" -v c="$4" 'BEGIN {
-			printf "| %s | %s | %s | %s | %.1fx | %.1fx |", n, a, b, c, (c > 0 ? a / c : 0), (c > 0 ? b / c : 0) }')"
+			printf "| %s | %s | %s | %s | %.1fx | %.1fx |", n, a, b, c, a / c, b / c }')"
 	}
 	row "TLS records on the wire (the receiver's header reads)" "${wire[@]}"
 	row "bytes on the wire (the receiver's socket reads)" "${bytes[@]}"
@@ -99,7 +112,7 @@ record_size_rows() {
 	say ""
 	say "| write size | writes | no shim | syscalls | records | syscalls/records |"
 	say "|------------|--------|---------|----------|---------|------------------|"
-	local size count mode i
+	local size count mode i m
 	for size in 256 1024 2048 3072 4096 16384 65536; do
 		count=$((writes * 320 / size))
 		local cpu=()
@@ -107,14 +120,16 @@ record_size_rows() {
 			local c=()
 			for ((i = 1; i <= runs; i++)); do
 				progress "record merging by size: $size B, $mode, run $i of $runs"
-				read -r a _ < <(records_once "$mode" time "$size" "$count")
-				c+=("$a")
+				m=$(records_once "$mode" time "$size" "$count") || exit 1
+				c+=("${m%% *}")
 			done
 			cpu+=("$(printf '%s\n' "${c[@]}" | median)")
 		done
+		# The ratio divides by records' CPU in its writes: none measured (a run's noise at
+		# most, under --quick) shows as "-", never as a ratio.
 		say "$(awk -v s="$size" -v n="$count" -v d="${cpu[0]}" -v a="${cpu[1]}" -v b="${cpu[2]}" -v c="${cpu[3]}" 'BEGIN {
 			a -= d; b -= d; c -= d
-			printf "| %d | %d | %.0f | %.0f | %.0f | %.2fx |", s, n, a, b, c, (c > 0 ? b / c : 0) }')"
+			printf "| %d | %d | %.0f | %.0f | %.0f | %s |", s, n, a, b, c, (c > 0 ? sprintf("%.2fx", b / c) : "-") }')"
 	done
 	printf '\r\033[K' >&2
 	say ""
@@ -125,13 +140,15 @@ record_size_rows() {
 # ping_once MODE: $pings request-response rounds of 100 B against tls_server --echo (no
 # shim in the server); prints the client's wall time in ms.
 ping_once() {
-	local mode=$1 vars=() port pid start end
+	local mode=$1 vars=() port pid start end out
 	[ "$mode" != none ] && vars=(LD_PRELOAD="$shim" TLSTUNE_COALESCE="$mode")
 	coproc pinger { "$tree/examples/tls_server" --cert "$work/cert.pem" --key "$work/key.pem" --echo; }
 	pid=$pinger_PID
-	read -r _ port <&"${pinger[0]}"
+	read -r _ port <&"${pinger[0]}" || fail "record merging, pings, $mode" "tls_server did not start"
 	start=$(date +%s%N)
-	env "${vars[@]}" "$tree/examples/write_burst" "$port" --ping "$pings" --size 100 >/dev/null
+	out=$(env "${vars[@]}" "$tree/examples/write_burst" "$port" --ping "$pings" --size 100) &&
+		[[ $out == "pings $pings ok" ]] ||
+		{ kill "$pid" 2>/dev/null; fail "record merging, pings, $mode" "the ping loop failed: '$out'"; }
 	end=$(date +%s%N)
 	wait "$pid" 2>/dev/null || true
 	echo $(((end - start) / 1000000))
@@ -143,17 +160,19 @@ record_ping_rows() {
 	say ""
 	say "| no shim | syscalls | records | no shim/records |"
 	say "|---------|----------|---------|-----------------|"
-	local mode i cells=()
+	local mode i m cells=()
 	for mode in none syscalls records; do
 		local t=()
 		for ((i = 1; i <= runs; i++)); do
 			progress "record merging: pings, $mode, run $i of $runs"
-			t+=("$(ping_once "$mode")")
+			m=$(ping_once "$mode") || exit 1
+			t+=("$m")
 		done
 		cells+=("$(printf '%s\n' "${t[@]}" | median)")
 	done
 	printf '\r\033[K' >&2
-	say "$(awk -v a="${cells[0]}" -v b="${cells[1]}" -v c="${cells[2]}" 'BEGIN { printf "| %s | %s | %s | %.2fx |", a, b, c, (c > 0 ? a / c : 0) }')"
+	nonzero "record merging, pings" "${cells[@]}"
+	say "$(awk -v a="${cells[0]}" -v b="${cells[1]}" -v c="${cells[2]}" 'BEGIN { printf "| %s | %s | %s | %.2fx |", a, b, c, a / c }')"
 	say ""
 }
 
@@ -164,10 +183,12 @@ request_cpu() {
 	[ "$mode" != none ] && vars=(LD_PRELOAD="$shim" TLSTUNE_COALESCE="$mode")
 	coproc requester { "$tree/examples/tls_server" --cert "$work/cert.pem" --key "$work/key.pem" --echo; }
 	pid=$requester_PID
-	read -r _ port <&"${requester[0]}"
-	out=$(env "${vars[@]}" "$tree/examples/write_burst" "$port" --ping "$pings" --size 500 --header 100 --cpu)
+	read -r _ port <&"${requester[0]}" || fail "record merging, requests, $mode" "tls_server did not start"
+	out=$(env "${vars[@]}" "$tree/examples/write_burst" "$port" --ping "$pings" --size 500 --header 100 --cpu) &&
+		[[ $out =~ pings\ $pings\ ok.*cpu\ microseconds\ ([0-9]+)$ ]] ||
+		{ kill "$pid" 2>/dev/null; fail "record merging, requests, $mode" "the request loop failed: '$out'"; }
 	wait "$pid" 2>/dev/null || true
-	echo "${out##* }"
+	echo "${BASH_REMATCH[1]}"
 }
 
 # Issue 22: a header, a body, then a read must not cost more than without the shim.
@@ -182,8 +203,9 @@ record_request_rows() {
 	: >"$work/request.r"
 	for ((i = 1; i <= runs; i++)); do
 		progress "record merging: requests, run $i of $runs"
-		a=$(request_cpu none)
-		b=$(request_cpu records)
+		a=$(request_cpu none) || exit 1
+		b=$(request_cpu records) || exit 1
+		nonzero "record merging, requests, run $i" "$a" "$b"
 		echo "$a" >>"$work/request.a"
 		echo "$b" >>"$work/request.b"
 		awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f\n", b / a }' >>"$work/request.r"

@@ -11,7 +11,7 @@ free_port() {
 	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-# wait_listening PORT: until something listens there (bounded: 10 s).
+# wait_listening PORT: until something listens there (bounded: 10 s); else fails.
 wait_listening() {
 	for _ in $(seq 100); do
 		[ -n "$(ss -Hltn "sport = :$1")" ] && return 0
@@ -21,32 +21,35 @@ wait_listening() {
 	return 1
 }
 
-# cpu_with_children_ms PID: CPU time (user + system) of PID and its reaped children, in ms.
-cpu_with_children_ms() {
-	awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); print ($12 + $13 + $14 + $15) * 1000 / hz }' "/proc/$1/stat"
-}
-
-# trickle_once socat|stunnel|python [PRELOAD]: prints "cpu-ms bytes" for one run, the CPU of
-# the relay or server (with its children) while the clients read everything.
+# trickle_once socat|stunnel|python [PRELOAD]: sets measured to "cpu-ms bytes" for one run,
+# the CPU of the relay or server (with its children) while the clients read everything. In
+# the bench's own shell: a failure stops what it started, then the bench.
 trickle_once() {
-	local what=$1 preload=${2:-} port backend pid backend_pid="" bytes cpu
+	local what=$1 preload=${2:-} port backend pid="" backend_pid="" bytes cpu
+	local step="trickle row, $what ${2:+with}${2:-without} the shim"
+	# stopped MESSAGE: ends this run's processes, then the bench.
+	stopped() {
+		# shellcheck disable=SC2086 # the pids, one word each, or none
+		kill $pid $backend_pid 2>/dev/null || true
+		fail "$step" "$1"
+	}
 	port=$(free_port)
 	if [ "$what" != python ]; then
 		backend=$(free_port)
 		python3 tools/lib/trickle.py backend "$backend" "$trickle_seconds" >/dev/null &
 		backend_pid=$!
-		wait_listening "$backend"
+		wait_listening "$backend" || stopped "the backend did not start"
 	fi
 	case "$what" in
 	socat)
 		env ${preload:+LD_PRELOAD="$preload"} socat \
 			"OPENSSL-LISTEN:$port,bind=127.0.0.1,fork,reuseaddr,cert=$work/cert.pem,key=$work/key.pem,verify=0" \
-			"TCP:127.0.0.1:$backend" &
+			"TCP:127.0.0.1:$backend" >/dev/null &
 		;;
 	stunnel)
 		printf 'foreground = yes\npid =\n[trickle]\naccept = 127.0.0.1:%s\nconnect = 127.0.0.1:%s\ncert = %s\nkey = %s\n' \
 			"$port" "$backend" "$work/cert.pem" "$work/key.pem" >"$work/stunnel.conf"
-		env ${preload:+LD_PRELOAD="$preload"} stunnel4 "$work/stunnel.conf" 2>/dev/null &
+		env ${preload:+LD_PRELOAD="$preload"} stunnel4 "$work/stunnel.conf" >/dev/null 2>&1 &
 		;;
 	python)
 		env ${preload:+LD_PRELOAD="$preload"} python3 tools/lib/trickle.py tls-server "$port" \
@@ -54,27 +57,32 @@ trickle_once() {
 		;;
 	esac
 	pid=$!
-	wait_listening "$port"
-	bytes=$(python3 tools/lib/trickle.py clients "$port" "$trickle_clients" | cut -d' ' -f2)
+	wait_listening "$port" || stopped "$what did not start"
+	bytes=$(python3 tools/lib/trickle.py clients "$port" "$trickle_clients" | cut -d' ' -f2) ||
+		stopped "the clients failed"
+	[[ $bytes =~ ^[1-9][0-9]*$ ]] || stopped "the clients received '$bytes' bytes"
 	# socat reaps each child as it ends: its CPU is in the parent's by now.
-	cpu=$(cpu_with_children_ms "$pid")
+	cpu=$(cpu_ms "$pid" "$step" children) || stopped "$what had ended before its CPU was read"
 	kill "$pid" $backend_pid 2>/dev/null || true
 	wait "$pid" $backend_pid 2>/dev/null || true
-	echo "$cpu $bytes"
+	measured="$cpu $bytes"
 }
 
 trickle_row() { # trickle_row NAME WHAT
-	local name=$1 what=$2 a=() b=() ba="" bb=""
+	local name=$1 what=$2 a=() b=() ba="" bb="" ms
 	for ((i = 1; i <= runs; i++)); do
 		progress "trickle: $name, run $i of $runs"
-		read -r ms ba < <(trickle_once "$what")
+		trickle_once "$what"
+		read -r ms ba <<<"$measured"
 		a+=("$ms")
-		read -r ms bb < <(trickle_once "$what" "$shim")
+		trickle_once "$what" "$shim"
+		read -r ms bb <<<"$measured"
 		b+=("$ms")
 	done
 	local ma mb
 	ma=$(printf '%s\n' "${a[@]}" | median)
 	mb=$(printf '%s\n' "${b[@]}" | median)
+	numbers "trickle row, $name" "$ma" "$mb"
 	say "$(awk -v n="$name" -v a="$ma" -v b="$mb" -v ba="$ba" -v bb="$bb" \
 		'BEGIN { printf "| %s | %.0f | %.0f | %s | %s | %s |", n, a, b, (a > 0 ? sprintf("%.2fx", b / a) : "-"), ba, bb }')"
 }

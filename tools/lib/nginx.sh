@@ -33,21 +33,41 @@ CONF
 	env ${nginx_env:-} nginx -p "$work" -c "$work/nginx.conf" -e stderr 2>>"$work/nginx.log" &
 	nginx_pid=$!
 	# "start worker processes" comes first, before the fork: wait for the line with the pid.
-	timeout 30 grep -q -m1 -E "start worker process [0-9]+" <(tail -f "$work/nginx.log")
+	timeout 30 grep -q -m1 -E "start worker process [0-9]+" <(tail -f "$work/nginx.log") ||
+		{ echo "${prog:-tlstune}: nginx did not start: $(tail -1 "$work/nginx.log")" >&2; return 1; }
 }
 
-# nginx_worker: the pid of the worker (worker_processes 1), whose CPU a row reads. From the
-# log line start_nginx waited for: the master writes it as it forks, so the worker may not
-# be among its children yet (the children file was then empty and cpu_ms read /proc/stat).
-# start_nginx once waited for the line before it, "start worker processes", and the pid
-# was then missing when the machine was busy.
+# nginx_worker STEP: the pid of the worker (worker_processes 1), whose CPU STEP reads. From
+# the log line start_nginx waited for: the master writes it as it forks, so the worker may
+# not be among its children yet (the children file was then empty and cpu_ms read
+# /proc/stat). start_nginx once waited for the line before it, "start worker processes",
+# and the pid was then missing when the machine was busy. No such line: STEP fails, saying so.
 nginx_worker() {
-	sed -n 's/.*start worker process \([0-9][0-9]*\).*/\1/p' "$work/nginx.log" | tail -1
+	local pid
+	pid=$(sed -n 's/.*start worker process \([0-9][0-9]*\).*/\1/p' "$work/nginx.log" | tail -1)
+	if [ -z "$pid" ]; then
+		echo "${prog:-tlstune}: $1: no nginx worker pid in its log" >&2
+		return 1
+	fi
+	echo "$pid"
 }
 
-# cpu_ms PID: the CPU time (user + system) PID has used, in ms.
+# cpu_ms PID STEP [children]: the CPU time (user + system) PID has used, in ms; with
+# "children", its reaped children's too. An empty PID, or one that is no live process (gone,
+# or a zombie), has no CPU to read: STEP fails, saying so, and prints no number.
 cpu_ms() {
-	awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); print ($12 + $13) * 1000 / hz }' "/proc/$1/stat"
+	local pid=$1 step=$2 stat
+	if ! [[ $pid =~ ^[0-9]+$ ]]; then
+		echo "${prog:-tlstune}: $step: no pid to read the CPU of" >&2
+		return 1
+	fi
+	# The state follows the command's closing parenthesis: Z is a process that has ended.
+	if ! stat=$(cat "/proc/$pid/stat" 2>/dev/null) || [[ ${stat##*) } == Z* ]]; then
+		echo "${prog:-tlstune}: $step: process $pid has ended, no CPU to read" >&2
+		return 1
+	fi
+	awk -v hz="$(getconf CLK_TCK)" -v children="${3:+1}" '{ sub(/.*\) /, "")
+		print ($12 + $13 + (children ? $14 + $15 : 0)) * 1000 / hz }' <<<"$stat"
 }
 
 stop_nginx() {

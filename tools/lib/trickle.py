@@ -7,7 +7,8 @@ Usage:
   trickle.py tls-server PORT SECONDS CERT KEY the same over TLS, from python's threading
                                               server (one thread per connection)
   trickle.py clients PORT N                   N TLS clients at once, each reading to the end;
-                                              prints "bytes TOTAL"
+                                              prints "bytes TOTAL"; fails if any
+                                              client received nothing
 Every server prints "ready" once it listens, and serves until killed.
 """
 import socket
@@ -70,6 +71,12 @@ def clients(port, count):
     total = [0] * count
 
     def read(index):
+        try:
+            read_all(index)
+        except OSError as error:
+            print("client", index, "failed:", error, file=sys.stderr, flush=True)
+
+    def read_all(index):
         with socket.create_connection(("127.0.0.1", port)) as raw:
             with context.wrap_socket(raw) as connection:
                 while True:
@@ -87,6 +94,9 @@ def clients(port, count):
     for thread in threads:
         thread.join()
     print("bytes", sum(total), flush=True)
+    # A client that could not connect or read got nothing: the run failed, not a number.
+    if not all(total):
+        sys.exit("trickle.py: %d of %d clients received nothing" % (total.count(0), count))
 
 
 def main(argv):
