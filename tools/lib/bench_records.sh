@@ -59,32 +59,30 @@ record_rows() {
 	say ""
 	say "| what | no shim | syscalls | records | no shim/records | syscalls/records |"
 	say "|------|---------|----------|---------|-----------------|------------------|"
-	local mode i m a b sender=() receiver=() wire=() bytes=()
-	for mode in none syscalls records; do
-		local s=() r=()
-		for ((i = 1; i <= runs; i++)); do
-			progress "record merging: $mode, run $i of $runs"
+	local mode i m a b sender=() receiver=() wire=() bytes=() floor
+	# The modes in turn within each run, the floor (dry: the sender without its writes)
+	# among them, so that a slow spell of the machine hits all of them.
+	: >"$work/records.runs"
+	for ((i = 1; i <= runs; i++)); do
+		for mode in none syscalls records dry; do
+			progress "record merging: run $i of $runs, $mode"
 			m=$(records_once "$mode" time) || exit 1
-			read -r a b <<<"$m"
-			s+=("$a")
-			r+=("$b")
+			echo "$mode $m" >>"$work/records.runs"
 		done
-		sender+=("$(printf '%s\n' "${s[@]}" | median)")
-		receiver+=("$(printf '%s\n' "${r[@]}" | median)")
+	done
+	# column MODE N: the median of column N of MODE's runs.
+	column() { awk -v m="$1" -v n="$2" '$1 == m { print $n }' "$work/records.runs" | median; }
+	for mode in none syscalls records; do
+		sender+=("$(column "$mode" 2)")
+		receiver+=("$(column "$mode" 3)")
+		# Records and bytes are exact, not noisy: one run under strace (untimed) per mode.
 		progress "record merging: $mode, records on the wire under strace"
 		m=$(records_once "$mode" trace) || exit 1
 		read -r a b <<<"$m"
 		wire+=("$a")
 		bytes+=("$b")
 	done
-	local d=()
-	for ((i = 1; i <= runs; i++)); do
-		progress "record merging: the sender without its writes, run $i of $runs"
-		m=$(records_once dry time) || exit 1
-		d+=("${m%% *}")
-	done
-	local floor
-	floor=$(printf '%s\n' "${d[@]}" | median)
+	floor=$(column dry 2)
 	printf '\r\033[K' >&2
 	row() { # row NAME NONE SYSCALLS RECORDS
 		nonzero "record merging, $1" "$4"
@@ -116,14 +114,17 @@ record_size_rows() {
 	for size in 256 1024 2048 3072 4096 16384 65536; do
 		count=$((writes * 320 / size))
 		local cpu=()
-		for mode in dry none syscalls records; do
-			local c=()
-			for ((i = 1; i <= runs; i++)); do
-				progress "record merging by size: $size B, $mode, run $i of $runs"
+		# The modes in turn within each run, as in record_rows.
+		: >"$work/records.runs"
+		for ((i = 1; i <= runs; i++)); do
+			for mode in dry none syscalls records; do
+				progress "record merging by size: $size B, run $i of $runs, $mode"
 				m=$(records_once "$mode" time "$size" "$count") || exit 1
-				c+=("${m%% *}")
+				echo "$mode ${m%% *}" >>"$work/records.runs"
 			done
-			cpu+=("$(printf '%s\n' "${c[@]}" | median)")
+		done
+		for mode in dry none syscalls records; do
+			cpu+=("$(awk -v m="$mode" '$1 == m { print $2 }' "$work/records.runs" | median)")
 		done
 		# The ratio divides by records' CPU in its writes: none measured (a run's noise at
 		# most, under --quick) shows as "-", never as a ratio.
@@ -161,14 +162,17 @@ record_ping_rows() {
 	say "| no shim | syscalls | records | no shim/records |"
 	say "|---------|----------|---------|-----------------|"
 	local mode i m cells=()
-	for mode in none syscalls records; do
-		local t=()
-		for ((i = 1; i <= runs; i++)); do
-			progress "record merging: pings, $mode, run $i of $runs"
+	# The modes in turn within each run, as in record_rows.
+	: >"$work/pings.runs"
+	for ((i = 1; i <= runs; i++)); do
+		for mode in none syscalls records; do
+			progress "record merging: pings, run $i of $runs, $mode"
 			m=$(ping_once "$mode") || exit 1
-			t+=("$m")
+			echo "$mode $m" >>"$work/pings.runs"
 		done
-		cells+=("$(printf '%s\n' "${t[@]}" | median)")
+	done
+	for mode in none syscalls records; do
+		cells+=("$(awk -v m="$mode" '$1 == m { print $2 }' "$work/pings.runs" | median)")
 	done
 	printf '\r\033[K' >&2
 	nonzero "record merging, pings" "${cells[@]}"
