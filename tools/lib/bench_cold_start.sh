@@ -41,7 +41,7 @@ cold_row() {
 	nonzero "$step" "$ma" "$mb" "$mc"
 	say "$(awk -v name="$name" -v a="$ma" -v b="$mb" -v c="$mc" \
 		'BEGIN { printf "| %s | %.2f | %.2f (%.2fx) | %.2f (%.2fx) |", name, a, b, b / a, c, c / a }')"
-	echo "$((++cold_index)) \"$label\" $ma $mb $mc" >>"$work/cold.dat"
+	printf '%d "%s" %.3f %.3f %.3f\n' "$((++cold_index))" "$label" "$ma" "$mb" "$mc" >>"$work/cold.dat"
 }
 cold_median() { sort -n "$1" | awk '{ t[NR] = $1 } END { print t[int((NR + 1) / 2)] }'; }
 

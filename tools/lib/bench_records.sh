@@ -48,7 +48,10 @@ records_once() {
 			fail "$step" "no record headers read in the server's trace"
 		return
 	fi
-	numbers "$step" $sender $(tail -1 "$work/receiver.time")
+	local receiver
+	receiver=$(tail -1 "$work/receiver.time")
+	# shellcheck disable=SC2086 # user and system, two numbers each
+	numbers "$step" $sender $receiver
 	awk -v s="$sender" -v r="$(tail -1 "$work/receiver.time")" 'BEGIN {
 		split(s, a, " "); split(r, b, " ")
 		printf "%.0f %.0f\n", (a[1] + a[2]) * 1000, (b[1] + b[2]) * 1000 }'
@@ -95,6 +98,12 @@ record_rows() {
 	row "sender CPU in its writes, ms (the row above less the same run writing nothing: $floor ms)" \
 		$(printf '%s\n' "${sender[@]}" | awk -v f="$floor" '{ printf "%.0f ", $1 - f }')
 	row "receiver CPU, ms (user + system, whole run, no shim)" "${receiver[@]}"
+	# records.dat, for the chart: position, mode, records, bytes, sender CPU (whole run, and
+	# in its writes) and receiver CPU, in ms.
+	local names=("no shim" syscalls records)
+	for i in 0 1 2; do
+		echo "$((i + 1)) \"${names[i]}\" ${wire[i]} ${bytes[i]} ${sender[i]} $(awk -v s="${sender[i]}" -v f="$floor" 'BEGIN { printf "%.0f", s - f }') ${receiver[i]}"
+	done >"$work/records.dat"
 	say ""
 	say "Goals (issue 14): at most 1/100 of the records, sender CPU 8x and receiver CPU 5x lower, about 20 % fewer bytes on the wire, against no shim. Whole runs include start-up, the handshake and the program making and digesting its data, the same in every column: so whole-run sender CPU can fall by no more than the whole run over that floor. Records and bytes come from one run under strace."
 	say ""
@@ -147,6 +156,7 @@ ping_once() {
 	pid=$pinger_PID
 	read -r _ port <&"${pinger[0]}" || fail "record merging, pings, $mode" "tls_server did not start"
 	start=$(date +%s%N)
+	# shellcheck disable=SC2015 # the client failing or its output wrong: either fails the step
 	out=$(env "${vars[@]}" "$tree/examples/write_burst" "$port" --ping "$pings" --size 100) &&
 		[[ $out == "pings $pings ok" ]] ||
 		{ kill "$pid" 2>/dev/null; fail "record merging, pings, $mode" "the ping loop failed: '$out'"; }
@@ -188,6 +198,7 @@ request_cpu() {
 	coproc requester { "$tree/examples/tls_server" --cert "$work/cert.pem" --key "$work/key.pem" --echo; }
 	pid=$requester_PID
 	read -r _ port <&"${requester[0]}" || fail "record merging, requests, $mode" "tls_server did not start"
+	# shellcheck disable=SC2015 # as in ping_once
 	out=$(env "${vars[@]}" "$tree/examples/write_burst" "$port" --ping "$pings" --size 500 --header 100 --cpu) &&
 		[[ $out =~ pings\ $pings\ ok.*cpu\ microseconds\ ([0-9]+)$ ]] ||
 		{ kill "$pid" 2>/dev/null; fail "record merging, requests, $mode" "the request loop failed: '$out'"; }

@@ -27,18 +27,20 @@ wait_listening() {
 trickle_once() {
 	local what=$1 preload=${2:-} port backend pid="" backend_pid="" bytes cpu
 	local step="trickle row, $what ${2:+with}${2:-without} the shim"
-	# stopped MESSAGE: ends this run's processes, then the bench.
-	stopped() {
+	# trickle_stop [MESSAGE]: ends this run's processes, then the bench, saying MESSAGE (none:
+	# the failed step has said why).
+	trickle_stop() {
 		# shellcheck disable=SC2086 # the pids, one word each, or none
 		kill $pid $backend_pid 2>/dev/null || true
-		fail "$step" "$1"
+		[ -n "${1:-}" ] && fail "$step" "$1"
+		exit 1
 	}
 	port=$(free_port)
 	if [ "$what" != python ]; then
 		backend=$(free_port)
 		python3 tools/lib/trickle.py backend "$backend" "$trickle_seconds" >/dev/null &
 		backend_pid=$!
-		wait_listening "$backend" || stopped "the backend did not start"
+		wait_listening "$backend" || trickle_stop "the backend did not start"
 	fi
 	case "$what" in
 	socat)
@@ -57,12 +59,12 @@ trickle_once() {
 		;;
 	esac
 	pid=$!
-	wait_listening "$port" || stopped "$what did not start"
+	wait_listening "$port" || trickle_stop "$what did not start"
 	bytes=$(python3 tools/lib/trickle.py clients "$port" "$trickle_clients" | cut -d' ' -f2) ||
-		stopped "the clients failed"
-	[[ $bytes =~ ^[1-9][0-9]*$ ]] || stopped "the clients received '$bytes' bytes"
+		trickle_stop "the clients failed"
+	[[ $bytes =~ ^[1-9][0-9]*$ ]] || trickle_stop "the clients received '$bytes' bytes"
 	# socat reaps each child as it ends: its CPU is in the parent's by now.
-	cpu=$(cpu_ms "$pid" "$step" children) || stopped "$what had ended before its CPU was read"
+	cpu=$(cpu_ms "$pid" "$step" children) || trickle_stop
 	kill "$pid" $backend_pid 2>/dev/null || true
 	wait "$pid" $backend_pid 2>/dev/null || true
 	measured="$cpu $bytes"

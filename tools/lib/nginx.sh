@@ -32,9 +32,9 @@ CONF
 	# shellcheck disable=SC2086
 	env ${nginx_env:-} nginx -p "$work" -c "$work/nginx.conf" -e stderr 2>>"$work/nginx.log" &
 	nginx_pid=$!
+	# Fails if nginx has not started its worker in 30 s: why is in the log's last line.
 	# "start worker processes" comes first, before the fork: wait for the line with the pid.
-	timeout 30 grep -q -m1 -E "start worker process [0-9]+" <(tail -f "$work/nginx.log") ||
-		{ echo "${prog:-tlstune}: nginx did not start: $(tail -1 "$work/nginx.log")" >&2; return 1; }
+	timeout 30 grep -q -m1 -E "start worker process [0-9]+" <(tail -f "$work/nginx.log")
 }
 
 # nginx_worker STEP: the pid of the worker (worker_processes 1), whose CPU STEP reads. From
