@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <unistd.h>
 
@@ -849,11 +850,17 @@ TEST(Bench, QuickRunsEndToEndIntoADirectoryOfTheCallersWithChartsThatSayWhatThey
 				  "## Cost where tlstune has no work", "| `close` of a regular file, in a process with an epoll set |",
 				  "## Event-driven server", "| 500 idle TLS connections, 100 clients upload",
 				  "| reverse proxy, upstream stalled for 3 s mid-upload",
-				  "](ab.svg)", "](sweep.svg)" })
+				  "](ab.svg)", "](sweep.svg)", "](ca.svg)", "](cold.svg)", "](records.svg)",
+				  "](server.svg)" })
 		EXPECT_NE(report.find(part), std::string::npos) << part << " not in\n" << report;
 	EXPECT_FALSE(contains(report, "median of 1 runs")) << report;
 	EXPECT_FALSE(contains(report, out)) << "the report links its charts relatively";
 	EXPECT_FALSE(contains(readFile(bench.stderrPath), "off records"));
+	EXPECT_FALSE(contains(report, "The bench stopped")) << report;
+	EXPECT_FALSE(contains(report, "Failed: ")) << report;
+	/* Each chart is linked under its own section, after that section's heading. */
+	EXPECT_LT(report.find("](ab.svg)"), report.find("## Read buffer sweep")) << report;
+	EXPECT_LT(report.find("](records.svg)"), report.find("## Record merging by write size")) << report;
 
 	/* What each chart shows, by its titles and labels. */
 	const std::string ab = readFile(out + "/ab.svg"), sweep = readFile(out + "/sweep.svg");
@@ -865,8 +872,32 @@ TEST(Bench, QuickRunsEndToEndIntoADirectoryOfTheCallersWithChartsThatSayWhatThey
 				  "read syscalls per MiB", "CPU ms per GiB", "serial", "parallel (4 at a time)",
 				  "bars: lowest to highest" })
 		EXPECT_TRUE(contains(sweep, part)) << part << " not in sweep.svg";
-	for (const std::string *svg : { &ab, &sweep })
+	const std::string ca = readFile(out + "/ca.svg"), cold = readFile(out + "/cold.svg"),
+			  records = readFile(out + "/records.svg"), server = readFile(out + "/server.svg");
+	for (const char *part : { "<title>tlstune-bench: CA cache", "ms per new context", "10 contexts, 10 requests",
+				  "ms each (log scale)", "without tlstune", "with tlstune (the CA cache)",
+				  "python: a context", "C: a GET," })
+		EXPECT_TRUE(contains(ca, part)) << part << " not in ca.svg";
+	for (const char *part : { "<title>tlstune-bench: cold start", "Cold start: one process, one context",
+				  "median of 5 interleaved runs", "with tlstune, CA cache off",
+				  "with tlstune and its CA cache (default)", "curl GET", "python first context," })
+		EXPECT_TRUE(contains(cold, part)) << part << " not in cold.svg";
+	for (const char *part : { "<title>tlstune-bench: record merging", "Record merging: 10000 writes of 100 B",
+				  "TLS records on the wire", "records (log scale)", "no shim", "syscalls",
+				  "sender, whole run", "sender, in its writes", "receiver (no shim)" })
+		EXPECT_TRUE(contains(records, part)) << part << " not in records.svg";
+	for (const char *part : { "<title>tlstune-bench: nginx worker CPU", "the worker", "CPU in ms, without and with tlstune",
+				  "worker CPU, ms", "500 idle,", "stalled 3 s", "with tlstune (preloaded into nginx)" })
+		EXPECT_TRUE(contains(server, part)) << part << " not in server.svg";
+	/* --quick: every chart says that its runs are too few to compare. */
+	for (const std::string *svg : { &ab, &sweep, &ca, &cold, &records, &server }) {
 		EXPECT_FALSE(contains(*svg, "Gnuplot"));
+		EXPECT_TRUE(contains(*svg, "--quick: too few runs to compare")) << svg->substr(0, 400);
+	}
+	/* The data of every chart stays beside it, for charts.gp. */
+	for (const char *data : { "ab.dat", "ab-medians.dat", "sweep.dat", "sweep-summary.dat", "ca.dat", "cold.dat",
+				  "records.dat", "server.dat" })
+		EXPECT_TRUE(std::filesystem::exists(out + "/" + data)) << data;
 
 	/* And they render: the script beside them draws PNGs (pngcairo). */
 	Command png;
@@ -874,11 +905,64 @@ TEST(Bench, QuickRunsEndToEndIntoADirectoryOfTheCallersWithChartsThatSayWhatThey
 	png.cwd = out;
 	const Captured drawn = runCaptured(png, 120000);
 	ASSERT_EQ(drawn.status, 0) << drawn.err;
-	for (const char *chart : { "ab.png", "sweep.png" }) {
+	for (const char *chart : { "ab.png", "sweep.png", "ca.png", "cold.png", "records.png", "server.png" }) {
 		const std::string bytes = readFile(out + "/" + chart);
 		EXPECT_EQ(bytes.substr(0, 8), "\x89PNG\r\n\x1a\n") << chart;
 		EXPECT_GT(bytes.size(), 10000u) << chart;
 	}
+}
+
+/* A bench step that cannot find what it measures says so, naming the step, and fails: it
+ * prints no number (issue 25: the server row once read /proc//stat and died in shell
+ * arithmetic). The functions the sections use, sourced as the bench sources them. */
+TEST(Bench, AStepWithoutItsProcessOrItsNumberFailsNamingItselfAndPrintsNoNumber)
+{
+	TempDir work;
+	writeFile(work.file("nginx.log"), "nginx: [notice] using the \"epoll\" event method\n");
+	writeFile(work.file("report.md"), "# tlstune-bench\n");
+	struct Case {
+		const char *call;
+		const char *message;
+	};
+	const Case cases[] = {
+		{ "cpu_ms '' 'server row'", "tlstune-bench: server row: no pid to read the CPU of\n" },
+		{ "cpu_ms 'x1' 'server row'", "tlstune-bench: server row: no pid to read the CPU of\n" },
+		/* A child that has ended and been reaped: no process by that pid now. */
+		{ "true & ended=$!; wait $ended; cpu_ms $ended 'trickle row' children",
+		  "tlstune-bench: trickle row: process PID has ended, no CPU to read\n" },
+		{ "nginx_worker 'server row'", "tlstune-bench: server row: no nginx worker pid in its log\n" },
+		{ "numbers 'CA cache row' 1.5 ''", "tlstune-bench: CA cache row: measured nothing: '' is not a number\n" },
+		{ "nonzero 'record merging, pings' 3 0", "tlstune-bench: record merging, pings: measured 0, which no ratio can divide by\n" },
+	};
+	for (const Case &c : cases) {
+		Command command;
+		command.argv = { "bash", "-c",
+				 std::string("set -euo pipefail; prog=tlstune-bench work=$1 report=$1/report.md; "
+					     ". tools/lib/nginx.sh; . tools/lib/bench_checks.sh; ") +
+					 c.call + "; echo reached",
+				 "-", work.path() };
+		command.cwd = TLSTUNE_SOURCE_ROOT;
+		const Captured failed = runCaptured(command, 30000);
+		EXPECT_NE(failed.status, 0) << c.call;
+		EXPECT_EQ(failed.out, "") << c.call << ": no number, and nothing after the failure";
+		std::string err = failed.err;
+		const size_t pid = err.find("process ");
+		if (pid != std::string::npos && contains(c.message, "PID"))
+			err.replace(pid + 8, err.find(' ', pid + 8) - pid - 8, "PID");
+		EXPECT_EQ(err, c.message) << c.call;
+	}
+	/* fail also leaves the reason in the report, for a bench that stops half-way. */
+	EXPECT_EQ(readFile(work.file("report.md")),
+		  "# tlstune-bench\n\n> **Failed: CA cache row: measured nothing: '' is not a number**\n"
+		  "\n> **Failed: record merging, pings: measured 0, which no ratio can divide by**\n");
+
+	/* And a live process reads as a number of ms. */
+	Command live;
+	live.argv = { "bash", "-c", "prog=tlstune-bench; . tools/lib/nginx.sh; cpu_ms $$ 'this shell'; cpu_ms $$ 'this shell' children" };
+	live.cwd = TLSTUNE_SOURCE_ROOT;
+	const Captured read = runCaptured(live, 30000);
+	EXPECT_EQ(read.status, 0) << read.err;
+	EXPECT_TRUE(std::regex_match(read.out, std::regex("[0-9]+(\\.[0-9]+)?\n[0-9]+(\\.[0-9]+)?\n"))) << read.out;
 }
 
 TEST(Evidence, SumsUpCasesFaultsBytesAndFuzzRunsFromTheLogs)
