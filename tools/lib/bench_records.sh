@@ -3,7 +3,9 @@
 # TLSTUNE_COALESCE=records, =syscalls, and no shim at all. The server runs without the shim
 # in every column, so what it spends is what the sender's records cost it. Needs $work
 # (cert.pem, key.pem), $tree, $shim, $runs and the bench's say, progress, median and
-# runs_text.
+# runs_text. tools/demo sources it too, for records_once: the checks come with it (a script
+# that defines its own fail afterwards keeps its own).
+. tools/lib/bench_checks.sh
 
 # records_once MODE TRACE [SIZE COUNT]: one burst ($writes writes of 100 B unless given); MODE is none, syscalls, records, or dry (no shim,
 # and write_burst makes and digests its data but writes none: what it costs apart from
