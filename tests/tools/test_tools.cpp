@@ -777,6 +777,41 @@ TEST(Demo, ShowsEachGainWithoutAndWithFromCountsNotTimes)
 		EXPECT_TRUE(contains(table, row)) << row << " not in\n" << table;
 }
 
+TEST(Measurements, AreWrittenFromAWholeFullRunOnlyWithTheirChartsBeside)
+{
+	TempDir run, to;
+	Command update;
+	update.argv = { std::string(TLSTUNE_SOURCE_ROOT) + "/tools/update-measurements", "--from", run.path(),
+			"--to", to.path() };
+	const std::string whole = "# tlstune-bench\n\n2026-12-02, 2 cores\n\n## Download time\n\n![a chart](ab.svg)\n\n"
+				  "## Event-driven server\n\n| a | 1 | 2 |\n";
+	struct Case {
+		std::string report;
+		int status;
+		const char *message;
+	};
+	const Case cases[] = {
+		{ "# tlstune-bench\n\n> **--quick: too few runs to compare.**\n" + whole, 1, "is a --quick run" },
+		{ whole + "\n> **Failed: server row: no nginx worker pid in its log**\n", 1, "is not a whole run" },
+		{ "# tlstune-bench\n\n## Download time\n", 1, "is not a whole run" },
+		{ whole, 0, "wrote " },
+	};
+	for (const Case &c : cases) {
+		writeFile(run.file("report.md"), c.report);
+		writeFile(run.file("ab.svg"), "<svg/>");
+		const Captured got = runCaptured(update, 60000);
+		EXPECT_EQ(got.status, c.status) << got.err;
+		EXPECT_TRUE(contains(got.err, c.message)) << got.err;
+		EXPECT_EQ(std::filesystem::exists(to.file("measurements.md")), c.status == 0) << c.message;
+	}
+	const std::string page = readFile(to.file("measurements.md"));
+	EXPECT_EQ(page.rfind("# Measurements\n", 0), 0u) << page;
+	EXPECT_FALSE(contains(page, "# tlstune-bench")) << page;
+	EXPECT_TRUE(contains(page, "](measurements/ab.svg)")) << page;
+	EXPECT_TRUE(contains(page, "| a | 1 | 2 |")) << page;
+	EXPECT_EQ(readFile(to.file("measurements/ab.svg")), "<svg/>");
+}
+
 TEST(Bench, HelpIsUsageOnStdoutAndSuccessAndBadOptionsStopBeforeAnyWork)
 {
 	for (const char *tool : { "tools/tlstune-bench", "tools/demo" }) {
