@@ -875,6 +875,7 @@ TEST(Bench, QuickRunsEndToEndIntoADirectoryOfTheCallersWithChartsThatSayWhatThey
 				  "| 8 x 16,413 + 3 |", "## CA cache",
 				  "| python ssl.create_default_context() | 10 |",
 				  "| C: GET, new context and connection | 10 |",
+				  "| Debian's bundle, which the process's first context loaded too (the cache has it) |",
 				  "## Syscall merging (TLSTUNE_COALESCE=syscalls): examples/write_burst to examples/tls_server, one run",
 				  "encrypted and dropped (null BIO, no shim)",
 				  "## Record merging: 10000 writes of 100 B", "| TLS records on the wire",
