@@ -15,13 +15,19 @@
  *                            read on until the client closes
  *   --hold                   with --sink: read a line from stdin before reading the client,
  *                            so that the client's socket buffer fills up first
+ *   --stamps SIZE --requests N
+ *                            read N requests of SIZE bytes, noting the monotonic clock
+ *                            (ns) as each is complete, then send the N times back (8
+ *                            bytes each, little-endian) and read until the client closes
  *   --reset-after BYTES      with --sink: after reading BYTES, reset the connection (RST);
  *                            with --send: after sending BYTES (what the kernel has not
  *                            sent yet is lost, as a reset does)
  * Prints "port N" on stdout once it listens (--port 0 picks a free one).
  */
 
+#include <ctime>
 #include <netinet/in.h>
+#include <vector>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -101,6 +107,8 @@ int main(int argc, char **argv)
 	bool renegotiate = false;
 	const uint64_t closeAfter = number(argc, argv, "--close-after", 0);
 	const uint64_t resetAfter = number(argc, argv, "--reset-after", 0);
+	const uint64_t stampSize = number(argc, argv, "--stamps", 0);
+	const uint64_t stampCount = number(argc, argv, "--requests", 0);
 	for (int i = 1; i < argc; i++) {
 		sink = sink || std::string(argv[i]) == "--sink";
 		hangup = hangup || std::string(argv[i]) == "--hangup";
@@ -135,7 +143,24 @@ int main(int argc, char **argv)
 			continue;
 		}
 
-		if (sendBytes) {
+		if (stampSize && stampCount) {
+			/* When each request is whole here: write_burst --latency subtracts its last write's time. */
+			std::vector<uint64_t> stamps;
+			unsigned char buffer[16384];
+			uint64_t received = 0;
+			size_t n = 0;
+			while (stamps.size() < stampCount && SSL_read_ex(ssl, buffer, sizeof(buffer), &n)) {
+				received += n;
+				while (stamps.size() < stampCount && received >= (stamps.size() + 1) * stampSize) {
+					struct timespec now;
+					clock_gettime(CLOCK_MONOTONIC, &now);
+					stamps.push_back(static_cast<uint64_t>(now.tv_sec) * 1000000000u +
+							 static_cast<uint64_t>(now.tv_nsec));
+				}
+			}
+			writeAll(ssl, reinterpret_cast<const unsigned char *>(stamps.data()), stamps.size() * sizeof(uint64_t));
+			drain(ssl, nullptr);
+		} else if (sendBytes) {
 			bufferWrites(ssl);
 			Pattern pattern(seed);
 			unsigned char chunk[16384];

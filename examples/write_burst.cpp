@@ -24,6 +24,11 @@
  *     --cpu               ... and "cpu microseconds U" (user + system, the whole process)
  *     --header H          each round writes H bytes first, in an SSL_write of their own
  *                         (a request's header, then its body), and reads both back
+ *   --latency N --writes W  N requests of W writes of --size bytes, each followed by a
+ *                         2 ms sleep, a wait the shim cannot see (tls_server --stamps
+ *                         W*size --requests N); prints "latency microseconds p50 A p99 B
+ *                         max C": from each request's last SSL_write to the server having
+ *                         it whole, by the monotonic clock both processes share
  *   --threads T --cert C --key K [--rounds R]
  *                         T threads, each R times (default 1) making a context that
  *                         verifies C, and a connection over a socketpair to a server
@@ -34,8 +39,12 @@
  * exits 1.
  */
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <ctime>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -114,6 +123,40 @@ void lines(SSL *ssl, int fd)
 	char line[4096];
 	while (std::fgets(line, sizeof(line), stdin))
 		writeAll(ssl, fd, reinterpret_cast<unsigned char *>(line), std::strlen(line));
+}
+
+uint64_t monotonicNs()
+{
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return static_cast<uint64_t>(now.tv_sec) * 1000000000u + static_cast<uint64_t>(now.tv_nsec);
+}
+
+void latency(SSL *ssl, int fd, uint64_t count, uint64_t writes, size_t size)
+{
+	std::vector<unsigned char> piece(size, 'l');
+	std::vector<uint64_t> lastWrite(count), arrived(count);
+	for (uint64_t i = 0; i < count; i++) {
+		for (uint64_t w = 0; w < writes; w++)
+			writeAll(ssl, fd, piece.data(), size);
+		lastWrite[i] = monotonicNs();
+		/* nanosleep: no wait the shim sees, so nothing it holds goes out because of it. */
+		struct timespec pause = { 0, 2000000 };
+		nanosleep(&pause, nullptr);
+	}
+	unsigned char *into = reinterpret_cast<unsigned char *>(arrived.data());
+	for (size_t got = 0; got < count * sizeof(uint64_t);) {
+		size_t n = 0;
+		if (!SSL_read_ex(ssl, into + got, count * sizeof(uint64_t) - got, &n))
+			fail("the server's times did not come");
+		got += n;
+	}
+	std::vector<double> delays(count);
+	for (uint64_t i = 0; i < count; i++)
+		delays[i] = (static_cast<double>(arrived[i]) - static_cast<double>(lastWrite[i])) / 1000.0;
+	std::sort(delays.begin(), delays.end());
+	std::printf("latency microseconds p50 %.0f p99 %.0f max %.0f\n", delays[count / 2], delays[count * 99 / 100],
+		    delays[count - 1]);
 }
 
 void ping(SSL *ssl, int fd, uint64_t count, size_t size, size_t header, bool cpu)
@@ -253,6 +296,10 @@ int main(int argc, char **argv)
 		fail("handshake");
 	if (nonBlocking)
 		setNonBlocking(fd);
+	if (std::find_if(argv, argv + argc, [](const char *a) { return std::string(a) == "--nodelay"; }) != argv + argc) {
+		const int on = 1;
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+	}
 	if (discard)
 		SSL_set0_wbio(ssl, BIO_new(BIO_s_null()));
 
@@ -260,6 +307,8 @@ int main(int argc, char **argv)
 		lines(ssl, fd);
 	else if (const uint64_t count = number(argc, argv, "--ping", 0))
 		ping(ssl, fd, count, size, number(argc, argv, "--header", 0), cpu);
+	else if (const uint64_t count = number(argc, argv, "--latency", 0))
+		latency(ssl, fd, count, number(argc, argv, "--writes", 1), size);
 	else
 		burst(ssl, fd, number(argc, argv, "--writes", 1), size, number(argc, argv, "--seed", 1),
 		      number(argc, argv, "--fork-at", 0), timing, dry);
