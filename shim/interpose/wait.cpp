@@ -183,17 +183,17 @@ TLSTUNE_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxeven
 TLSTUNE_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxevents,
 				const struct timespec *timeout, const sigset_t *sigmask)
 {
-	Process &p = process();
-	if (!p.libc.epoll_pwait2) {
+	if (!process().libc.epoll_pwait2) {
 		errno = ENOSYS;
 		return -1;
 	}
 	if (nothingToWaitFor())
-		return p.libc.epoll_pwait2(epfd, events, maxevents, timeout, sigmask);
-	beforeWait(p);
-	return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents, [&](bool zero) {
-		return p.libc.epoll_pwait2(epfd, events, maxevents, zero ? &kZeroSpec : timeout,
-					   zero ? nullptr : sigmask);
+		return process().libc.epoll_pwait2(epfd, events, maxevents, timeout, sigmask);
+	return mergedWait([=](Process &p) {
+		return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents, [&](bool zero) {
+			return p.libc.epoll_pwait2(epfd, events, maxevents, zero ? &kZeroSpec : timeout,
+						   zero ? nullptr : sigmask);
+		});
 	});
 }
 

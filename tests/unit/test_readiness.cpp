@@ -449,6 +449,18 @@ protected:
 	{
 		buffered_.set(owner, fd, inodeOf(fd), true, arrival);
 	}
+	/*
+	 * The fixture's socket holds data: the table matches the kernel's (when says at what
+	 * point), and a wait reports one registration, the one with data.
+	 */
+	void expectOneReportedWhenHeld(uint64_t data, const char *when)
+	{
+		hold(pair_.fds[0]);
+		expectTableMatchesKernel(when);
+		struct epoll_event events[4];
+		ASSERT_EQ(wait(events, 4), 1) << when;
+		EXPECT_EQ(events[0].data.u64, data) << when;
+	}
 	/* The registrations the shim would report for the buffered sockets, against the kernel's. */
 	void expectTableMatchesKernel(const char *when)
 	{
@@ -714,11 +726,7 @@ TEST_F(EpollMerged, ARegistrationLivesOnThroughADupAfterItsFdCloses)
 	ASSERT_GE(original, 0);
 	add(original, EPOLLIN, 3);
 	closeFd(original); /* the file stays open through pair_.fds[0]: the kernel keeps it */
-	hold(pair_.fds[0]);
-	expectTableMatchesKernel("closed, alive through a dup");
-	struct epoll_event events[4];
-	ASSERT_EQ(wait(events, 4), 1);
-	EXPECT_EQ(events[0].data.u64, 3u);
+	expectOneReportedWhenHeld(3, "closed, alive through a dup");
 }
 
 TEST_F(EpollMerged, ARegistrationLivesOnThroughADupAfterAWideCloseRange)
@@ -731,11 +739,7 @@ TEST_F(EpollMerged, ARegistrationLivesOnThroughADupAfterAWideCloseRange)
 	ASSERT_EQ(syscall(SYS_close_range, 400u, 1000u, 0u), 0);
 	buffered_.closed(400, 1000);
 	sets_.closed(400, 1000);
-	hold(pair_.fds[0]);
-	expectTableMatchesKernel("closed by a wide close_range, alive through a dup");
-	struct epoll_event events[4];
-	ASSERT_EQ(wait(events, 4), 1);
-	EXPECT_EQ(events[0].data.u64, 5u);
+	expectOneReportedWhenHeld(5, "closed by a wide close_range, alive through a dup");
 }
 
 TEST_F(EpollMerged, AFileLearntAtTheFirstWaitKeepsItsOneShotState)

@@ -167,10 +167,11 @@ inline int epollMerged(const BufferedFds &buffered, EpollSets &sets, EpollCtl re
 	if (!buffered.empty() && maxevents > 0)
 		return epollMergedFully(buffered, sets, realCtl, epfd, events, maxevents, realWait);
 	int ready = realWait(false);
-	if (ready <= 0 || (sets.wake().idle() && sets.noOneShots()))
+	const bool wakeIdle = ready <= 0 || sets.wake().idle();
+	if (ready <= 0 || (wakeIdle && sets.noOneShots()))
 		return ready;
 	bool woken = false;
-	if (!sets.wake().idle())
+	if (!wakeIdle)
 		ready = sets.wake().strip(epfd, realCtl, events, ready, &woken);
 	if (woken && ready == 0)
 		return epollMergedFully(buffered, sets, realCtl, epfd, events, maxevents, realWait);
