@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <vector>
 
 #include "core/write/coalescer.h"
 #include "core/write/pending_writes.h"
@@ -235,6 +236,23 @@ TEST_F(Pair, TheFlusherSendsWhatNobodyElseDoes)
 	struct pollfd readable = { fds_[1], POLLIN, 0 };
 	ASSERT_EQ(::poll(&readable, 1, 30000), 1) << "within the bound of a stalled test, not a timing claim";
 	EXPECT_EQ(received(), "by the flusher");
+	coalescer.release(writes);
+}
+
+TEST_F(Pair, AfterAPauseOfTheDelayAHeaderAndItsBodyGoOutAtOnce)
+{
+	/* Issue 22: a request, a sleep the shim cannot see, the next request. */
+	Coalescer coalescer(1024, std::chrono::seconds(10), kCalls);
+	PendingWrites *writes = coalescer.open(fds_[0]);
+	std::vector<bool> quiet;
+	for (int i = 0; i < 3; i++)
+		quiet.push_back(coalescer.quietWrite(writes));
+	EXPECT_EQ(quiet, (std::vector<bool>{ true, true, false })) << "a burst is held from its third write";
+	writes->setLastWrite(std::chrono::steady_clock::now() - std::chrono::seconds(20));
+	quiet.clear();
+	for (int i = 0; i < 3; i++)
+		quiet.push_back(coalescer.quietWrite(writes));
+	EXPECT_EQ(quiet, (std::vector<bool>{ true, true, false })) << "the pause began a new run";
 	coalescer.release(writes);
 }
 

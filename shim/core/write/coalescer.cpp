@@ -131,9 +131,16 @@ bool Coalescer::quietWrite(PendingWrites *writes) noexcept
 {
 	const bool early = writes->noteWrite(waitsOfThisThread()) <= kDirectWritesAfterWait;
 	const auto now = std::chrono::steady_clock::now();
-	const bool quiet = early || (!writes->dirty() && now - writes->lastWrite() >= delay_);
+	/*
+	 * A pause of the delay or more is a wait the shim could not see (a sleep, a condition
+	 * variable, a pipe): what follows is a new request, whose first writes go out as after
+	 * a wait. Else a header and its body after a sleep would wait for the flusher.
+	 */
+	const bool paused = !writes->dirty() && now - writes->lastWrite() >= delay_;
+	if (paused)
+		writes->beginRun();
 	writes->setLastWrite(now);
-	return quiet;
+	return early || paused;
 }
 
 bool Coalescer::dirtied(PendingWrites *writes)

@@ -107,7 +107,8 @@ public:
 	/*
 	 * The connection's own write is about to go through the filter: true when it finds the
 	 * connection quiet (nothing held and no write within the delay, or one of the first
-	 * kDirectWritesAfterWait since its thread waited), and goes out at once, as it would
+	 * kDirectWritesAfterWait since its thread waited or the connection paused for the
+	 * delay), and goes out at once, as it would
 	 * without the shim. Only writes that follow within the delay with no wait between are
 	 * held, so a process that writes now and then, or a request-response loop, costs no
 	 * wake-ups.

@@ -185,6 +185,8 @@ public:
 		writesSinceWait_.store(run, std::memory_order_relaxed);
 		return run;
 	}
+	/* The write just noted follows a pause the shim could not see: it is a run's first. */
+	void beginRun() noexcept { writesSinceWait_.store(1, std::memory_order_relaxed); }
 	/* What noteWrite would answer, counting nothing. */
 	unsigned writesSince(unsigned long waits) const noexcept
 	{
