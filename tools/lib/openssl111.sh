@@ -5,7 +5,9 @@
 # libssl1.1 and libssl-dev are fetched with apt-get download through a private apt state
 # (the system's apt configuration and its OpenSSL stay as they are) and unpacked with
 # dpkg-deb -x under $OPENSSL111_DIR. Its pkgconfig/ directory describes that copy, with an
-# rpath, so what links against it runs with it.
+# rpath, so what links against it runs with it. An old-style DT_RPATH, which also serves
+# libssl's own need of libcrypto: a program that calls only SSL_* functions (call_cost)
+# needs libcrypto through libssl alone, which a DT_RUNPATH would not reach.
 
 OPENSSL111_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/tlstune/openssl-1.1.1"
 
@@ -27,7 +29,10 @@ openssl111_sources() {
 
 # Fetches and unpacks the packages unless the stamp (written last) is there.
 openssl111_ensure() {
-	[ -f "$OPENSSL111_DIR/.tlstune-complete" ] && return 0
+	if [ -f "$OPENSSL111_DIR/.tlstune-complete" ]; then
+		openssl111_pkgconfig
+		return 0
+	fi
 	echo "tlstune: fetching OpenSSL 1.1.1 from bullseye into $OPENSSL111_DIR" >&2
 	rm -rf "$OPENSSL111_DIR"
 	apt="$OPENSSL111_DIR/apt"
@@ -55,7 +60,7 @@ openssl111_pkgconfig() {
 	for pc in "$usr/lib/$multiarch/pkgconfig"/*.pc; do
 		sed -e "s|^prefix=.*|prefix=$usr|" \
 			-e "s|^Cflags:.*|Cflags: -I\${includedir} -I\${includedir}/$multiarch|" \
-			-e "s|^Libs: -L\${libdir}|Libs: -L\${libdir} -Wl,-rpath,\${libdir}|" \
+			-e "s|^Libs: -L\${libdir}|Libs: -L\${libdir} -Wl,--disable-new-dtags,-rpath,\${libdir}|" \
 			"$pc" >"$OPENSSL111_DIR/pkgconfig/${pc##*/}"
 	done
 }
