@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <climits>
 #include <new>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <thread>
 
@@ -170,6 +171,7 @@ bool Coalescer::plaintextHeld()
 		 */
 		SignalsBlocked quiet;
 		std::lock_guard<std::mutex> lock(wakeMutex_);
+		heldSince_ = std::chrono::steady_clock::now();
 		if (!flusherRunning_.load(std::memory_order_relaxed))
 			return startFlusher();
 		wake_.notify_one();
@@ -206,7 +208,16 @@ bool Coalescer::startFlusher()
 
 void Coalescer::flusherLoop()
 {
+	/*
+	 * The kernel's default timer slack (50 us) would be added to every delay: the delay is
+	 * the promise (issue 22: p50 within 50 us of it). This thread only; started before any
+	 * confinement of the process (holding stops at one).
+	 */
+	prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+	bool woke = true; /* started for work, as a wake is */
 	for (;;) {
+		/* When the work that woke this thread was held; unset in a pass that follows a pass. */
+		std::chrono::steady_clock::time_point heldSince{};
 		{
 			/* Nothing held: block (no timer ticks), and end after a quiet while. */
 			std::unique_lock<std::mutex> lock(wakeMutex_);
@@ -222,16 +233,25 @@ void Coalescer::flusherLoop()
 					return;
 				}
 				flusherIdle_.store(false, std::memory_order_release);
+				woke = true;
 			}
+			if (woke)
+				heldSince = heldSince_;
+			woke = false;
 			if (stopping_) {
 				flusherRunning_.store(false, std::memory_order_relaxed);
 				wake_.notify_all();
 				return;
 			}
 		}
-		/* The first byte held waits one delay at most. */
+		/*
+		 * The first byte held waits one delay at most, counted from when it was held: the
+		 * wake-up's own latency is part of it.
+		 */
 		if (fullSockets_.load(std::memory_order_relaxed))
 			std::this_thread::sleep_for(kFullSocketRetry);
+		else if (heldSince != std::chrono::steady_clock::time_point{})
+			std::this_thread::sleep_until(heldSince + delay_);
 		else
 			std::this_thread::sleep_for(delay_);
 		if (void (*encrypt)() noexcept = encryptPlaintext_.load(std::memory_order_acquire))

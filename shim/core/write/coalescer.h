@@ -203,6 +203,8 @@ private:
 	std::atomic<bool> flusherRunning_{false};
 	std::atomic<bool> flusherIdle_{false};
 	bool stopping_ = false; /* guarded by wakeMutex_ */
+	/* Guarded by wakeMutex_: when the work that last woke (or started) the flusher was held. */
+	std::chrono::steady_clock::time_point heldSince_{};
 	std::atomic<bool (*)() noexcept> plaintextPending_{nullptr};
 	std::atomic<void (*)() noexcept> encryptPlaintext_{nullptr};
 };
