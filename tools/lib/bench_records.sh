@@ -237,3 +237,58 @@ record_request_rows() {
 	say "The first two writes after a wait go out as they are (kDirectWritesAfterWait): the body is not held, and wakes no thread."
 	say ""
 }
+
+# latency_once WRITES SIZE [PRELOAD] [ARGS...]: 200 requests of WRITES writes of SIZE bytes,
+# each followed by a sleep the shim cannot see (write_burst --latency); prints "p50 p99" in
+# microseconds, from a request's last SSL_write to the server having it whole.
+latency_once() {
+	local writes=$1 size=$2 preload=$3 port pid out step
+	shift 3
+	step="write latency, $writes writes of $size B${preload:+, with the shim}"
+	coproc stamper { "$tree/examples/tls_server" --cert "$work/cert.pem" --key "$work/key.pem" \
+		--stamps $((writes * size)) --requests 200; }
+	pid=$stamper_PID
+	read -r _ port <&"${stamper[0]}" || fail "$step" "tls_server did not start"
+	# shellcheck disable=SC2015 # as in ping_once
+	out=$(env ${preload:+LD_PRELOAD="$preload"} "$tree/examples/write_burst" "$port" --latency 200 \
+		--writes "$writes" --size "$size" "$@") &&
+		[[ $out =~ latency\ microseconds\ p50\ (-?[0-9]+)\ p99\ (-?[0-9]+) ]] ||
+		{ kill "$pid" 2>/dev/null; fail "$step" "the request loop failed: '$out'"; }
+	wait "$pid" 2>/dev/null || true
+	echo "${BASH_REMATCH[1]} ${BASH_REMATCH[2]}"
+}
+
+# Issue 22: how long a request waits in the shim when the program then sleeps. Two writes
+# go out at once (the first after a pause); a longer burst waits for the flusher, at most
+# the delay (TLSTUNE_COALESCE_DELAY, 200 us by default) and its wake-up.
+record_latency_rows() {
+	say "## Write latency: 200 requests, each then a 2 ms sleep the shim cannot see, from the last SSL_write to the server having the request whole, in microseconds, $(runs_text "$runs")"
+	say ""
+	say "| requests of | p50 without | p50 with | p99 without | p99 with |"
+	say "|-------------|-------------|----------|-------------|----------|"
+	local row writes size args i a b
+	for row in "2 300 --nodelay" "2 300" "10 60 --nodelay"; do
+		read -r writes size args <<<"$row"
+		: >"$work/latency.a"
+		: >"$work/latency.b"
+		for ((i = 1; i <= runs; i++)); do
+			progress "write latency: $writes writes of $size B ${args:-(Nagle)}, run $i of $runs"
+			# shellcheck disable=SC2086 # args is one option or none
+			a=$(latency_once "$writes" "$size" "" $args) || exit 1
+			# shellcheck disable=SC2086
+			b=$(latency_once "$writes" "$size" "$shim" $args) || exit 1
+			echo "$a" >>"$work/latency.a"
+			echo "$b" >>"$work/latency.b"
+		done
+		local p50a p50b p99a p99b
+		p50a=$(awk '{ print $1 }' "$work/latency.a" | median)
+		p50b=$(awk '{ print $1 }' "$work/latency.b" | median)
+		p99a=$(awk '{ print $2 }' "$work/latency.a" | median)
+		p99b=$(awk '{ print $2 }' "$work/latency.b" | median)
+		say "| $writes writes of $size B, $([ -n "$args" ] && echo TCP_NODELAY || echo Nagle) | $p50a | $p50b | $p99a | $p99b |"
+	done
+	printf '\r\033[K' >&2
+	say ""
+	say "The clocks are the same monotonic clock in both processes; a request can reach the server before its last SSL_write returns, so a few microseconds below zero is \"at once\". The first two writes after a wait, or after a pause of the delay, go out as they are; a longer burst waits for the shim's thread, which sends it within the delay."
+	say ""
+}
