@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "core/shim_thread.h"
 #include "core/signals_blocked.h"
+#include "core/write/held_plaintext.h"
 
 namespace tlstune {
 
@@ -135,10 +136,11 @@ bool Coalescer::quietWrite(PendingWrites *writes) noexcept
 	/*
 	 * A pause of the delay or more is a wait the shim could not see (a sleep, a condition
 	 * variable, a pipe): what follows is a new request, whose first writes go out as after
-	 * a wait. Else a header and its body after a sleep would wait for the flusher.
+	 * a wait. Else a header and its body after a sleep would wait for the flusher. Not
+	 * the shim's own record of held plaintext: a burst's full record is no new request.
 	 */
 	const bool paused = !writes->dirty() && now - writes->lastWrite() >= delay_;
-	if (paused)
+	if (paused && !HeldPlaintext::encryptingHere())
 		writes->beginRun();
 	writes->setLastWrite(now);
 	return early || paused;
@@ -235,8 +237,13 @@ void Coalescer::flusherLoop()
 				flusherIdle_.store(false, std::memory_order_release);
 				woke = true;
 			}
+			/*
+			 * Taken once: a wait that ends without a notify (the work came while this
+			 * thread was about to wait) has no time of its own and waits a whole delay.
+			 */
 			if (woke)
 				heldSince = heldSince_;
+			heldSince_ = {};
 			woke = false;
 			if (stopping_) {
 				flusherRunning_.store(false, std::memory_order_relaxed);
@@ -246,12 +253,14 @@ void Coalescer::flusherLoop()
 		}
 		/*
 		 * The first byte held waits one delay at most, counted from when it was held: the
-		 * wake-up's own latency is part of it.
+		 * wake-up's own latency is part of it. But half a delay at least after a late wake
+		 * (a loaded machine, strace): flushing at once would send a record per wake-up of
+		 * a burst (100,000 writes of 100 B under strace: 1,112 records, against 671).
 		 */
 		if (fullSockets_.load(std::memory_order_relaxed))
 			std::this_thread::sleep_for(kFullSocketRetry);
 		else if (heldSince != std::chrono::steady_clock::time_point{})
-			std::this_thread::sleep_until(heldSince + delay_);
+			std::this_thread::sleep_until(std::max(heldSince + delay_, std::chrono::steady_clock::now() + delay_ / 2));
 		else
 			std::this_thread::sleep_for(delay_);
 		if (void (*encrypt)() noexcept = encryptPlaintext_.load(std::memory_order_acquire))
