@@ -192,20 +192,34 @@ record_ping_rows() {
 	say ""
 }
 
+# against_server STEP PATTERN SERVER-ARGS... -- [VAR=value...] -- ARGS...: starts
+# tls_server with SERVER-ARGS (no shim), runs write_burst PORT ARGS with the variables and
+# prints what it printed; a client that fails or prints no match of PATTERN fails STEP.
+against_server() {
+	local step=$1 pattern=$2 server=() vars=() port pid out
+	shift 2
+	while [ "$1" != -- ]; do server+=("$1"); shift; done
+	shift
+	while [ "$1" != -- ]; do vars+=("$1"); shift; done
+	shift
+	coproc peer { "$tree/examples/tls_server" --cert "$work/cert.pem" --key "$work/key.pem" "${server[@]}"; }
+	pid=$peer_PID
+	read -r _ port <&"${peer[0]}" || fail "$step" "tls_server did not start"
+	# shellcheck disable=SC2015 # as in ping_once
+	out=$(env "${vars[@]}" "$tree/examples/write_burst" "$port" "$@") && [[ $out =~ $pattern ]] ||
+		{ kill "$pid" 2>/dev/null; fail "$step" "write_burst failed or printed '$out'"; }
+	wait "$pid" 2>/dev/null || true
+	echo "$out"
+}
+
 # request_cpu MODE: $pings rounds of a 100 B header and a 500 B body, each in its own
 # SSL_write, then the echo read back; prints the client's CPU in microseconds.
 request_cpu() {
-	local mode=$1 vars=() port pid out
+	local mode=$1 vars=() out pattern="pings $pings ok.*cpu microseconds ([0-9]+)$"
 	[ "$mode" != none ] && vars=(LD_PRELOAD="$shim" TLSTUNE_COALESCE="$mode")
-	coproc requester { "$tree/examples/tls_server" --cert "$work/cert.pem" --key "$work/key.pem" --echo; }
-	pid=$requester_PID
-	read -r _ port <&"${requester[0]}" || fail "record merging, requests, $mode" "tls_server did not start"
-	# shellcheck disable=SC2015 # as in ping_once
-	out=$(env "${vars[@]}" "$tree/examples/write_burst" "$port" --ping "$pings" --size 500 --header 100 --cpu) &&
-		[[ $out =~ pings\ $pings\ ok.*cpu\ microseconds\ ([0-9]+)$ ]] ||
-		{ kill "$pid" 2>/dev/null; fail "record merging, requests, $mode" "the request loop failed: '$out'"; }
-	wait "$pid" 2>/dev/null || true
-	echo "${BASH_REMATCH[1]}"
+	out=$(against_server "record merging, requests, $mode" "$pattern" --echo -- "${vars[@]}" -- \
+		--ping "$pings" --size 500 --header 100 --cpu) || exit 1
+	[[ $out =~ $pattern ]] && echo "${BASH_REMATCH[1]}"
 }
 
 # Issue 22: a header, a body, then a read must not cost more than without the shim.
@@ -242,20 +256,12 @@ record_request_rows() {
 # each followed by a sleep the shim cannot see (write_burst --latency); prints "p50 p99" in
 # microseconds, from a request's last SSL_write to the server having it whole.
 latency_once() {
-	local writes=$1 size=$2 preload=$3 port pid out step
+	local writes=$1 size=$2 preload=$3 out pattern="latency microseconds p50 (-?[0-9]+) p99 (-?[0-9]+)"
 	shift 3
-	step="write latency, $writes writes of $size B${preload:+, with the shim}"
-	coproc stamper { "$tree/examples/tls_server" --cert "$work/cert.pem" --key "$work/key.pem" \
-		--stamps $((writes * size)) --requests 200; }
-	pid=$stamper_PID
-	read -r _ port <&"${stamper[0]}" || fail "$step" "tls_server did not start"
-	# shellcheck disable=SC2015 # as in ping_once
-	out=$(env ${preload:+LD_PRELOAD="$preload"} "$tree/examples/write_burst" "$port" --latency 200 \
-		--writes "$writes" --size "$size" "$@") &&
-		[[ $out =~ latency\ microseconds\ p50\ (-?[0-9]+)\ p99\ (-?[0-9]+) ]] ||
-		{ kill "$pid" 2>/dev/null; fail "$step" "the request loop failed: '$out'"; }
-	wait "$pid" 2>/dev/null || true
-	echo "${BASH_REMATCH[1]} ${BASH_REMATCH[2]}"
+	out=$(against_server "write latency, $writes writes of $size B${preload:+, with the shim}" "$pattern" \
+		--stamps $((writes * size)) --requests 200 -- ${preload:+LD_PRELOAD="$preload"} -- \
+		--latency 200 --writes "$writes" --size "$size" "$@") || exit 1
+	[[ $out =~ $pattern ]] && echo "${BASH_REMATCH[1]} ${BASH_REMATCH[2]}"
 }
 
 # Issue 22: how long a request waits in the shim when the program then sleeps. Two writes
