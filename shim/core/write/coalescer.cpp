@@ -260,7 +260,8 @@ void Coalescer::flusherLoop()
 		if (fullSockets_.load(std::memory_order_relaxed))
 			std::this_thread::sleep_for(kFullSocketRetry);
 		else if (heldSince != std::chrono::steady_clock::time_point{})
-			std::this_thread::sleep_until(std::max(heldSince + delay_, std::chrono::steady_clock::now() + delay_ / 2));
+			std::this_thread::sleep_until(
+				std::max(heldSince + delay_, std::chrono::steady_clock::now() + delay_ / 2));
 		else
 			std::this_thread::sleep_for(delay_);
 		if (void (*encrypt)() noexcept = encryptPlaintext_.load(std::memory_order_acquire))

@@ -30,8 +30,9 @@ inline unsigned long &waitsOfThisThread() noexcept
 /*
  * A request is often two writes (a header, then its body) before the wait for the answer:
  * merging them saves one send and would cost a wake-up of the shim's thread, measured at
- * 1.3x to 1.6x the client's CPU. So the first writes after a wait go out as they are, and
- * holding begins with the one after them: only a burst is merged.
+ * 1.3x to 1.6x the client's CPU. So the first writes after a wait (or after a pause of the
+ * delay, a wait the shim cannot see) go out as they are, and holding begins with the one
+ * after them: only a burst is merged.
  */
 constexpr unsigned kDirectWritesAfterWait = 2;
 
@@ -108,10 +109,9 @@ public:
 	 * The connection's own write is about to go through the filter: true when it finds the
 	 * connection quiet (nothing held and no write within the delay, or one of the first
 	 * kDirectWritesAfterWait since its thread waited or the connection paused for the
-	 * delay), and goes out at once, as it would
-	 * without the shim. Only writes that follow within the delay with no wait between are
-	 * held, so a process that writes now and then, or a request-response loop, costs no
-	 * wake-ups.
+	 * delay), and goes out at once, as it would without the shim. Only writes that follow
+	 * within the delay with no wait between are held, so a process that writes now and
+	 * then, or a request-response loop, costs no wake-ups.
 	 */
 	bool quietWrite(PendingWrites *writes) noexcept;
 
