@@ -216,9 +216,7 @@ void Coalescer::flusherLoop()
 	 * confinement of the process (holding stops at one).
 	 */
 	prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-	bool woke = true; /* started for work, as a wake is */
 	for (;;) {
-		/* When the work that woke this thread was held; unset in a pass that follows a pass. */
 		std::chrono::steady_clock::time_point heldSince{};
 		{
 			/* Nothing held: block (no timer ticks), and end after a quiet while. */
@@ -235,16 +233,14 @@ void Coalescer::flusherLoop()
 					return;
 				}
 				flusherIdle_.store(false, std::memory_order_release);
-				woke = true;
 			}
 			/*
-			 * Taken once: a wait that ends without a notify (the work came while this
-			 * thread was about to wait) has no time of its own and waits a whole delay.
+			 * Taken once: only a start or a notify sets it (plaintextHeld, which finds this
+			 * thread idle or gone), so a pass that follows a pass, or a wait that ended
+			 * without a notify, finds none and waits a whole delay.
 			 */
-			if (woke)
-				heldSince = heldSince_;
+			heldSince = heldSince_;
 			heldSince_ = {};
-			woke = false;
 			if (stopping_) {
 				flusherRunning_.store(false, std::memory_order_relaxed);
 				wake_.notify_all();
