@@ -105,44 +105,11 @@
 #include <unistd.h>
 
 #include "common/example.h"
+#include "common/waits.h"
 
 using namespace example;
 
 namespace {
-
-constexpr int kPollMs = 2000;
-
-SSL *connectTls(SSL_CTX *ctx, int fd)
-{
-	SSL *ssl = SSL_new(ctx);
-	SSL_set_fd(ssl, fd);
-	if (SSL_connect(ssl) != 1)
-		fail("SSL_connect");
-	return ssl;
-}
-
-/* Polls fd (or selects: fd below FD_SETSIZE), then reads one record; false when the wait times out. */
-bool pollThenRead(SSL *ssl, int fd, std::string *line, bool select = false)
-{
-	if (SSL_pending(ssl) == 0 && select) {
-		fd_set readable;
-		FD_ZERO(&readable);
-		FD_SET(fd, &readable);
-		struct timeval limit = { kPollMs / 1000, 0 };
-		if (::select(fd + 1, &readable, nullptr, nullptr, &limit) != 1)
-			return false;
-	} else if (SSL_pending(ssl) == 0) {
-		struct pollfd pfd = { fd, POLLIN, 0 };
-		if (poll(&pfd, 1, kPollMs) != 1)
-			return false;
-	}
-	char buffer[256];
-	int n = SSL_read(ssl, buffer, sizeof(buffer));
-	if (n <= 0)
-		fail("SSL_read");
-	line->assign(buffer, static_cast<size_t>(n));
-	return true;
-}
 
 /* A client connection to PORT that has read its first line: read-ahead may hold the rest. */
 struct FirstLineRead {

@@ -7,6 +7,7 @@
  * also when the call fails: the process then simply holds nothing any more.
  */
 
+#include <cerrno>
 #include <cstdarg>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -46,6 +47,13 @@ TLSTUNE_EXPORT __attribute__((no_sanitize("address"))) long syscall(long number,
 	Process &p = process();
 	if (number == SYS_seccomp)
 		p.enterSandbox();
-	return p.libc.syscall(number, arguments[0], arguments[1], arguments[2], arguments[3], arguments[4],
-			      arguments[5]);
+	const long result = p.libc.syscall(number, arguments[0], arguments[1], arguments[2], arguments[3],
+					   arguments[4], arguments[5]);
+	/* libuv makes its ring this way (core/read/unseen_waits.h). */
+	if (number == SYS_io_uring_setup && result >= 0) {
+		const int savedErrno = errno;
+		p.unseen.noteRing();
+		errno = savedErrno;
+	}
+	return result;
 }

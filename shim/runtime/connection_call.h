@@ -361,7 +361,8 @@ int onWrite(SSL *ssl, size_t length, Function OpenSslApi::*function, Args... arg
  * Read tuning, decided at the program's own first call on ssl that may read. caller: the
  * interposed call's return address; libssl calling its own exported functions (SSL_connect
  * calls SSL_do_handshake, an SSL BIO its handshake) is not the program. After the first
- * decision: one load and a branch.
+ * decision, on a connection that reads ahead: whether a wait the shim cannot see may
+ * reach it now (one load while nothing changed).
  */
 inline void tuneReads(SSL *ssl, const void *caller) noexcept
 {
@@ -369,7 +370,14 @@ inline void tuneReads(SSL *ssl, const void *caller) noexcept
 	if (!o.tuning || !o.tracking)
 		return;
 	Connection *connection = o.slot.of(o.api, ssl);
-	if (!connection || connection->readTuningDecided() || o.inLibssl(caller))
+	if (!connection)
+		return;
+	if (connection->readTuningDecided()) {
+		if (connection->readAheadByShim())
+			ReadTuning::followUnseen(o.api, process().unseen, ssl, *connection);
+		return;
+	}
+	if (o.inLibssl(caller))
 		return;
 	/*
 	 * A connection made past the shim is never tuned: PHP's curl extension (RTLD_DEEPBIND)
@@ -380,7 +388,7 @@ inline void tuneReads(SSL *ssl, const void *caller) noexcept
 		return;
 	}
 	const int savedErrno = errno;
-	o.readTuning.tuneConnection(o.api, process().config, ssl, *connection);
+	o.readTuning.tuneConnection(o.api, process().config, process().unseen, ssl, *connection);
 	errno = savedErrno;
 }
 

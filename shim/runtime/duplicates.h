@@ -31,6 +31,23 @@ inline void noteDuplicate(Process &p, int from, int to) noexcept
 		noteDuplicateOf(p, from, to);
 }
 
+/* Each descriptor an SCM_RIGHTS message carries. */
+template <typename Each>
+void forEachPassed(const struct msghdr *msg, Each each) noexcept
+{
+	for (const struct cmsghdr *header = CMSG_FIRSTHDR(msg); header;
+	     header = CMSG_NXTHDR(const_cast<struct msghdr *>(msg), const_cast<struct cmsghdr *>(header))) {
+		if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS)
+			continue;
+		const size_t count = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < count; i++) {
+			int fd;
+			std::memcpy(&fd, CMSG_DATA(header) + i * sizeof(int), sizeof(int));
+			each(fd);
+		}
+	}
+}
+
 /*
  * The descriptors an SCM_RIGHTS message brought: a socket this process's connection reads
  * may come back under another number (a process handing connections to itself, or a copy
@@ -40,17 +57,30 @@ inline void noteReceivedDescriptors(Process &p, const struct msghdr *msg) noexce
 {
 	if (p.stats.connections.load(std::memory_order_relaxed) == 0 || p.inVforkChild())
 		return;
-	for (const struct cmsghdr *header = CMSG_FIRSTHDR(msg); header;
-	     header = CMSG_NXTHDR(const_cast<struct msghdr *>(msg), const_cast<struct cmsghdr *>(header))) {
-		if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS)
-			continue;
-		const size_t count = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (size_t i = 0; i < count; i++) {
-			int received;
-			std::memcpy(&received, CMSG_DATA(header) + i * sizeof(int), sizeof(int));
-			noteDuplicate(p, received, received);
-		}
-	}
+	forEachPassed(msg, [&p](int fd) { noteDuplicate(p, fd, fd); });
+}
+
+/*
+ * The descriptors an SCM_RIGHTS message is about to send: a socket sent away may be waited
+ * on where the shim cannot see, so a connection that reads it stops reading ahead (before
+ * the copy arrives). The same for a socket given SO_RCVLOWAT. In a process that has made
+ * no SSL there is nothing to stop.
+ */
+inline void noteUnfollowedSocket(Process &p, int fd) noexcept
+{
+	if (p.stats.connections.load(std::memory_order_relaxed) == 0 || p.inVforkChild())
+		return;
+	const int savedErrno = errno;
+	ino_t ino;
+	if (streamInode(fd, &ino))
+		p.unseen.noteUnfollowed(ino);
+	errno = savedErrno;
+}
+
+inline void noteSentDescriptors(Process &p, const struct msghdr *msg) noexcept
+{
+	if (p.stats.connections.load(std::memory_order_relaxed) != 0)
+		forEachPassed(msg, [&p](int fd) { noteUnfollowedSocket(p, fd); });
 }
 
 } /* namespace tlstune */

@@ -37,6 +37,9 @@ struct LibcApi {
 	ssize_t (*recvfrom_chk)(int, void *, size_t, size_t, int, struct sockaddr *,
 				socklen_t *) = nullptr;
 	ssize_t (*recvmsg)(int, struct msghdr *, int) = nullptr;
+	ssize_t (*sendmsg)(int, const struct msghdr *, int) = nullptr;
+	int (*sendmmsg)(int, struct mmsghdr *, unsigned, int) = nullptr;
+	int (*setsockopt)(int, int, int, const void *, socklen_t) = nullptr;
 	int (*ioctl)(int, unsigned long, void *) = nullptr;
 	int (*close)(int) = nullptr;
 	int (*dup)(int) = nullptr;

@@ -5,6 +5,7 @@
 #include "core/read/buffered_fds.h"
 #include "core/ca/api.h"
 #include "core/read/read_tuning.h"
+#include "core/read/unseen_waits.h"
 #include "core/ca/cache.h"
 #include "core/ca/lazy.h"
 #include "core/write/coalescer.h"
@@ -58,6 +59,7 @@ struct Process {
 	Stats stats;
 	BufferedFds buffered;
 	EpollSets epoll;
+	UnseenWaits unseen;
 	CaCache caCache;
 	Coalescer coalescer;
 	HeldRegistry held; /* TLSTUNE_COALESCE=records */

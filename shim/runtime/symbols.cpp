@@ -92,6 +92,9 @@ void resolveLibc(LibcApi *libc) noexcept
 	next(&libc->recvfrom, "recvfrom");
 	next(&libc->recvfrom_chk, "__recvfrom_chk");
 	next(&libc->recvmsg, "recvmsg");
+	next(&libc->sendmsg, "sendmsg");
+	next(&libc->sendmmsg, "sendmmsg");
+	next(&libc->setsockopt, "setsockopt");
 	next(&libc->ioctl, "ioctl");
 	next(&libc->close, "close");
 	next(&libc->dup, "dup");

@@ -15,13 +15,13 @@ namespace {
 
 constexpr int kTimeoutMs = 120000;
 
-/* readiness_cases CASE ARGS..., with and without the shim: each run's output. */
-std::vector<Captured> bothWays(const std::vector<std::string> &arguments,
+/* PROGRAM CASE ARGS..., with and without the shim: each run's output. */
+std::vector<Captured> bothWaysOf(const char *program, const std::vector<std::string> &arguments,
 			       const std::vector<std::string> &server = {})
 {
 	std::vector<Captured> runs;
 	for (bool withShim : { false, true }) {
-		std::vector<std::string> argv = { examplePath("readiness_cases") };
+		std::vector<std::string> argv = { examplePath(program) };
 		argv.insert(argv.end(), arguments.begin(), arguments.end());
 		if (server.empty()) {
 			runs.push_back(runProgram(argv, withShim, {}, kTimeoutMs));
@@ -32,6 +32,13 @@ std::vector<Captured> bothWays(const std::vector<std::string> &arguments,
 		runs.push_back(runProgram(argv, withShim, {}, kTimeoutMs));
 	}
 	return runs;
+}
+
+/* readiness_cases CASE ARGS... both ways. */
+std::vector<Captured> bothWays(const std::vector<std::string> &arguments,
+			       const std::vector<std::string> &server = {})
+{
+	return bothWaysOf("readiness_cases", arguments, server);
 }
 
 /* A case whose server is a forked child of the program: it needs the certificate. */
@@ -189,4 +196,46 @@ TEST(Readiness, ANestedSetIsReadyWhileTheSetInsideItHasAConnectionToReport)
 {
 	RecordProperty("fault", "the connection in an epoll set inside another; the outer set is waited on");
 	expectBothWays(bothWays({ "nested" }, { "--burst", "20" }), "lines 20\n");
+}
+
+/*
+ * Waits the shim cannot see (issue 23): examples/unseen_waits. A connection the shim
+ * cannot follow does not read ahead, so the kernel keeps what it would have kept.
+ */
+TEST(UnseenWaits, APollOfARingMadeBeforeTheConnectionSeesTheSocketsBytes)
+{
+	RecordProperty("fault", "syscall(SYS_io_uring_setup), as libuv does, then IORING_OP_POLL_ADD before each read");
+	const std::vector<Captured> runs = bothWaysOf("unseen_waits", { "ring" }, { "--burst", "20" });
+	if (runs[0].out == "no ring\n")
+		GTEST_SKIP() << "this kernel makes no io_uring instance";
+	expectBothWays(runs, "lines 20\n");
+}
+
+TEST(UnseenWaits, ACopyOfTheSocketSentToAnotherProcessIsReadableThere)
+{
+	RecordProperty("fault", "after the handshake a copy of the socket goes to a helper process (SCM_RIGHTS), "
+				"which polls it before each read");
+	expectBothWays(bothWaysOf("unseen_waits", { "sent-away" }, { "--burst", "20" }), "lines 20\n");
+}
+
+TEST(UnseenWaits, ASocketsReceiveLowWaterMarkDecidesItsReadiness)
+{
+	RecordProperty("fault", "SO_RCVLOWAT of a few records, set before or after the handshake, then poll "
+				"with a timeout of 0 before each read");
+	for (const char *when : { "before", "after" }) {
+		SCOPED_TRACE(when);
+		const std::vector<Captured> runs = bothWaysOf("unseen_waits", { "rcvlowat", when }, { "--burst", "20" });
+		for (const Captured &run : runs)
+			EXPECT_EQ(run.status, 0) << run.err;
+		/* The kernel's count of ready polls depends on the records' sizes: the same both ways. */
+		EXPECT_EQ(runs[1].out, runs[0].out);
+		EXPECT_NE(runs[0].out.find("lines 20\n"), std::string::npos) << runs[0].out;
+		EXPECT_EQ(runs[0].out.find("ready 19\n"), std::string::npos) << "the mark made no poll wait";
+	}
+}
+
+TEST(UnseenWaits, TlsOverARawModePseudoTerminalIsReadableAndLosesNothing)
+{
+	RecordProperty("fault", "TLS over a raw-mode pty (SSL_set_fd on the slave), poll before each read");
+	expectBothWays(bothWaysOf("unseen_waits", withIdentity("pty")), "lines 5\nserver got bye\n");
 }

@@ -27,6 +27,7 @@
 #include "core/read/epoll_sets.h"
 #include "core/known_fds.h"
 #include "core/openssl_api.h"
+#include "core/read/unseen_waits.h"
 #include "core/read/wait_merge.h"
 #include "tls_fixture.h"
 
@@ -1199,4 +1200,34 @@ TEST(EpollSetsGate, TheFirstRecordedChangeOfAnUnreadSetKeepsWhatCameBefore)
 	sets.changed(epfd, EPOLL_CTL_DEL, a.fds[0], nullptr);
 	EXPECT_EQ(sets.registrations(epfd), 1u);
 	close(epfd);
+}
+
+TEST(UnseenWaits, ASocketSentAwayIsNoLongerFollowedAndOthersStillAre)
+{
+	UnseenWaits unseen;
+	EXPECT_EQ(unseen.generation(), 0u);
+	EXPECT_TRUE(unseen.follows(7));
+	unseen.noteUnfollowed(7);
+	const unsigned afterFirst = unseen.generation();
+	EXPECT_NE(afterFirst, 0u);
+	EXPECT_FALSE(unseen.follows(7));
+	EXPECT_TRUE(unseen.follows(8));
+	EXPECT_TRUE(unseen.follows(0)) << "a connection whose socket is not known yet";
+	unseen.noteUnfollowed(7);
+	EXPECT_EQ(unseen.generation(), afterFirst) << "the same file again changes nothing to ask";
+}
+
+TEST(UnseenWaits, ARingOrMoreFilesThanItKeepsStopsEveryConnection)
+{
+	UnseenWaits ring;
+	ring.noteRing();
+	EXPECT_FALSE(ring.follows(8));
+	EXPECT_FALSE(ring.follows(0));
+
+	UnseenWaits many;
+	for (ino_t ino = 1; ino <= UnseenWaits::kKept; ino++)
+		many.noteUnfollowed(ino);
+	EXPECT_TRUE(many.follows(UnseenWaits::kKept + 1));
+	many.noteUnfollowed(UnseenWaits::kKept + 1);
+	EXPECT_FALSE(many.follows(UnseenWaits::kKept + 2)) << "past what it keeps, nothing counts as followed";
 }

@@ -39,6 +39,8 @@ public:
 	void rebind(BufferedFds &buffered, int fd) noexcept;
 
 	int fd() const noexcept { return fd_; }
+	/* The socket file's inode, 0 until one is known. */
+	ino_t ino() const noexcept { return fd_ >= 0 ? ino_ : 0; }
 	bool buffered() const noexcept { return buffered_; }
 
 	/*
@@ -57,6 +59,9 @@ public:
 	bool readAheadByShim() const noexcept { return readAheadByShim_; }
 	void setReadAheadByShim(bool on) noexcept { readAheadByShim_ = on; }
 	bool programSetReadAhead() const noexcept { return programSetReadAhead_; }
+	/* UnseenWaits::generation() when the connection last asked it (core/read/unseen_waits.h). */
+	unsigned unseenSeen() const noexcept { return unseenSeen_; }
+	void setUnseenSeen(unsigned generation) noexcept { unseenSeen_ = generation; }
 	void noteProgramSetReadAhead() noexcept
 	{
 		programSetReadAhead_ = true;
@@ -68,6 +73,7 @@ private:
 	bool madeThroughShim_ = false;
 	bool readAheadByShim_ = false;
 	bool programSetReadAhead_ = false;
+	unsigned unseenSeen_ = 0;
 	int fd_ = -1;
 	ino_t ino_ = 0;
 	/*

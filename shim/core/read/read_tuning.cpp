@@ -1,5 +1,8 @@
 #include "read_tuning.h"
 
+#include <sys/socket.h>
+#include <sys/stat.h>
+
 #include "core/log.h"
 #include "core/openssl_api.h"
 
@@ -35,13 +38,15 @@ void ReadTuning::turnOn(const OpenSslApi &api, const Config &config, SSL *ssl) n
 	api.SSL_set_read_ahead(ssl, 1);
 }
 
-void ReadTuning::tuneConnection(const OpenSslApi &api, const Config &config, SSL *ssl,
-				Connection &connection) const noexcept
+void ReadTuning::tuneConnection(const OpenSslApi &api, const Config &config,
+				const UnseenWaits &unseen, SSL *ssl, Connection &connection) const noexcept
 {
 	connection.decideReadTuning();
+	/* Read first: a note made while this looks is seen at the next call. */
+	connection.setUnseenSeen(unseen.generation());
 	SSL_CTX *ctx = api.SSL_get_SSL_CTX(ssl);
 	if (connection.programSetReadAhead() || (ctx && api.SSL_CTX_get_ex_data(ctx, contextIndex_)) ||
-	    api.SSL_get_read_ahead(ssl) || !readsItsSource(api, ssl))
+	    api.SSL_get_read_ahead(ssl) || !readsItsSource(api, ssl) || !followable(api, unseen, ssl))
 		return;
 	turnOn(api, config, ssl);
 	connection.setReadAheadByShim(true);
@@ -55,13 +60,42 @@ bool ReadTuning::readsItsSource(const OpenSslApi &api, SSL *ssl) noexcept
 	return rbio && !api.BIO_next(rbio) && !(api.BIO_method_type(rbio) & BIO_TYPE_FILTER);
 }
 
-void ReadTuning::readBioChanged(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept
+bool ReadTuning::followable(const OpenSslApi &api, const UnseenWaits &unseen, SSL *ssl) noexcept
 {
-	if (!connection.readAheadByShim() || readsItsSource(api, ssl))
-		return;
+	const int fd = api.SSL_get_rfd ? api.SSL_get_rfd(ssl) : -1;
+	/* A BIO of the program's own (curl's): its socket is learnt from its reads. */
+	if (fd < 0)
+		return unseen.follows(0);
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !(S_ISSOCK(st.st_mode) || S_ISFIFO(st.st_mode)))
+		return false;
+	int lowWater = 1;
+	socklen_t length = sizeof(lowWater);
+	if (S_ISSOCK(st.st_mode) && getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowWater, &length) == 0 &&
+	    lowWater > 1)
+		return false;
+	return unseen.follows(st.st_ino);
+}
+
+void ReadTuning::turnOff(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept
+{
 	/* What OpenSSL holds already it still hands out; it reads no further ahead. */
 	api.SSL_set_read_ahead(ssl, 0);
 	connection.setReadAheadByShim(false);
+}
+
+void ReadTuning::unseenChanged(const OpenSslApi &api, const UnseenWaits &unseen, SSL *ssl,
+			       Connection &connection) noexcept
+{
+	connection.setUnseenSeen(unseen.generation());
+	if (!unseen.follows(connection.ino()))
+		turnOff(api, ssl, connection);
+}
+
+void ReadTuning::readBioChanged(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept
+{
+	if (connection.readAheadByShim() && !readsItsSource(api, ssl))
+		turnOff(api, ssl, connection);
 }
 
 } /* namespace tlstune */

@@ -4,6 +4,7 @@
 
 #include "core/config.h"
 #include "connection.h"
+#include "unseen_waits.h"
 
 namespace tlstune {
 
@@ -20,7 +21,10 @@ struct OpenSslApi;
  * PHP loads its curl extension) are never tuned. Contexts are never changed, so
  * SSL_CTX_get_read_ahead answers the program's own setting, and SSL_get_read_ahead does
  * (interpose/conn.cpp). A program that sets read-ahead itself, on the context or the
- * connection, keeps what it set.
+ * connection, keeps what it set. A connection whose fd is no socket or pipe (a pty, a
+ * file), or a socket given SO_RCVLOWAT, is not tuned: the shim serves no wait on the first
+ * and cannot count the second's bytes; and one that a wait the shim cannot see may reach
+ * (core/read/unseen_waits.h) stops reading ahead.
  */
 class ReadTuning {
 public:
@@ -34,8 +38,19 @@ public:
 	static void turnOn(const OpenSslApi &api, const Config &config, SSL *ssl) noexcept;
 
 	/* Before the program's first call on ssl that may read. */
-	void tuneConnection(const OpenSslApi &api, const Config &config, SSL *ssl,
-			    Connection &connection) const noexcept;
+	void tuneConnection(const OpenSslApi &api, const Config &config, const UnseenWaits &unseen,
+			    SSL *ssl, Connection &connection) const noexcept;
+
+	/*
+	 * Before each later call of the program's on a connection the shim reads ahead for:
+	 * one load while nothing changed since its last call.
+	 */
+	static void followUnseen(const OpenSslApi &api, const UnseenWaits &unseen, SSL *ssl,
+				 Connection &connection) noexcept
+	{
+		if (unseen.generation() != connection.unseenSeen())
+			unseenChanged(api, unseen, ssl, connection);
+	}
 
 	/*
 	 * The program gave ssl another read BIO (SSL_set_bio, SSL_set0_rbio, SSL_set_fd): the
@@ -52,6 +67,12 @@ public:
 	static bool readsItsSource(const OpenSslApi &api, SSL *ssl) noexcept;
 
 private:
+	static void unseenChanged(const OpenSslApi &api, const UnseenWaits &unseen, SSL *ssl,
+				  Connection &connection) noexcept;
+	/* Whether the shim serves every wait on ssl's read fd, as far as it can tell now. */
+	static bool followable(const OpenSslApi &api, const UnseenWaits &unseen, SSL *ssl) noexcept;
+	static void turnOff(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept;
+
 	int contextIndex_ = -1;
 };
 

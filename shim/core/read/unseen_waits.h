@@ -1,0 +1,46 @@
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <mutex>
+#include <sys/types.h>
+
+namespace tlstune {
+
+/*
+ * Waits the shim cannot serve (issue 23): read-ahead holds records the kernel no longer
+ * shows, so it is on only for a connection whose waits go through the shim's poll,
+ * select and epoll. Three ways out are seen here:
+ * - a ring: once the process has made an io_uring instance, any socket may be waited on
+ *   by POLL_ADD or added to epoll by IORING_OP_EPOLL_CTL, neither of which the shim sees;
+ * - a socket's file sent away with SCM_RIGHTS: another process waits on it there;
+ * - a socket given SO_RCVLOWAT above 1: the kernel's answer counts its bytes, not records.
+ * A connection asks at each of its calls whether anything changed since it last looked
+ * (one load); when something did and it concerns it, it stops reading ahead. What
+ * OpenSSL holds then it still hands out; it reads no further ahead.
+ */
+class UnseenWaits {
+public:
+	/* Bumped by every note: a connection that saw this number has nothing new to ask. */
+	unsigned generation() const noexcept { return generation_.load(std::memory_order_acquire); }
+
+	/* The process made a ring: no connection reads ahead from now on. */
+	void noteRing() noexcept;
+	/* The socket file ino went where the shim cannot follow its waits. */
+	void noteUnfollowed(ino_t ino) noexcept;
+
+	/* Whether the shim still follows every wait on the socket file ino. */
+	bool follows(ino_t ino) const noexcept;
+
+	/* The inodes remembered; past them every connection counts as unfollowed. */
+	static constexpr size_t kKept = 256;
+
+private:
+	mutable std::mutex mutex_;
+	std::atomic<unsigned> generation_{0};
+	bool everything_ = false; /* a ring, or more files than kKept */
+	ino_t inodes_[kKept] = {};
+	size_t count_ = 0;
+};
+
+} /* namespace tlstune */
