@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include "process.h"
 #include "tls_fixture.h"
 
@@ -206,6 +208,21 @@ TEST(UnseenWaits, APollOfARingMadeBeforeTheConnectionSeesTheSocketsBytes)
 {
 	RecordProperty("fault", "syscall(SYS_io_uring_setup), as libuv does, then IORING_OP_POLL_ADD before each read");
 	const std::vector<Captured> runs = bothWaysOf("unseen_waits", { "ring" }, { "--burst", "20" });
+	if (runs[0].out == "no ring\n")
+		GTEST_SKIP() << "this kernel makes no io_uring instance";
+	expectBothWays(runs, "lines 20\n");
+}
+
+TEST(UnseenWaits, APollOfALiburingRingSeesTheSocketsBytes)
+{
+	RecordProperty("fault", "io_uring_queue_init (liburing makes the ring past libc), then a POLL_ADD before each read");
+	if (access(examplePath("liburing_waits").c_str(), X_OK) != 0)
+		GTEST_SKIP() << "built without liburing's headers (Debian's liburing-dev)";
+	std::vector<Captured> runs;
+	for (bool withShim : { false, true }) {
+		ExampleServer peer({ "--burst", "20" });
+		runs.push_back(runProgram({ examplePath("liburing_waits"), peer.portText() }, withShim, {}, kTimeoutMs));
+	}
 	if (runs[0].out == "no ring\n")
 		GTEST_SKIP() << "this kernel makes no io_uring instance";
 	expectBothWays(runs, "lines 20\n");

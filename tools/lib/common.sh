@@ -19,7 +19,8 @@ need_packages() {
 	apt-get install -y -qq --no-install-recommends $missing >&2
 }
 
-BUILD_PACKAGES="meson ninja-build g++ pkg-config libssl-dev libgtest-dev openssl binutils"
+# liburing-dev: an example that makes its io_uring instance through liburing.
+BUILD_PACKAGES="meson ninja-build g++ pkg-config libssl-dev libgtest-dev openssl binutils liburing-dev"
 # libpython3.11-testsuite: python's own TLS tests (test.test_ssl), run with the shim.
 # php-cli and php-curl: PHP binds its curl extension past the preload (RTLD_DEEPBIND).
 TEST_PACKAGES="strace curl nginx-light socat stunnel4 python3 ca-certificates ministat gnuplot-nox wget nghttp2-client libpython3.11-testsuite php-cli php-curl"
