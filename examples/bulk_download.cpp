@@ -1,8 +1,9 @@
 /*
  * Downloads everything a TLS server sends, with blocking SSL_read calls of 16 KiB, and
  * prints "received N sha256 H". The plain client whose read syscalls the shim changes.
- * Usage: bulk_download HOST PORT [--no-read-ahead] [--seed S]
+ * Usage: bulk_download HOST PORT [--no-read-ahead] [--release-buffers] [--seed S]
  * --no-read-ahead: the program turns read-ahead off on its context, as some do on purpose.
+ * --release-buffers: SSL_MODE_RELEASE_BUFFERS on its context, as nginx sets.
  * A connection that ends without close_notify (a reset) prints how it ended, as OpenSSL
  * (SSL_get_error, the error queue) and errno tell it, and whether what arrived is the
  * start of the pattern of seed S (tls_server --send's); exit 3.
@@ -24,6 +25,8 @@ int main(int argc, char **argv)
 	for (int i = 3; i < argc; i++) {
 		if (std::string(argv[i]) == "--no-read-ahead")
 			SSL_CTX_set_read_ahead(ctx, 0);
+		if (std::string(argv[i]) == "--release-buffers")
+			SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
 	}
 	SSL *ssl = SSL_new(ctx);
 	int fd = connectTo(argv[1], argv[2]);

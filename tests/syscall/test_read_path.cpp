@@ -39,6 +39,25 @@ long long commonestReadSize(const tlstune::SocketTraffic &traffic)
 
 } /* namespace */
 
+/*
+ * A program that releases its buffers makes one per burst: its connections keep OpenSSL's
+ * own size (issue 24: RSS per connection), and read-ahead still spares the header reads.
+ */
+TEST(ReleasedBuffers, AReadTakesNoMoreThanOpenSslsOwnBufferAndNoHeaderAlone)
+{
+	ExampleServer server({ "--send", std::to_string(kDownload), "--seed", "7", "--tls", "1.2" });
+	TracedRun tuned = runTraced({ examplePath("bulk_download"), "127.0.0.1", server.portText(),
+				      "--release-buffers" },
+				    true);
+	ASSERT_EQ(tuned.status, 0) << tuned.out;
+	EXPECT_EQ(tuned.out, "received " + std::to_string(kDownload) + " sha256 " + patternSha256(kDownload, 7) + "\n");
+	const tlstune::SocketTraffic after = tlstune::trafficOnPort(tuned.calls, server.port());
+	ASSERT_FALSE(after.readSizes.empty()) << describe(after);
+	EXPECT_LT(after.readSizes.rbegin()->first, 2 * 16413) << describe(after);
+	EXPECT_LE(after.headerReads, handshakeHeaderReads(1)) << describe(after);
+	EXPECT_EQ(server.process().wait(60000), 0);
+}
+
 class BulkDownload : public ::testing::TestWithParam<const char *> {};
 
 TEST_P(BulkDownload, ReadsWholeRecordsInLargeChunksWithTheShim)

@@ -33,8 +33,15 @@ void ReadTuning::noteContextSetting(const OpenSslApi &api, SSL_CTX *ctx) const n
 
 void ReadTuning::turnOn(const OpenSslApi &api, const Config &config, SSL *ssl) noexcept
 {
-	/* Four records, one recv. */
-	api.SSL_set_default_read_buffer_len(ssl, config.readBuffer);
+	/*
+	 * Four records, one recv. A program that releases its buffers (nginx) makes one per
+	 * burst and keeps thousands of connections: it keeps OpenSSL's size, so a burst costs
+	 * what it costs without the shim, and read-ahead still takes what that holds at once;
+	 * unless TLSTUNE_READ_BUFFER names another size.
+	 */
+	const long mode = api.SSL_ctrl ? api.SSL_ctrl(ssl, SSL_CTRL_MODE, 0, nullptr) : 0;
+	if (!(mode & SSL_MODE_RELEASE_BUFFERS) || config.readBuffer != kDefaultReadBuffer)
+		api.SSL_set_default_read_buffer_len(ssl, config.readBuffer);
 	api.SSL_set_read_ahead(ssl, 1);
 }
 
