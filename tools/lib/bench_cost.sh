@@ -1,5 +1,6 @@
 # Cost rows for tools/tlstune-bench (issue 24): calls the shim interposes, on fds it knows
-# nothing of, in a process without TLS (examples/call_cost), and the library's start-up.
+# nothing of, in a process without TLS (examples/call_cost), the library's start-up, and
+# what an idle connection keeps after a burst (examples/idle_memory).
 # Without and with the shim, interleaved $runs times. Expects the bench's $shim, $tree,
 # $runs, $quick, $work, spread and its say and progress functions.
 
@@ -17,6 +18,13 @@ start_time() {
 	done
 	end=$(date +%s%N)
 	echo $(((end - begin) / n / 1000))
+}
+
+# idle_kib PRELOAD [--release-buffers]: KiB a client keeps per idle connection after a
+# burst of 64 KiB each, 300 connections (examples/idle_memory).
+idle_kib() {
+	LD_PRELOAD="$1" "$tree/examples/idle_memory" --cert "$work/cert.pem" --key "$work/key.pem" "${@:2}" |
+		awk '{ print $4 }'
 }
 
 # interleaved_row NAME MEASURE [ARG]...: MEASURE "" ARG... and MEASURE "$shim" ARG..., side
@@ -63,6 +71,8 @@ ssl-get-mode|`SSL_get_mode` (`SSL_ctrl`), the same
 ROWS
 	# The loader mapping the library and its constructor: a process that never uses OpenSSL.
 	interleaved_row "\`/bin/true\` started ($starts in a row), microseconds, not ns" start_time "$starts"
+	interleaved_row "RSS per idle client connection after 64 KiB read, 300 connections, KiB, not ns" idle_kib
+	interleaved_row "the same with \`SSL_MODE_RELEASE_BUFFERS\` (nginx sets it), KiB" idle_kib --release-buffers
 	say ""
 	say "Each run times the call alone in a loop (the median of 5 rounds of $calls calls); the ratio is per run, without and with side by side, so a slow spell of the machine hits both."
 	say ""
