@@ -319,7 +319,10 @@ RateLimit sandboxLines;
 
 void Process::enterSandbox() noexcept
 {
-	if (!coalescer.holding() || inVforkChild())
+	if (inVforkChild())
+		return;
+	unseen.noteConfined();
+	if (!coalescer.holding())
 		return;
 	const int savedErrno = errno;
 	held.stopHolding();

@@ -45,7 +45,8 @@ struct Process {
 	/*
 	 * The program confines itself (seccomp): the calls the shim makes for it (send,
 	 * getsockopt, a thread) may be forbidden from now on. What is held goes out first,
-	 * and the process's writes go straight through afterwards (issue 22).
+	 * and the process's writes go straight through afterwards (issue 22); a connection
+	 * decided afterwards does not read ahead (issue 23: fstat and getsockopt may be forbidden).
 	 */
 	void enterSandbox() noexcept;
 	/* This is a vfork child (or posix_spawn's): it must change no state of the shim's. */

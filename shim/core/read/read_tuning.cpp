@@ -69,6 +69,8 @@ bool ReadTuning::readsItsSource(const OpenSslApi &api, SSL *ssl) noexcept
 
 bool ReadTuning::followable(const OpenSslApi &api, const UnseenWaits &unseen, SSL *ssl) noexcept
 {
+	if (unseen.confined())
+		return false;
 	const int fd = api.SSL_get_rfd ? api.SSL_get_rfd(ssl) : -1;
 	/* A BIO of the program's own (curl's): its socket is learnt from its reads. */
 	if (fd < 0)

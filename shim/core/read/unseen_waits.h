@@ -32,12 +32,20 @@ public:
 	/* Whether the shim still follows every wait on the socket file ino. */
 	bool follows(ino_t ino) const noexcept;
 
+	/*
+	 * The process confined itself (seccomp): a connection decided from now on is not
+	 * looked at (fstat, getsockopt may be forbidden) and does not read ahead.
+	 */
+	void noteConfined() noexcept { confined_.store(true, std::memory_order_relaxed); }
+	bool confined() const noexcept { return confined_.load(std::memory_order_relaxed); }
+
 	/* The inodes remembered; past them every connection counts as unfollowed. */
 	static constexpr size_t kKept = 256;
 
 private:
 	mutable std::mutex mutex_;
 	std::atomic<unsigned> generation_{0};
+	std::atomic<bool> confined_{false};
 	bool everything_ = false; /* a ring, or more files than kKept */
 	ino_t inodes_[kKept] = {};
 	size_t count_ = 0;
