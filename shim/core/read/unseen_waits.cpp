@@ -8,27 +8,22 @@ namespace tlstune {
 
 void UnseenWaits::noteRing() noexcept
 {
-	{
-		std::lock_guard<std::mutex> lock(mutex_);
-		if (everything_)
-			return;
-		everything_ = true;
-	}
+	if (everything_.exchange(true, std::memory_order_acq_rel))
+		return;
 	generation_.fetch_add(1, std::memory_order_acq_rel);
 	logLine(LogLevel::Info, "an io_uring instance exists: no connection reads ahead from now on");
 }
 
 void UnseenWaits::noteUnfollowed(ino_t ino) noexcept
 {
-	{
-		std::lock_guard<std::mutex> lock(mutex_);
-		if (everything_ || std::find(inodes_, inodes_ + count_, ino) != inodes_ + count_)
-			return;
-		if (count_ == kKept)
-			everything_ = true;
-		else
-			inodes_[count_++] = ino;
-	}
+	if (ino == 0 || !follows(ino))
+		return;
+	const size_t slot = count_.fetch_add(1, std::memory_order_acq_rel);
+	if (slot < kKept)
+		inodes_[slot].store(ino, std::memory_order_release);
+	else
+		everything_.store(true, std::memory_order_release);
+	/* After the slot: a connection that sees this number sees the inode too. */
 	generation_.fetch_add(1, std::memory_order_acq_rel);
 }
 
@@ -36,8 +31,16 @@ bool UnseenWaits::follows(ino_t ino) const noexcept
 {
 	if (generation() == 0)
 		return true;
-	std::lock_guard<std::mutex> lock(mutex_);
-	return !everything_ && std::find(inodes_, inodes_ + count_, ino) == inodes_ + count_;
+	if (everything_.load(std::memory_order_acquire))
+		return false;
+	if (ino == 0)
+		return true;
+	const size_t count = std::min(count_.load(std::memory_order_acquire), kKept);
+	for (size_t i = 0; i < count; i++) {
+		if (inodes_[i].load(std::memory_order_acquire) == ino)
+			return false;
+	}
+	return true;
 }
 
 } /* namespace tlstune */

@@ -2,7 +2,6 @@
 
 #include <atomic>
 #include <cstddef>
-#include <mutex>
 #include <sys/types.h>
 
 namespace tlstune {
@@ -26,10 +25,13 @@ public:
 
 	/* The process made a ring: no connection reads ahead from now on. */
 	void noteRing() noexcept;
-	/* The socket file ino went where the shim cannot follow its waits. */
+	/*
+	 * The socket file ino went where the shim cannot follow its waits. Lock-free: a
+	 * signal handler may send a descriptor while its thread is inside this.
+	 */
 	void noteUnfollowed(ino_t ino) noexcept;
 
-	/* Whether the shim still follows every wait on the socket file ino. */
+	/* Whether the shim still follows every wait on the socket file ino (0: not known yet). */
 	bool follows(ino_t ino) const noexcept;
 
 	/*
@@ -43,12 +45,12 @@ public:
 	static constexpr size_t kKept = 256;
 
 private:
-	mutable std::mutex mutex_;
 	std::atomic<unsigned> generation_{0};
 	std::atomic<bool> confined_{false};
-	bool everything_ = false; /* a ring, or more files than kKept */
-	ino_t inodes_[kKept] = {};
-	size_t count_ = 0;
+	std::atomic<bool> everything_{false}; /* a ring, or more files than kKept */
+	/* Slots are taken by count_, then written: a slot taken and not yet written reads 0. */
+	std::atomic<size_t> count_{0};
+	std::atomic<ino_t> inodes_[kKept] = {};
 };
 
 } /* namespace tlstune */
