@@ -1231,3 +1231,27 @@ TEST(UnseenWaits, ARingOrMoreFilesThanItKeepsStopsEveryConnection)
 	many.noteUnfollowed(UnseenWaits::kKept + 1);
 	EXPECT_FALSE(many.follows(UnseenWaits::kKept + 2)) << "past what it keeps, nothing counts as followed";
 }
+
+TEST(UnseenWaits, NotesFromManyThreadsAreAllSeen)
+{
+	UnseenWaits unseen;
+	std::vector<std::thread> noters;
+	for (ino_t base : { 1000, 2000, 3000, 4000 }) {
+		noters.emplace_back([&unseen, base] {
+			for (ino_t i = 0; i < 50; i++)
+				unseen.noteUnfollowed(base + i);
+		});
+	}
+	std::thread reader([&unseen] {
+		for (int i = 0; i < 1000; i++)
+			(void)unseen.follows(static_cast<ino_t>(1000 + i % 50));
+	});
+	for (std::thread &noter : noters)
+		noter.join();
+	reader.join();
+	for (ino_t base : { 1000, 2000, 3000, 4000 }) {
+		for (ino_t i = 0; i < 50; i++)
+			EXPECT_FALSE(unseen.follows(base + i)) << base + i;
+	}
+	EXPECT_TRUE(unseen.follows(5000));
+}
