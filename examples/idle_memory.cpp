@@ -1,10 +1,13 @@
 /*
- * What an idle TLS client connection keeps after a burst: a forked server accepts N
- * connections one after another and sends each BURST bytes, then keeps it open; the client
- * reads each burst and keeps its connection. Prints "KiB per connection X", the client's
- * RSS growth over the N connections.
- * Usage: idle_memory --cert C --key K [--connections N] [--burst BYTES] [--release-buffers]
- * --release-buffers: SSL_MODE_RELEASE_BUFFERS on the client's context, as nginx sets.
+ * What an idle TLS connection keeps after a burst: this process reads BURST bytes on each
+ * of N connections and keeps them all open; a forked peer makes the connections one after
+ * another and sends each burst. Prints "KiB per connection X", this process's RSS growth
+ * over the N connections.
+ * Usage: idle_memory --cert C --key K [--role client|server] [--connections N]
+ *                    [--burst BYTES] [--release-buffers]
+ * --role: whether this process connects (the default) or accepts; the peer does the other.
+ * --release-buffers: SSL_MODE_RELEASE_BUFFERS on this process's context (curl, python and
+ * nginx set it).
  */
 
 #include <csignal>
@@ -29,19 +32,28 @@ long rssKiB()
 	fail("no VmRSS in /proc/self/status");
 }
 
-[[noreturn]] void serve(SSL_CTX *ctx, int listener, int connections, size_t burst)
+/* One end of connection i: accepted from listener, or connected to port. */
+SSL *open(SSL_CTX *ctx, bool accepting, int listener, int port)
 {
-	std::vector<unsigned char> data(burst, 'x');
+	SSL *ssl = SSL_new(ctx);
+	const int fd = accepting ? accept(listener, nullptr, nullptr) : connectTo("127.0.0.1", std::to_string(port));
+	SSL_set_fd(ssl, fd);
+	if (fd < 0 || (accepting ? SSL_accept(ssl) : SSL_connect(ssl)) != 1)
+		fail("the handshake");
+	return ssl;
+}
+
+/* The peer: makes each connection, sends its burst, keeps it open until it is killed. */
+[[noreturn]] void burst(SSL_CTX *ctx, bool accepting, int listener, int port, int connections, size_t size)
+{
+	std::vector<unsigned char> data(size, 'x');
 	std::vector<SSL *> kept;
 	for (int i = 0; i < connections; i++) {
-		const int fd = accept(listener, nullptr, nullptr);
-		SSL *ssl = SSL_new(ctx);
-		SSL_set_fd(ssl, fd);
-		if (fd < 0 || SSL_accept(ssl) != 1 || SSL_write(ssl, data.data(), static_cast<int>(burst)) <= 0)
-			fail("the server's side");
+		SSL *ssl = open(ctx, accepting, listener, port);
+		if (SSL_write(ssl, data.data(), static_cast<int>(size)) <= 0)
+			fail("the peer's burst");
 		kept.push_back(ssl);
 	}
-	/* Keeps every connection open until the client is done. */
 	pause();
 	_exit(0);
 }
@@ -50,31 +62,29 @@ long rssKiB()
 
 int main(int argc, char **argv)
 {
+	const bool server = option(argc, argv, "--role", "client") == "server";
 	const int connections = static_cast<int>(number(argc, argv, "--connections", 300));
-	const size_t burst = number(argc, argv, "--burst", 65536);
+	const size_t size = number(argc, argv, "--burst", 65536);
 	bool release = false;
 	for (int i = 1; i < argc; i++)
 		release = release || std::string(argv[i]) == "--release-buffers";
 	int port = 0;
 	const int listener = listenOn(0, &port);
-	const pid_t child = fork();
-	if (child == 0)
-		serve(serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", "")), listener,
-		      connections, burst);
-	close(listener);
+	SSL_CTX *serverCtx = serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", ""));
+	SSL_CTX *clientCtx = SSL_CTX_new(TLS_client_method());
+	const pid_t peer = fork();
+	if (peer == 0)
+		burst(server ? clientCtx : serverCtx, !server, listener, port, connections, size);
 
-	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	SSL_CTX *ctx = server ? serverCtx : clientCtx;
 	if (release)
 		SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
 	std::vector<char> buffer(16384);
 	std::vector<SSL *> kept;
 	const long before = rssKiB();
 	for (int i = 0; i < connections; i++) {
-		SSL *ssl = SSL_new(ctx);
-		SSL_set_fd(ssl, connectTo("127.0.0.1", std::to_string(port)));
-		if (SSL_connect(ssl) != 1)
-			fail("SSL_connect");
-		for (size_t got = 0; got < burst;) {
+		SSL *ssl = open(ctx, server, listener, port);
+		for (size_t got = 0; got < size;) {
 			const int n = SSL_read(ssl, buffer.data(), static_cast<int>(buffer.size()));
 			if (n <= 0)
 				fail("SSL_read");
@@ -84,7 +94,7 @@ int main(int argc, char **argv)
 	}
 	const long after = rssKiB();
 	std::printf("KiB per connection %.1f\n", static_cast<double>(after - before) / connections);
-	kill(child, SIGTERM);
-	waitpid(child, nullptr, 0);
+	kill(peer, SIGTERM);
+	waitpid(peer, nullptr, 0);
 	return 0;
 }

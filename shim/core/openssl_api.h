@@ -62,6 +62,7 @@ struct OpenSslApi {
 	decltype(&::SSL_want) SSL_want = nullptr;
 	/* Optional: without them a moved fd is learnt at the next read, close_notify not seen. */
 	decltype(&::SSL_get_rfd) SSL_get_rfd = nullptr;
+	decltype(&::SSL_is_server) SSL_is_server = nullptr;
 	decltype(&::SSL_get_shutdown) SSL_get_shutdown = nullptr;
 	decltype(&::SSL_set_shutdown) SSL_set_shutdown = nullptr;
 	decltype(&::CRYPTO_get_ex_new_index) CRYPTO_get_ex_new_index = nullptr;

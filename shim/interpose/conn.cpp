@@ -133,7 +133,7 @@ TLSTUNE_EXPORT int SSL_do_handshake(SSL *s)
 
 TLSTUNE_EXPORT int SSL_connect(SSL *s)
 {
-	tuneReads(s, __builtin_return_address(0));
+	tuneReads(s, __builtin_return_address(0), true);
 	flushWrites(s);
 	return onConnection(s, &OpenSslApi::SSL_connect);
 }

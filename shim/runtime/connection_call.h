@@ -364,7 +364,7 @@ int onWrite(SSL *ssl, size_t length, Function OpenSslApi::*function, Args... arg
  * decision, on a connection that reads ahead: whether a wait the shim cannot see may
  * reach it now (one load while nothing changed).
  */
-inline void tuneReads(SSL *ssl, const void *caller) noexcept
+inline void tuneReads(SSL *ssl, const void *caller, bool connecting = false) noexcept
 {
 	const OpenSsl &o = openssl();
 	if (!o.tuning || !o.tracking)
@@ -388,7 +388,8 @@ inline void tuneReads(SSL *ssl, const void *caller) noexcept
 		return;
 	}
 	const int savedErrno = errno;
-	o.readTuning.tuneConnection(o.api, process().config, process().unseen, ssl, *connection);
+	o.readTuning.tuneConnection(o.api, process().config, process().unseen, ssl, *connection,
+				    connecting);
 	errno = savedErrno;
 }
 

@@ -188,6 +188,7 @@ bool resolveOpenSsl(OpenSslApi *api) noexcept
 	RESOLVE(SSL_has_pending);
 	RESOLVE(SSL_want);
 	RESOLVE(SSL_get_rfd);
+	RESOLVE(SSL_is_server);
 	RESOLVE(SSL_get_shutdown);
 	RESOLVE(SSL_set_shutdown);
 	RESOLVE(CRYPTO_get_ex_new_index);

@@ -40,10 +40,11 @@ long long commonestReadSize(const tlstune::SocketTraffic &traffic)
 } /* namespace */
 
 /*
- * A program that releases its buffers makes one per burst: its connections keep OpenSSL's
- * own size (issue 24: RSS per connection), and read-ahead still spares the header reads.
+ * A client that releases its buffers (curl and python do) downloads: it keeps the four
+ * records. A server that does (nginx) keeps OpenSSL's size (issue 24: RSS per connection,
+ * the bench's cost rows).
  */
-TEST(ReleasedBuffers, AReadTakesNoMoreThanOpenSslsOwnBufferAndNoHeaderAlone)
+TEST(ReleasedBuffers, AClientThatReleasesItsBuffersStillReadsFourRecordsAtOnce)
 {
 	ExampleServer server({ "--send", std::to_string(kDownload), "--seed", "7", "--tls", "1.2" });
 	TracedRun tuned = runTraced({ examplePath("bulk_download"), "127.0.0.1", server.portText(),
@@ -52,9 +53,10 @@ TEST(ReleasedBuffers, AReadTakesNoMoreThanOpenSslsOwnBufferAndNoHeaderAlone)
 	ASSERT_EQ(tuned.status, 0) << tuned.out;
 	EXPECT_EQ(tuned.out, "received " + std::to_string(kDownload) + " sha256 " + patternSha256(kDownload, 7) + "\n");
 	const tlstune::SocketTraffic after = tlstune::trafficOnPort(tuned.calls, server.port());
-	ASSERT_FALSE(after.readSizes.empty()) << describe(after);
-	EXPECT_LT(after.readSizes.rbegin()->first, 2 * 16413) << describe(after);
 	EXPECT_LE(after.headerReads, handshakeHeaderReads(1)) << describe(after);
+	if (!sanitizerBuild()) {
+		EXPECT_EQ(commonestReadSize(after), 4 * 16413) << describe(after);
+	}
 	EXPECT_EQ(server.process().wait(60000), 0);
 }
 

@@ -20,8 +20,8 @@ start_time() {
 	echo $(((end - begin) / n / 1000))
 }
 
-# idle_kib PRELOAD [--release-buffers]: KiB a client keeps per idle connection after a
-# burst of 64 KiB each, 300 connections (examples/idle_memory).
+# idle_kib PRELOAD [ARG]...: KiB a process keeps per idle connection after reading a burst
+# of 64 KiB on each of 300 (examples/idle_memory ARG...: its role, --release-buffers).
 idle_kib() {
 	LD_PRELOAD="$1" "$tree/examples/idle_memory" --cert "$work/cert.pem" --key "$work/key.pem" "${@:2}" |
 		awk '{ print $4 }'
@@ -72,7 +72,9 @@ ROWS
 	# The loader mapping the library and its constructor: a process that never uses OpenSSL.
 	interleaved_row "\`/bin/true\` started ($starts in a row), microseconds, not ns" start_time "$starts"
 	interleaved_row "RSS per idle client connection after 64 KiB read, 300 connections, KiB, not ns" idle_kib
-	interleaved_row "the same with \`SSL_MODE_RELEASE_BUFFERS\` (nginx sets it), KiB" idle_kib --release-buffers
+	interleaved_row "the same, the client sets \`SSL_MODE_RELEASE_BUFFERS\` (curl, python), KiB" idle_kib --release-buffers
+	interleaved_row "RSS per idle server connection after 64 KiB read, 300 connections, KiB" idle_kib --role server
+	interleaved_row "the same, the server sets \`SSL_MODE_RELEASE_BUFFERS\` (nginx), KiB" idle_kib --role server --release-buffers
 	say ""
 	say "Each run times the call alone in a loop (the median of 5 rounds of $calls calls); the ratio is per run, without and with side by side, so a slow spell of the machine hits both."
 	say ""

@@ -31,22 +31,25 @@ void ReadTuning::noteContextSetting(const OpenSslApi &api, SSL_CTX *ctx) const n
 		api.SSL_CTX_set_ex_data(ctx, contextIndex_, &programSetReadAhead);
 }
 
-void ReadTuning::turnOn(const OpenSslApi &api, const Config &config, SSL *ssl) noexcept
+void ReadTuning::turnOn(const OpenSslApi &api, const Config &config, SSL *ssl, bool connecting) noexcept
 {
 	/*
-	 * Four records, one recv. A program that releases its buffers (nginx) makes one per
+	 * Four records, one recv. A server that releases its buffers (nginx) makes one per
 	 * burst and keeps thousands of connections: it keeps OpenSSL's size, so a burst costs
-	 * what it costs without the shim, and read-ahead still takes what that holds at once;
-	 * unless TLSTUNE_READ_BUFFER names another size.
+	 * the memory it costs without the shim, and read-ahead still takes what that holds at
+	 * once; unless TLSTUNE_READ_BUFFER names another size. Clients that release theirs
+	 * (curl, python) download: they keep four records (64 reads per MiB with one).
 	 */
 	const long mode = api.SSL_ctrl ? api.SSL_ctrl(ssl, SSL_CTRL_MODE, 0, nullptr) : 0;
-	if (!(mode & SSL_MODE_RELEASE_BUFFERS) || config.readBuffer != kDefaultReadBuffer)
+	const bool server = !connecting && api.SSL_is_server && api.SSL_is_server(ssl);
+	if (!(server && (mode & SSL_MODE_RELEASE_BUFFERS)) || config.readBuffer != kDefaultReadBuffer)
 		api.SSL_set_default_read_buffer_len(ssl, config.readBuffer);
 	api.SSL_set_read_ahead(ssl, 1);
 }
 
 void ReadTuning::tuneConnection(const OpenSslApi &api, const Config &config,
-				const UnseenWaits &unseen, SSL *ssl, Connection &connection) const noexcept
+				const UnseenWaits &unseen, SSL *ssl, Connection &connection,
+				bool connecting) const noexcept
 {
 	connection.decideReadTuning();
 	/* Read first: a note made while this looks is seen at the next call. */
@@ -55,7 +58,7 @@ void ReadTuning::tuneConnection(const OpenSslApi &api, const Config &config,
 	if (connection.programSetReadAhead() || (ctx && api.SSL_CTX_get_ex_data(ctx, contextIndex_)) ||
 	    api.SSL_get_read_ahead(ssl) || !readsItsSource(api, ssl) || !followable(api, unseen, ssl))
 		return;
-	turnOn(api, config, ssl);
+	turnOn(api, config, ssl, connecting);
 	connection.setReadAheadByShim(true);
 	logLimited(tunedLines, LogLevel::Info, "connection tuned: read-ahead on, read buffer %zu bytes",
 		   config.readBuffer);

@@ -34,12 +34,16 @@ public:
 	/* The program set read-ahead on ctx (SSL_CTX_set_read_ahead, a macro over SSL_CTX_ctrl). */
 	void noteContextSetting(const OpenSslApi &api, SSL_CTX *ctx) const noexcept;
 
-	/* Read-ahead and the read buffer on ssl, before OpenSSL makes the buffer. */
-	static void turnOn(const OpenSslApi &api, const Config &config, SSL *ssl) noexcept;
+	/*
+	 * Read-ahead and the read buffer on ssl, before OpenSSL makes the buffer. connecting:
+	 * the call is SSL_connect, which makes ssl a client whatever its method said.
+	 */
+	static void turnOn(const OpenSslApi &api, const Config &config, SSL *ssl,
+			   bool connecting = false) noexcept;
 
 	/* Before the program's first call on ssl that may read. */
 	void tuneConnection(const OpenSslApi &api, const Config &config, const UnseenWaits &unseen,
-			    SSL *ssl, Connection &connection) const noexcept;
+			    SSL *ssl, Connection &connection, bool connecting) const noexcept;
 
 	/*
 	 * Before each later call of the program's on a connection the shim reads ahead for:
