@@ -63,12 +63,13 @@ inline void noteReceivedDescriptors(Process &p, const struct msghdr *msg) noexce
 /*
  * The descriptors an SCM_RIGHTS message is about to send: a socket sent away may be waited
  * on where the shim cannot see, so a connection that reads it stops reading ahead (before
- * the copy arrives). The same for a socket given SO_RCVLOWAT. In a process that has made
- * no SSL there is nothing to stop.
+ * the copy arrives). The same for a socket given SO_RCVLOWAT above 1, whose readiness the
+ * kernel counts in bytes. Noted before the process makes its first SSL too: the socket
+ * may carry one later. These calls are rare; a stat each.
  */
 inline void noteUnfollowedSocket(Process &p, int fd) noexcept
 {
-	if (p.stats.connections.load(std::memory_order_relaxed) == 0 || p.inVforkChild())
+	if (p.inVforkChild())
 		return;
 	const int savedErrno = errno;
 	ino_t ino;
@@ -79,8 +80,7 @@ inline void noteUnfollowedSocket(Process &p, int fd) noexcept
 
 inline void noteSentDescriptors(Process &p, const struct msghdr *msg) noexcept
 {
-	if (p.stats.connections.load(std::memory_order_relaxed) != 0)
-		forEachPassed(msg, [&p](int fd) { noteUnfollowedSocket(p, fd); });
+	forEachPassed(msg, [&p](int fd) { noteUnfollowedSocket(p, fd); });
 }
 
 } /* namespace tlstune */

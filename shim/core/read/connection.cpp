@@ -49,7 +49,13 @@ void Connection::noteSocketRead(int fd, bool gotBytes) noexcept
 	if (fd == fd_)
 		return;
 	ino_t ino;
-	if (!streamInode(fd, &ino))
+	if (streamInode(fd, &ino))
+		noteSocket(fd, ino);
+}
+
+void Connection::noteSocket(int fd, ino_t ino) noexcept
+{
+	if (fd == fd_)
 		return;
 	logFd(fd_, fd, ino);
 	fd_ = fd;

@@ -23,6 +23,8 @@ public:
 	 * own BIO (curl 7.88) makes it answer -1. gotBytes: the read returned data.
 	 */
 	void noteSocketRead(int fd, bool gotBytes = true) noexcept;
+	/* The socket read tuning looked at (fstat) before the first read: the same, spared a stat. */
+	void noteSocket(int fd, ino_t ino) noexcept;
 
 	/*
 	 * After the program's outermost call on this SSL returned. progressed: it returned

@@ -1,6 +1,5 @@
 #include "read_tuning.h"
 
-#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include "core/log.h"
@@ -56,7 +55,8 @@ void ReadTuning::tuneConnection(const OpenSslApi &api, const Config &config,
 	connection.setUnseenSeen(unseen.generation());
 	SSL_CTX *ctx = api.SSL_get_SSL_CTX(ssl);
 	if (connection.programSetReadAhead() || (ctx && api.SSL_CTX_get_ex_data(ctx, contextIndex_)) ||
-	    api.SSL_get_read_ahead(ssl) || !readsItsSource(api, ssl) || !followable(api, unseen, ssl))
+	    api.SSL_get_read_ahead(ssl) || !readsItsSource(api, ssl) ||
+	    !followable(api, unseen, ssl, connection))
 		return;
 	turnOn(api, config, ssl, connecting);
 	connection.setReadAheadByShim(true);
@@ -70,7 +70,8 @@ bool ReadTuning::readsItsSource(const OpenSslApi &api, SSL *ssl) noexcept
 	return rbio && !api.BIO_next(rbio) && !(api.BIO_method_type(rbio) & BIO_TYPE_FILTER);
 }
 
-bool ReadTuning::followable(const OpenSslApi &api, const UnseenWaits &unseen, SSL *ssl) noexcept
+bool ReadTuning::followable(const OpenSslApi &api, const UnseenWaits &unseen, SSL *ssl,
+			    Connection &connection) noexcept
 {
 	if (unseen.confined())
 		return false;
@@ -78,15 +79,14 @@ bool ReadTuning::followable(const OpenSslApi &api, const UnseenWaits &unseen, SS
 	/* A BIO of the program's own (curl's): its socket is learnt from its reads. */
 	if (fd < 0)
 		return unseen.follows(0);
-	struct stat st;
-	if (fstat(fd, &st) != 0 || !(S_ISSOCK(st.st_mode) || S_ISFIFO(st.st_mode)))
-		return false;
-	int lowWater = 1;
-	socklen_t length = sizeof(lowWater);
-	if (S_ISSOCK(st.st_mode) && getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowWater, &length) == 0 &&
-	    lowWater > 1)
-		return false;
-	return unseen.follows(st.st_ino);
+	/* SSL_set_fd told the connection its socket or pipe already: no stat. */
+	if (connection.fd() != fd) {
+		struct stat st;
+		if (fstat(fd, &st) != 0 || !(S_ISSOCK(st.st_mode) || S_ISFIFO(st.st_mode)))
+			return false;
+		connection.noteSocket(fd, st.st_ino);
+	}
+	return unseen.follows(connection.ino());
 }
 
 void ReadTuning::turnOff(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept

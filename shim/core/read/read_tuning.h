@@ -22,9 +22,9 @@ struct OpenSslApi;
  * SSL_CTX_get_read_ahead answers the program's own setting, and SSL_get_read_ahead does
  * (interpose/conn.cpp). A program that sets read-ahead itself, on the context or the
  * connection, keeps what it set. A connection whose fd is no socket or pipe (a pty, a
- * file), or a socket given SO_RCVLOWAT, is not tuned: the shim serves no wait on the first
- * and cannot count the second's bytes; and one that a wait the shim cannot see may reach
- * (core/read/unseen_waits.h) stops reading ahead.
+ * file) is not tuned: the shim serves no wait on it; nor is one that a wait the shim cannot
+ * see may reach (core/read/unseen_waits.h), and one that such a wait reaches later stops
+ * reading ahead.
  */
 class ReadTuning {
 public:
@@ -73,8 +73,12 @@ public:
 private:
 	static void unseenChanged(const OpenSslApi &api, const UnseenWaits &unseen, SSL *ssl,
 				  Connection &connection) noexcept;
-	/* Whether the shim serves every wait on ssl's read fd, as far as it can tell now. */
-	static bool followable(const OpenSslApi &api, const UnseenWaits &unseen, SSL *ssl) noexcept;
+	/*
+	 * Whether the shim serves every wait on ssl's read fd, as far as it can tell now; the
+	 * fd it looked at goes to connection.
+	 */
+	static bool followable(const OpenSslApi &api, const UnseenWaits &unseen, SSL *ssl,
+			       Connection &connection) noexcept;
 	static void turnOff(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept;
 
 	int contextIndex_ = -1;
