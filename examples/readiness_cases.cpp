@@ -17,6 +17,9 @@
  *                     TLS over a pipe pair (SSL_set_rfd/SSL_set_wfd) with a forked server
  *                     that sends 5 lines at once, then waits for "bye". Prints "lines 5"
  *                     (or "poll timed out ..." and exits 3) and the server's "server got bye".
+ *   pty --cert C --key K
+ *                     the same over a raw-mode pseudo-terminal (SSL_set_rfd and SSL_set_wfd
+ *                     on the slave, the server on the master).
  *   peek PORT         against tls_server --burst 3 --hangup (records, close_notify and FIN
  *                     in one segment): reads one line, then asks the socket as connection
  *                     pools do whether the peer is still there: recv(MSG_PEEK|MSG_DONTWAIT)
@@ -92,6 +95,8 @@
 #include <cstring>
 #include <fcntl.h>
 #include <poll.h>
+#include <pty.h>
+#include <termios.h>
 #include <condition_variable>
 #include <fstream>
 #include <mutex>
@@ -104,6 +109,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/descriptors.h"
 #include "common/example.h"
 #include "common/waits.h"
 
@@ -140,28 +146,8 @@ int passedThroughScmRights(int fd)
 	int pair[2];
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
 		fail("socketpair");
-	char byte = 'f';
-	struct iovec iov = { &byte, 1 };
-	alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-	struct msghdr message = {};
-	message.msg_iov = &iov;
-	message.msg_iovlen = 1;
-	message.msg_control = control;
-	message.msg_controllen = sizeof(control);
-	struct cmsghdr *header = CMSG_FIRSTHDR(&message);
-	header->cmsg_level = SOL_SOCKET;
-	header->cmsg_type = SCM_RIGHTS;
-	header->cmsg_len = CMSG_LEN(sizeof(int));
-	std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
-	if (sendmsg(pair[0], &message, 0) != 1)
-		fail("sendmsg");
-	std::memset(control, 0, sizeof(control));
-	message.msg_controllen = sizeof(control);
-	if (recvmsg(pair[1], &message, MSG_CMSG_CLOEXEC) != 1 || !(header = CMSG_FIRSTHDR(&message)) ||
-	    header->cmsg_type != SCM_RIGHTS)
-		fail("recvmsg");
-	int received = -1;
-	std::memcpy(&received, CMSG_DATA(header), sizeof(int));
+	sendDescriptor(pair[0], fd);
+	const int received = receiveDescriptor(pair[1]);
 	close(pair[0]);
 	close(pair[1]);
 	return received;
@@ -247,30 +233,50 @@ int anotherFd(const char *port, const std::string &how)
 	std::exit(0);
 }
 
-int pipes(SSL_CTX *server)
+/* TLS over a pipe pair, or over a raw-mode pty: the server on the master, the client on the slave. */
+int pipes(SSL_CTX *server, bool pty)
 {
-	int toClient[2], toServer[2];
-	if (pipe(toClient) != 0 || pipe(toServer) != 0)
-		fail("pipe");
+	int clientRead, clientWrite, serverRead, serverWrite;
+	if (pty) {
+		int master, slave;
+		struct termios raw;
+		if (openpty(&master, &slave, nullptr, nullptr, nullptr) != 0 || tcgetattr(slave, &raw) != 0)
+			fail("openpty");
+		cfmakeraw(&raw);
+		if (tcsetattr(slave, TCSANOW, &raw) != 0)
+			fail("tcsetattr");
+		clientRead = clientWrite = slave;
+		serverRead = serverWrite = master;
+	} else {
+		int toClient[2], toServer[2];
+		if (pipe(toClient) != 0 || pipe(toServer) != 0)
+			fail("pipe");
+		clientRead = toClient[0];
+		serverWrite = toClient[1];
+		serverRead = toServer[0];
+		clientWrite = toServer[1];
+	}
 	std::fflush(stdout);
 	pid_t child = fork();
 	if (child == 0) {
-		close(toClient[0]);
-		close(toServer[1]);
-		serve(server, toServer[0], toClient[1], false, -1);
+		close(clientRead);
+		if (clientWrite != clientRead)
+			close(clientWrite);
+		serve(server, serverRead, serverWrite, false, -1);
 	}
-	close(toClient[1]);
-	close(toServer[0]);
+	close(serverRead);
+	if (serverWrite != serverRead)
+		close(serverWrite);
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	SSL *ssl = SSL_new(ctx);
-	SSL_set_rfd(ssl, toClient[0]);
-	SSL_set_wfd(ssl, toServer[1]);
+	SSL_set_rfd(ssl, clientRead);
+	SSL_set_wfd(ssl, clientWrite);
 	if (SSL_connect(ssl) != 1)
 		fail("SSL_connect");
 	std::string line;
 	int lines = 0;
 	for (; lines < 5; lines++) {
-		if (!pollThenRead(ssl, toClient[0], &line)) {
+		if (!pollThenRead(ssl, clientRead, &line)) {
 			std::printf("poll timed out after %d lines\n", lines);
 			std::fflush(stdout);
 			kill(child, SIGKILL);
@@ -889,10 +895,11 @@ int main(int argc, char **argv)
 		return reconnect(argv[2], argv[3]);
 	if (which == "duplicate" && argc > 3)
 		return anotherFd(argv[3], argv[2]);
-	if (which == "pipes" || which == "stoptls" || which == "close-unread") {
+	if (which == "pipes" || which == "pty" || which == "stoptls" || which == "close-unread") {
 		SSL_CTX *server = serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", ""));
-		int status = which == "pipes" ? pipes(server) : which == "stoptls" ? stoptls(server)
-								     : closeUnread(server, argc > 2 ? argv[2] : "");
+		int status = which == "pipes" || which == "pty" ? pipes(server, which == "pty")
+			     : which == "stoptls"                  ? stoptls(server)
+								   : closeUnread(server, argc > 2 ? argv[2] : "");
 		SSL_CTX_free(server);
 		return status;
 	}

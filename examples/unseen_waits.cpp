@@ -1,6 +1,7 @@
 /*
  * Programs that wait for their TLS socket where a preloaded library cannot see the wait,
- * or whose socket is not one a read-ahead may run on: each waits before it reads.
+ * or whose socket counts its readiness in bytes: each waits before it reads. (TLS over a
+ * pty is readiness_cases' pty.)
  *
  * Usage: unseen_waits CASE [ARGS]
  *   ring PORT         against tls_server --burst 20: makes an io_uring instance first with
@@ -19,27 +20,19 @@
  *                     0 (the kernel says ready only with 100 bytes queued). Prints "ready
  *                     R" (the polls that said ready) and "lines 20". An alarm of 30 s ends
  *                     a read that waits for ever ("stalled", exit 3).
- *   pty --cert C --key K
- *                     TLS over a raw-mode pseudo-terminal: a forked server on the master
- *                     sends 5 lines at once, then waits for "bye"; the client on the slave
- *                     polls before each line. Prints "lines 5" (or "poll timed out after N
- *                     lines" and exits 3) and the server's "server got bye".
  */
 
-#include <atomic>
 #include <cerrno>
 #include <csignal>
-#include <fcntl.h>
 #include <linux/io_uring.h>
 #include <poll.h>
-#include <pty.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <termios.h>
 #include <unistd.h>
 
+#include "common/descriptors.h"
 #include "common/example.h"
 #include "common/waits.h"
 
@@ -150,44 +143,6 @@ int ring(const char *port)
 	return 0;
 }
 
-void sendDescriptor(int channel, int fd)
-{
-	char byte = 'f';
-	struct iovec iov = { &byte, 1 };
-	alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-	struct msghdr message = {};
-	message.msg_iov = &iov;
-	message.msg_iovlen = 1;
-	message.msg_control = control;
-	message.msg_controllen = sizeof(control);
-	struct cmsghdr *header = CMSG_FIRSTHDR(&message);
-	header->cmsg_level = SOL_SOCKET;
-	header->cmsg_type = SCM_RIGHTS;
-	header->cmsg_len = CMSG_LEN(sizeof(int));
-	std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
-	if (sendmsg(channel, &message, 0) != 1)
-		fail("sendmsg");
-}
-
-int receiveDescriptor(int channel)
-{
-	char byte;
-	struct iovec iov = { &byte, 1 };
-	alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-	struct msghdr message = {};
-	message.msg_iov = &iov;
-	message.msg_iovlen = 1;
-	message.msg_control = control;
-	message.msg_controllen = sizeof(control);
-	struct cmsghdr *header;
-	if (recvmsg(channel, &message, MSG_CMSG_CLOEXEC) != 1 || !(header = CMSG_FIRSTHDR(&message)) ||
-	    header->cmsg_type != SCM_RIGHTS)
-		fail("recvmsg");
-	int received = -1;
-	std::memcpy(&received, CMSG_DATA(header), sizeof(int));
-	return received;
-}
-
 /* The helper: polls its copy of the socket each time it is asked, answers 'r' or 't'. */
 [[noreturn]] void helper(int channel)
 {
@@ -275,62 +230,6 @@ int rcvlowat(const std::string &when, const char *port)
 	return 0;
 }
 
-int pty(SSL_CTX *server)
-{
-	int master = -1, slave = -1;
-	if (openpty(&master, &slave, nullptr, nullptr, nullptr) != 0)
-		fail("openpty");
-	struct termios raw;
-	if (tcgetattr(slave, &raw) != 0)
-		fail("tcgetattr");
-	cfmakeraw(&raw);
-	if (tcsetattr(slave, TCSANOW, &raw) != 0)
-		fail("tcsetattr");
-	std::fflush(stdout);
-	const pid_t child = fork();
-	if (child == 0) {
-		close(slave);
-		SSL *ssl = SSL_new(server);
-		SSL_set_fd(ssl, master);
-		if (SSL_accept(ssl) != 1)
-			fail("SSL_accept");
-		std::string burst;
-		for (int i = 0; i < 5; i++) {
-			const std::string line = "line " + std::to_string(i) + "\n";
-			if (SSL_write(ssl, line.data(), static_cast<int>(line.size())) <= 0)
-				fail("SSL_write");
-		}
-		char buffer[16];
-		const int n = SSL_read(ssl, buffer, sizeof(buffer));
-		std::printf("server got %.*s", n > 0 ? n : 0, buffer);
-		std::fflush(stdout);
-		_exit(0);
-	}
-	close(master);
-	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-	SSL *ssl = connectTls(ctx, slave);
-	std::string line;
-	int lines = 0;
-	for (; lines < 5; lines++) {
-		if (!pollThenRead(ssl, slave, &line)) {
-			std::printf("poll timed out after %d lines\n", lines);
-			std::fflush(stdout);
-			kill(child, SIGKILL);
-			waitpid(child, nullptr, 0);
-			return 3;
-		}
-	}
-	std::printf("lines %d\n", lines);
-	std::fflush(stdout);
-	if (SSL_write(ssl, "bye\n", 4) != 4)
-		fail("SSL_write");
-	int status = 0;
-	waitpid(child, &status, 0);
-	SSL_free(ssl);
-	SSL_CTX_free(ctx);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-}
-
 } /* namespace */
 
 int main(int argc, char **argv)
@@ -342,8 +241,6 @@ int main(int argc, char **argv)
 		return sentAway(argv[2]);
 	if (which == "rcvlowat" && argc > 3)
 		return rcvlowat(argv[2], argv[3]);
-	if (which == "pty")
-		return pty(serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", "")));
-	std::fprintf(stderr, "usage: unseen_waits ring|sent-away|rcvlowat|pty ...\n");
+	std::fprintf(stderr, "usage: unseen_waits ring|sent-away|rcvlowat ...\n");
 	return 2;
 }
