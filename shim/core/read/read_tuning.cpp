@@ -52,12 +52,14 @@ void ReadTuning::tuneConnection(const OpenSslApi &api, const Config &config,
 {
 	connection.decideReadTuning();
 	/* Read first: a note made while this looks is seen at the next call. */
-	connection.setUnseenSeen(unseen.generation());
+	const unsigned generation = unseen.generation();
 	SSL_CTX *ctx = api.SSL_get_SSL_CTX(ssl);
 	if (connection.programSetReadAhead() || (ctx && api.SSL_CTX_get_ex_data(ctx, contextIndex_)) ||
 	    api.SSL_get_read_ahead(ssl) || !readsItsSource(api, ssl) ||
 	    !followable(api, unseen, ssl, connection))
 		return;
+	/* A socket learnt later (a BIO of the program's own) is asked about once it is known. */
+	connection.setUnseenSeen(connection.ino() ? generation : 0);
 	turnOn(api, config, ssl, connecting);
 	connection.setReadAheadByShim(true);
 	logLimited(tunedLines, LogLevel::Info, "connection tuned: read-ahead on, read buffer %zu bytes",
@@ -99,9 +101,11 @@ void ReadTuning::turnOff(const OpenSslApi &api, SSL *ssl, Connection &connection
 void ReadTuning::unseenChanged(const OpenSslApi &api, const UnseenWaits &unseen, SSL *ssl,
 			       Connection &connection) noexcept
 {
-	connection.setUnseenSeen(unseen.generation());
+	const unsigned generation = unseen.generation();
 	if (!unseen.follows(connection.ino()))
 		turnOff(api, ssl, connection);
+	else if (connection.ino() != 0)
+		connection.setUnseenSeen(generation);
 }
 
 void ReadTuning::readBioChanged(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept
