@@ -95,8 +95,8 @@ private:
 	EVP_MD_CTX *ctx_;
 };
 
-/* A TCP connection to 127.0.0.1:port (or the host given). */
-int connectTo(const std::string &host, const std::string &port);
+/* A TCP connection to 127.0.0.1:port (or the host given); receiveBuffer: SO_RCVBUF, set first. */
+int connectTo(const std::string &host, const std::string &port, int receiveBuffer = 0);
 /* Listens on 127.0.0.1:port (0: any free port); returns the fd and the port chosen. */
 int listenOn(int port, int *chosen);
 void setNonBlocking(int fd);

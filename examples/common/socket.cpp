@@ -9,7 +9,7 @@
 
 namespace example {
 
-int connectTo(const std::string &host, const std::string &port)
+int connectTo(const std::string &host, const std::string &port, int receiveBuffer)
 {
 	struct addrinfo hints = {};
 	hints.ai_family = AF_UNSPEC;
@@ -23,6 +23,8 @@ int connectTo(const std::string &host, const std::string &port)
 		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
 		if (fd < 0)
 			continue;
+		if (receiveBuffer > 0)
+			setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receiveBuffer, sizeof(receiveBuffer));
 		if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
 			break;
 		close(fd);

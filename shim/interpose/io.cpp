@@ -41,12 +41,23 @@ ssize_t forwardRead(Function LibcApi::*function, int fd, bool peek, Args... args
 	return n;
 }
 
+/*
+ * A read of no bytes from a socket whose data OpenSSL holds: the kernel, which would have
+ * that data queued, answers 0 at once, where the empty socket says EAGAIN or blocks.
+ */
+bool emptyAskOfHeld(Process &p, int fd, size_t len) noexcept
+{
+	return len == 0 && !p.buffered.empty() && !CallScope::active() && p.buffered.holds(fd);
+}
+
 /* The recv family also answers a program's MSG_PEEK for data OpenSSL holds. */
 template <typename Function, typename... Args>
 ssize_t forwardPeek(Function LibcApi::*function, int fd, void *buf, size_t len, int flags,
 		    Args... args)
 {
 	Process &p = process();
+	if (emptyAskOfHeld(p, fd, len))
+		return 0;
 	/*
 	 * A blocking peek would wait for bytes the socket no longer has: OpenSSL holds them,
 	 * and the kernel, which would have had them queued, answers at once. Ask without
@@ -104,6 +115,15 @@ TLSTUNE_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t bufl
 
 TLSTUNE_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
+	if (msg && msg->msg_controllen == 0) {
+		size_t asked = 0;
+		for (size_t i = 0; i < msg->msg_iovlen; i++)
+			asked += msg->msg_iov[i].iov_len;
+		if (emptyAskOfHeld(process(), fd, asked)) {
+			msg->msg_flags = 0;
+			return 0;
+		}
+	}
 	const ssize_t n = forwardRead(&LibcApi::recvmsg, fd, (flags & MSG_PEEK) != 0, msg, flags);
 	/* A copy of a socket received with SCM_RIGHTS is a duplicate, as a dup's is. */
 	if (n >= 0 && msg && msg->msg_controllen > 0)

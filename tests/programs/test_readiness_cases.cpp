@@ -256,3 +256,25 @@ TEST(UnseenWaits, TlsOverARawModePseudoTerminalIsReadableAndLosesNothing)
 	RecordProperty("fault", "TLS over a raw-mode pty (SSL_set_rfd and SSL_set_wfd on the slave), poll before each read");
 	expectBothWays(bothWays(withIdentity("pty")), "lines 5\nserver got bye\n");
 }
+
+/* Programs that touch their socket, or another fd, around OpenSSL calls: examples/raw_socket_cases. */
+TEST(RawSocket, AReadOfNoBytesAnswersZeroWhileOpenSslHoldsRecords)
+{
+	RecordProperty("fault", "recv of 0 bytes, MSG_DONTWAIT and blocking, then poll before each read");
+	expectBothWays(bothWaysOf("raw_socket_cases", { "empty-recv" }, { "--burst", "20" }), "empty recv 0 0\nlines 20\n");
+}
+
+TEST(RawSocket, ACallbackReadingAPipeInsideOpenSslCallsLeavesTheConnectionsSocket)
+{
+	RecordProperty("fault", "a message callback reads a byte of a non-blocking pipe inside each OpenSSL call");
+	expectBothWays(bothWaysOf("raw_socket_cases", { "callback-read" }, { "--burst", "20" }),
+		       "pipe 0 socket 1\nlines 20\n");
+}
+
+TEST(RawSocket, ALingeringCloseAfterSslFreeDeliversTheWholeResponse)
+{
+	RecordProperty("fault", "20 pipelined requests, one read, 200 KiB to a client that reads later, SSL_free, "
+				"shutdown(SHUT_WR), a drain, close: a reset threw the unsent response away");
+	expectBothWays(bothWaysOf("raw_socket_cases", withIdentity("lingering-close")),
+		       "client got 204800 of 204800, then close_notify\n");
+}

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <linux/sock_diag.h>
 #include <new>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -64,11 +65,26 @@ void BufferedFds::set(const void *owner, int fd, ino_t ino, bool buffered,
 
 namespace {
 
+/*
+ * Whether the peer has acknowledged every byte the program wrote on fd. A reset throws
+ * away what it has not: where the program would have drained the socket before its close
+ * (a lingering close after SSL_free), the kernel would have sent a FIN and delivered them.
+ */
+bool everythingAcknowledged(int fd) noexcept
+{
+	uint32_t memory[SK_MEMINFO_VARS] = {};
+	socklen_t length = sizeof(memory);
+	return getsockopt(fd, SOL_SOCKET, SO_MEMINFO, memory, &length) == 0 &&
+	       length >= sizeof(uint32_t) * (SK_MEMINFO_WMEM_QUEUED + 1) && memory[SK_MEMINFO_WMEM_QUEUED] == 0;
+}
+
+/* The kernel's reset for a close with unread data, unless it would lose a byte written. */
 void resetAtClose(int fd) noexcept
 {
 	const int savedErrno = errno;
 	const struct linger abortive = { 1, 0 };
-	setsockopt(fd, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive)); /* a pipe: ENOTSOCK */
+	if (everythingAcknowledged(fd)) /* a pipe: ENOTSOCK */
+		setsockopt(fd, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive));
 	errno = savedErrno;
 }
 

@@ -45,6 +45,9 @@ void freeConnection(void * /*parent*/, void *ptr, CRYPTO_EX_DATA * /*ad*/, int /
 
 void Connection::noteSocketRead(int fd, bool gotBytes) noexcept
 {
+	/* The BIO named its fd: a read of another one is a callback's (a control pipe, a fetch). */
+	if (fd != fd_ && namedByBio_)
+		return;
 	readBytes_ = readBytes_ || gotBytes;
 	if (fd == fd_)
 		return;
@@ -57,6 +60,7 @@ void Connection::noteSocket(int fd, ino_t ino) noexcept
 {
 	if (fd == fd_)
 		return;
+	namedByBio_ = true;
 	logFd(fd_, fd, ino);
 	fd_ = fd;
 	ino_ = ino;
@@ -72,6 +76,7 @@ void Connection::rebind(BufferedFds &buffered, int fd) noexcept
 	} else {
 		fd_ = -1;
 	}
+	namedByBio_ = fd_ >= 0;
 	logFd(from, fd_, ino);
 	if (!buffered_)
 		return;

@@ -19,11 +19,14 @@ class Connection {
 public:
 	/*
 	 * The socket this connection reads from, learnt from the read syscalls made while
-	 * it is inside an OpenSSL call. SSL_get_rfd() is not enough: a program with its
-	 * own BIO (curl 7.88) makes it answer -1. gotBytes: the read returned data.
+	 * it is inside an OpenSSL call, where its read BIO names none (SSL_get_rfd() is -1
+	 * for a program's own BIO, curl 7.88's). gotBytes: the read returned data.
 	 */
 	void noteSocketRead(int fd, bool gotBytes = true) noexcept;
-	/* The socket read tuning looked at (fstat) before the first read: the same, spared a stat. */
+	/*
+	 * The socket read tuning looked at (fstat, SSL_get_rfd) before the first read: the
+	 * same, spared a stat; from then on reads of other fds are not the connection's.
+	 */
 	void noteSocket(int fd, ino_t ino) noexcept;
 
 	/*
@@ -76,6 +79,8 @@ private:
 	bool readAheadByShim_ = false;
 	bool programSetReadAhead_ = false;
 	unsigned unseenSeen_ = 0;
+	/* fd_ is what the read BIO says it reads (SSL_get_rfd), not learnt from a read. */
+	bool namedByBio_ = false;
 	int fd_ = -1;
 	ino_t ino_ = 0;
 	/*

@@ -1,0 +1,195 @@
+/*
+ * Programs that touch their TLS socket, or another fd, themselves around OpenSSL calls.
+ *
+ * Usage: raw_socket_cases CASE [ARGS]
+ *   empty-recv PORT   against tls_server --burst 20: reads one line, then asks the socket
+ *                     for 0 bytes, recv(MSG_DONTWAIT), then recv blocking (the kernel answers
+ *                     0 at once while it has bytes), then polls before each other line.
+ *                     Prints "empty recv R R", then "lines 20" or "poll timed out after N
+ *                     lines" (exit 3).
+ *   callback-read PORT
+ *                     against tls_server --burst 20: a message callback reads one byte of
+ *                     a non-blocking pipe of the program's inside every OpenSSL call. After
+ *                     the first line the program polls the pipe and the socket together.
+ *                     Prints "pipe R socket R" (the revents) and "lines 20" or "poll timed
+ *                     out after N lines" (exit 3).
+ *   lingering-close --cert C --key K
+ *                     a forked server reads one of 20 pipelined requests, writes 200 KiB to
+ *                     a client that reads nothing yet (its receive buffer is 32 KiB), sends
+ *                     close_notify, frees its SSL, shuts its writing side, drains the socket
+ *                     until a poll of 1 s finds nothing (the lingering close of Apache), and
+ *                     closes. Then the client reads. Prints "client got N of 204800, then
+ *                     close_notify|reset|...".
+ */
+
+#include <cerrno>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/example.h"
+#include "common/waits.h"
+
+using namespace example;
+
+namespace {
+
+int emptyRecv(const char *port)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	const int fd = connectTo("127.0.0.1", port);
+	SSL *ssl = connectTls(ctx, fd);
+	std::string line;
+	if (!pollThenRead(ssl, fd, &line))
+		fail("the first line never came");
+	char byte;
+	const ssize_t quick = recv(fd, &byte, 0, MSG_DONTWAIT);
+	alarm(30); /* a blocking recv that waits for ever ends the case */
+	const ssize_t blocking = recv(fd, &byte, 0, 0);
+	alarm(0);
+	std::printf("empty recv %zd %zd\n", quick, blocking);
+	int lines = 1;
+	for (; lines < 20; lines++) {
+		if (!pollThenRead(ssl, fd, &line)) {
+			std::printf("poll timed out after %d lines\n", lines);
+			return 3;
+		}
+	}
+	std::printf("lines %d\n", lines);
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
+int control = -1;
+
+void readControl(int, int, int, const void *, size_t, SSL *, void *)
+{
+	char byte;
+	if (read(control, &byte, 1) < 0) {
+		/* empty: EAGAIN */
+	}
+}
+
+int callbackRead(const char *port)
+{
+	int pipeFds[2];
+	if (pipe(pipeFds) != 0 || fcntl(pipeFds[0], F_SETFL, O_NONBLOCK) != 0 || write(pipeFds[1], "abc", 3) != 3)
+		fail("pipe");
+	control = pipeFds[0];
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	SSL_CTX_set_msg_callback(ctx, readControl);
+	const int fd = connectTo("127.0.0.1", port);
+	SSL *ssl = connectTls(ctx, fd);
+	std::string line;
+	if (!pollThenRead(ssl, fd, &line))
+		fail("the first line never came");
+	struct pollfd both[2] = { { control, POLLIN, 0 }, { fd, POLLIN, 0 } };
+	if (SSL_pending(ssl) == 0 && poll(both, 2, kPollMs) < 0)
+		fail("poll");
+	std::printf("pipe %d socket %d\n", both[0].revents, SSL_pending(ssl) > 0 ? POLLIN : both[1].revents);
+	int lines = 1;
+	for (; lines < 20; lines++) {
+		if (!pollThenRead(ssl, fd, &line)) {
+			std::printf("poll timed out after %d lines\n", lines);
+			return 3;
+		}
+	}
+	std::printf("lines %d\n", lines);
+	return 0;
+}
+
+constexpr int kResponse = 200 * 1024;
+
+/* The server side of lingering-close; done is written once the socket is closed. */
+[[noreturn]] void lingeringServer(SSL_CTX *server, int listener, int done)
+{
+	const int fd = accept(listener, nullptr, nullptr);
+	const int sendBuffer = 1 << 20;
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sendBuffer, sizeof(sendBuffer));
+	SSL *ssl = SSL_new(server);
+	SSL_set_fd(ssl, fd);
+	char request[16];
+	if (SSL_accept(ssl) != 1 || SSL_read(ssl, request, 12) != 12)
+		fail("the server's first request");
+	std::vector<char> response(kResponse, 'x');
+	for (int at = 0; at < kResponse;) {
+		const int n = SSL_write(ssl, response.data() + at, kResponse - at);
+		if (n <= 0)
+			fail("the server's response");
+		at += n;
+	}
+	SSL_shutdown(ssl);
+	SSL_free(ssl);
+	shutdown(fd, SHUT_WR);
+	for (int i = 0; i < 100; i++) {
+		struct pollfd pfd = { fd, POLLIN, 0 };
+		char buffer[4096];
+		if (poll(&pfd, 1, 1000) <= 0 || recv(fd, buffer, sizeof(buffer), 0) <= 0)
+			break;
+	}
+	close(fd);
+	if (write(done, "x", 1) != 1)
+		fail("write");
+	_exit(0);
+}
+
+int lingeringClose(SSL_CTX *server)
+{
+	int port = 0;
+	const int listener = listenOn(0, &port);
+	int closed[2];
+	if (pipe(closed) != 0)
+		fail("pipe");
+	std::fflush(stdout);
+	const pid_t child = fork();
+	if (child == 0)
+		lingeringServer(server, listener, closed[1]);
+	close(listener);
+	close(closed[1]);
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	const int connection = connectTo("127.0.0.1", std::to_string(port), 32 * 1024);
+	SSL *ssl = connectTls(ctx, connection);
+	for (int i = 0; i < 20; i++) {
+		char request[16];
+		std::snprintf(request, sizeof(request), "request %03d\n", i);
+		if (SSL_write(ssl, request, 12) != 12)
+			fail("SSL_write");
+	}
+	char byte;
+	if (read(closed[0], &byte, 1) != 1)
+		fail("the server never closed");
+	long got = 0;
+	char buffer[16384];
+	int n;
+	while ((n = SSL_read(ssl, buffer, sizeof(buffer))) > 0)
+		got += n;
+	const int error = SSL_get_error(ssl, n);
+	std::printf("client got %ld of %d, then %s\n", got, kResponse,
+		    error == SSL_ERROR_ZERO_RETURN		 ? "close_notify"
+		    : error == SSL_ERROR_SYSCALL && errno == ECONNRESET ? "reset"
+									 : "something else");
+	waitpid(child, nullptr, 0);
+	SSL_free(ssl);
+	close(connection);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
+} /* namespace */
+
+int main(int argc, char **argv)
+{
+	const std::string which = argc > 1 ? argv[1] : "";
+	if (which == "empty-recv" && argc > 2)
+		return emptyRecv(argv[2]);
+	if (which == "callback-read" && argc > 2)
+		return callbackRead(argv[2]);
+	if (which == "lingering-close")
+		return lingeringClose(serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", "")));
+	std::fprintf(stderr, "usage: raw_socket_cases empty-recv|callback-read|lingering-close ...\n");
+	return 2;
+}
