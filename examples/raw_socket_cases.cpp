@@ -50,14 +50,8 @@ int emptyRecv(const char *port)
 	const ssize_t blocking = recv(fd, &byte, 0, 0);
 	alarm(0);
 	std::printf("empty recv %zd %zd\n", quick, blocking);
-	int lines = 1;
-	for (; lines < 20; lines++) {
-		if (!pollThenRead(ssl, fd, &line)) {
-			std::printf("poll timed out after %d lines\n", lines);
-			return 3;
-		}
-	}
-	std::printf("lines %d\n", lines);
+	if (!pollThenReadTo20(ssl, fd, 1))
+		return 3;
 	SSL_free(ssl);
 	close(fd);
 	SSL_CTX_free(ctx);
@@ -91,14 +85,8 @@ int callbackRead(const char *port)
 	if (SSL_pending(ssl) == 0 && poll(both, 2, kPollMs) < 0)
 		fail("poll");
 	std::printf("pipe %d socket %d\n", both[0].revents, SSL_pending(ssl) > 0 ? POLLIN : both[1].revents);
-	int lines = 1;
-	for (; lines < 20; lines++) {
-		if (!pollThenRead(ssl, fd, &line)) {
-			std::printf("poll timed out after %d lines\n", lines);
-			return 3;
-		}
-	}
-	std::printf("lines %d\n", lines);
+	if (!pollThenReadTo20(ssl, fd, 1))
+		return 3;
 	return 0;
 }
 

@@ -44,4 +44,21 @@ inline bool pollThenRead(SSL *ssl, int fd, std::string *line, bool select = fals
 	return true;
 }
 
+/*
+ * Reads lines until there are 20, polling before each; prints "lines 20", or "poll timed
+ * out after N lines" and answers false.
+ */
+inline bool pollThenReadTo20(SSL *ssl, int fd, int lines)
+{
+	std::string line;
+	for (; lines < 20; lines++) {
+		if (!pollThenRead(ssl, fd, &line)) {
+			std::printf("poll timed out after %d lines\n", lines);
+			return false;
+		}
+	}
+	std::printf("lines %d\n", lines);
+	return true;
+}
+
 } /* namespace example */

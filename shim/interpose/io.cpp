@@ -115,7 +115,7 @@ TLSTUNE_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t bufl
 
 TLSTUNE_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
-	if (msg && msg->msg_controllen == 0) {
+	if (msg && msg->msg_controllen == 0 && !process().buffered.empty()) {
 		size_t asked = 0;
 		for (size_t i = 0; i < msg->msg_iovlen; i++)
 			asked += msg->msg_iov[i].iov_len;
