@@ -85,9 +85,11 @@ int callbackRead(const char *port)
 	if (SSL_pending(ssl) == 0 && poll(both, 2, kPollMs) < 0)
 		fail("poll");
 	std::printf("pipe %d socket %d\n", both[0].revents, SSL_pending(ssl) > 0 ? POLLIN : both[1].revents);
-	if (!pollThenReadTo20(ssl, fd, 1))
-		return 3;
-	return 0;
+	const int result = pollThenReadTo20(ssl, fd, 1) ? 0 : 3;
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	return result;
 }
 
 constexpr int kResponse = 200 * 1024;
@@ -176,8 +178,12 @@ int main(int argc, char **argv)
 		return emptyRecv(argv[2]);
 	if (which == "callback-read" && argc > 2)
 		return callbackRead(argv[2]);
-	if (which == "lingering-close")
-		return lingeringClose(serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", "")));
+	if (which == "lingering-close") {
+		SSL_CTX *server = serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", ""));
+		const int result = lingeringClose(server);
+		SSL_CTX_free(server);
+		return result;
+	}
 	std::fprintf(stderr, "usage: raw_socket_cases empty-recv|callback-read|lingering-close ...\n");
 	return 2;
 }
