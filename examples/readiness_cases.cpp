@@ -32,11 +32,13 @@
  *                     closes its copy last, so the end is a FIN). The kernel
  *                     resets a connection closed with unread data. Prints "server saw
  *                     reset" or "server saw fin".
- *   nested PORT       against tls_server --burst 20: the connection in an epoll set (level-
+ *   nested [poll|select] PORT
+ *                     against tls_server --burst 20: the connection in an epoll set (level-
  *                     triggered), that set inside another; before each line the program
  *                     waits on the outer set, then on the inner one (timeout 0), then
- *                     reads. Prints "lines 20", or "epoll timed out after N lines" and
- *                     exits 3.
+ *                     reads. poll or select: waits on the set's own fd with that call
+ *                     instead of an outer set. Prints "lines 20", or "epoll timed out
+ *                     after N lines" and exits 3.
  *   blocking-peek PORT
  *                     against tls_server --burst 3 (no hangup): reads one line, then peeks
  *                     without MSG_DONTWAIT (an alarm of 30 s ends a peek that waits for
@@ -698,7 +700,25 @@ bool watch(int epfd, int fd, uint64_t data)
 	return fcntl(fd, F_SETFL, O_NONBLOCK) == 0 && epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &interest) == 0;
 }
 
-int nested(const char *port)
+/* Waits up to kPollMs for the epoll set's own fd by poll or select, or in the set outer. */
+bool setReady(int set, int outer, const std::string &how)
+{
+	if (how == "poll") {
+		struct pollfd wanted = { set, POLLIN, 0 };
+		return poll(&wanted, 1, kPollMs) == 1 && (wanted.revents & POLLIN);
+	}
+	if (how == "select") {
+		fd_set readable;
+		FD_ZERO(&readable);
+		FD_SET(set, &readable);
+		struct timeval timeout = { kPollMs / 1000, (kPollMs % 1000) * 1000 };
+		return select(set + 1, &readable, nullptr, nullptr, &timeout) == 1 && FD_ISSET(set, &readable);
+	}
+	struct epoll_event event;
+	return epoll_wait(outer, &event, 1, kPollMs) == 1 && event.data.u64 == 8;
+}
+
+int nested(const char *port, const std::string &how)
 {
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	const int fd = connectTo("127.0.0.1", port);
@@ -715,8 +735,8 @@ int nested(const char *port)
 	for (; lines < 20; lines++) {
 		if (SSL_pending(ssl) == 0) {
 			struct epoll_event event;
-			if (epoll_wait(outer, &event, 1, kPollMs) != 1 || event.data.u64 != 8 ||
-			    epoll_wait(inner, &event, 1, 0) != 1 || event.data.u64 != 7) {
+			if (!setReady(inner, outer, how) || epoll_wait(inner, &event, 1, 0) != 1 ||
+			    event.data.u64 != 7) {
 				std::printf("epoll timed out after %d lines\n", lines);
 				return 3;
 			}
@@ -881,8 +901,10 @@ int main(int argc, char **argv)
 		return drain(argv[2]);
 	if (which == "read-ahead-setting" && argc > 2)
 		return readAheadSetting(argv[2]);
+	if (which == "nested" && argc > 3)
+		return nested(argv[3], argv[2]);
 	if (which == "nested" && argc > 2)
-		return nested(argv[2]);
+		return nested(argv[2], "epoll");
 	if (which == "read-bio" && argc > 3)
 		return readBio(argv[3], argv[2]);
 	if (which == "masked-wait" && argc > 3)

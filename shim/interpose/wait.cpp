@@ -50,7 +50,7 @@ TLSTUNE_EXPORT int poll(struct pollfd *fds, nfds_t nfds, int timeout)
 	if (nothingToWaitFor())
 		return process().libc.poll(fds, nfds, timeout);
 	return mergedWait([=](Process &p) {
-		return pollMerged(p.buffered, fds, nfds,
+		return pollMerged(p.buffered, p.epoll, fds, nfds,
 				  [&](bool zero) { return p.libc.poll(fds, nfds, zero ? 0 : timeout); });
 	});
 }
@@ -60,7 +60,7 @@ TLSTUNE_EXPORT int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout, size
 	if (nothingToWaitFor())
 		return process().libc.poll_chk(fds, nfds, timeout, fdslen);
 	return mergedWait([=](Process &p) {
-		return pollMerged(p.buffered, fds, nfds, [&](bool zero) {
+		return pollMerged(p.buffered, p.epoll, fds, nfds, [&](bool zero) {
 			return p.libc.poll_chk(fds, nfds, zero ? 0 : timeout, fdslen);
 		});
 	});
@@ -72,7 +72,7 @@ TLSTUNE_EXPORT int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec 
 	if (nothingToWaitFor())
 		return process().libc.ppoll(fds, nfds, timeout, sigmask);
 	return mergedWait([=](Process &p) {
-		return pollMerged(p.buffered, fds, nfds, [&](bool zero) {
+		return pollMerged(p.buffered, p.epoll, fds, nfds, [&](bool zero) {
 			return p.libc.ppoll(fds, nfds, zero ? &kZeroSpec : timeout, zero ? nullptr : sigmask);
 		});
 	});
@@ -84,7 +84,7 @@ TLSTUNE_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct tim
 	if (nothingToWaitFor())
 		return process().libc.ppoll_chk(fds, nfds, timeout, sigmask, fdslen);
 	return mergedWait([=](Process &p) {
-		return pollMerged(p.buffered, fds, nfds, [&](bool zero) {
+		return pollMerged(p.buffered, p.epoll, fds, nfds, [&](bool zero) {
 			return p.libc.ppoll_chk(fds, nfds, zero ? &kZeroSpec : timeout, zero ? nullptr : sigmask, fdslen);
 		});
 	});
@@ -96,7 +96,7 @@ TLSTUNE_EXPORT int select(int nfds, fd_set *readfds, fd_set *writefds, fd_set *e
 	if (nothingToWaitFor())
 		return process().libc.select(nfds, readfds, writefds, exceptfds, timeout);
 	return mergedWait([=](Process &p) {
-		return selectMerged(p.buffered, nfds, readfds, [&](bool zero) {
+		return selectMerged(p.buffered, p.epoll, nfds, readfds, [&](bool zero) {
 			struct timeval zeroTime = { 0, 0 };
 			return p.libc.select(nfds, readfds, writefds, exceptfds, zero ? &zeroTime : timeout);
 		});
@@ -109,7 +109,7 @@ TLSTUNE_EXPORT int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *
 	if (nothingToWaitFor())
 		return process().libc.pselect(nfds, readfds, writefds, exceptfds, timeout, sigmask);
 	return mergedWait([=](Process &p) {
-		return selectMerged(p.buffered, nfds, readfds, [&](bool zero) {
+		return selectMerged(p.buffered, p.epoll, nfds, readfds, [&](bool zero) {
 			return p.libc.pselect(nfds, readfds, writefds, exceptfds,
 					      zero ? &kZeroSpec : timeout, zero ? nullptr : sigmask);
 		});

@@ -200,6 +200,13 @@ TEST(Readiness, ANestedSetIsReadyWhileTheSetInsideItHasAConnectionToReport)
 	expectBothWays(bothWays({ "nested" }, { "--burst", "20" }), "lines 20\n");
 }
 
+TEST(Readiness, AnEpollSetWaitedOnByPollOrSelectIsReadyWhileItHasAConnectionToReport)
+{
+	RecordProperty("fault", "the connection in an epoll set; poll or select waits on the set's fd");
+	expectBothWays(bothWays({ "nested", "poll" }, { "--burst", "20" }), "lines 20\n");
+	expectBothWays(bothWays({ "nested", "select" }, { "--burst", "20" }), "lines 20\n");
+}
+
 /*
  * Waits the shim cannot see (issue 23): examples/unseen_waits. A connection the shim
  * cannot follow does not read ahead, so the kernel keeps what it would have kept.

@@ -60,6 +60,13 @@ ino_t inodeOf(int fd)
 
 const int kOwner = 0; /* any address serves as a connection's identity */
 
+/* The epoll sets of a process that has none: poll and select merge held sockets only. */
+EpollSets &noSets()
+{
+	static EpollSets sets;
+	return sets;
+}
+
 /* A connection that read from fd and holds data, as after a call that left records. */
 void holdData(Connection &connection, BufferedFds &buffered, int fd)
 {
@@ -276,7 +283,7 @@ TEST(PollMerged, PassesTheProgramsTimeoutWhenNothingIsBuffered)
 	struct pollfd pfd = { pair.fds[0], POLLIN, 0 };
 	int calls = 0;
 	bool zero = true;
-	int n = pollMerged(buffered, &pfd, 1, [&](bool z) {
+	int n = pollMerged(buffered, noSets(), &pfd, 1, [&](bool z) {
 		calls++;
 		zero = z;
 		return 0;
@@ -299,7 +306,7 @@ TEST(PollMerged, ReportsABufferedSocketReadableAtOnce)
 		{ pair.fds[0], POLLOUT, 0 }, /* asks only for output: left alone */
 	};
 	bool zero = false;
-	int n = pollMerged(buffered, pfds, 3, [&](bool z) {
+	int n = pollMerged(buffered, noSets(), pfds, 3, [&](bool z) {
 		zero = z;
 		return poll(pfds, 3, z ? 0 : -1);
 	});
@@ -321,7 +328,7 @@ TEST(SelectMerged, ReportsABufferedSocketReadableAtOnce)
 	FD_SET(pair.fds[0], &readable);
 	FD_SET(pair.fds[1], &readable);
 	const int nfds = std::max(pair.fds[0], pair.fds[1]) + 1;
-	int n = selectMerged(buffered, nfds, &readable, [&](bool zero) {
+	int n = selectMerged(buffered, noSets(), nfds, &readable, [&](bool zero) {
 		struct timeval none = { 0, 0 };
 		EXPECT_TRUE(zero);
 		return select(nfds, &readable, nullptr, nullptr, &none);
@@ -347,7 +354,7 @@ TEST(SelectMerged, ReadsAndWritesNoBitBeyondNfds)
 	fd_set *small = reinterpret_cast<fd_set *>(pages + page - sizeof(__fd_mask));
 	__FDS_BITS(small)[0] = static_cast<__fd_mask>(1) << pair.fds[0] | static_cast<__fd_mask>(1) << pair.fds[1];
 	const int nfds = std::max(pair.fds[0], pair.fds[1]) + 1;
-	const int n = selectMerged(buffered, nfds, small, [&](bool zero) {
+	const int n = selectMerged(buffered, noSets(), nfds, small, [&](bool zero) {
 		EXPECT_TRUE(zero);
 		/* The real select with a whole set of the test's own, as the kernel reads nfds bits. */
 		fd_set whole;
@@ -874,6 +881,38 @@ TEST_F(EpollMerged, ANestedSetIsReportedByTheOuterOneWhileItHasAConnectionToRepo
 	closeFd(outer);
 }
 
+TEST_F(EpollMerged, PollAndSelectOnASetsOwnFdSeeWhatTheSetWouldReport)
+{
+	/* The kernel reports an epoll fd readable while the set has events (a hunt: 1 line of 20). */
+	add(pair_.fds[0], EPOLLIN | EPOLLET, 10);
+	struct pollfd pfd = { epfd_, POLLIN, 0 };
+	auto pollSet = [&] {
+		pfd.revents = 0;
+		return pollMerged(buffered_, sets_, &pfd, 1, [&](bool) { return poll(&pfd, 1, 0); });
+	};
+	auto selectSet = [&] {
+		fd_set readable;
+		FD_ZERO(&readable);
+		FD_SET(epfd_, &readable);
+		struct timeval zero = { 0, 0 };
+		return selectMerged(buffered_, sets_, epfd_ + 1, &readable,
+				    [&](bool) { return select(epfd_ + 1, &readable, nullptr, nullptr, &zero); });
+	};
+	hold(pair_.fds[1], 1);
+	EXPECT_EQ(pollSet(), 0) << "a held socket the set does not have";
+	hold(pair_.fds[0], 1);
+	ASSERT_EQ(pollSet(), 1);
+	EXPECT_EQ(pfd.revents, POLLIN);
+	EXPECT_EQ(selectSet(), 1);
+	EXPECT_EQ(pollSet(), 1) << "asking tells the set nothing";
+	struct epoll_event events[4];
+	ASSERT_EQ(wait(events, 4), 1);
+	EXPECT_EQ(pollSet(), 0) << "edge-triggered: that arrival was told";
+	EXPECT_EQ(selectSet(), 0);
+	hold(pair_.fds[0], 2);
+	EXPECT_EQ(pollSet(), 1) << "a new arrival";
+}
+
 TEST(EpollSetsThreads, WaitsAndChangesOnOneSetAtOnce)
 {
 	/* For ThreadSanitizer: epoll_ctl and waits on one set while connections gain and lose data. */
@@ -1010,7 +1049,7 @@ protected:
 	bool pollSaysReadable()
 	{
 		struct pollfd pfd = { clientSocket(), POLLIN, 0 };
-		return pollMerged(buffered_, &pfd, 1, [&](bool) { return poll(&pfd, 1, 0); }) == 1;
+		return pollMerged(buffered_, noSets(), &pfd, 1, [&](bool) { return poll(&pfd, 1, 0); }) == 1;
 	}
 
 	OpenSslApi api_;
@@ -1097,7 +1136,7 @@ TEST(BufferedFds, ManyThreadsEachWithTheirOwnConnections)
 			for (int i = 0; i < 300; i++) {
 				buffered.set(&owner, pair.fds[0], ino, true);
 				struct pollfd pfd = { pair.fds[0], POLLIN, 0 };
-				int n = pollMerged(buffered, &pfd, 1, [&](bool) { return poll(&pfd, 1, 0); });
+				int n = pollMerged(buffered, noSets(), &pfd, 1, [&](bool) { return poll(&pfd, 1, 0); });
 				wrong += n != 1 || pfd.revents != POLLIN;
 				buffered.set(&owner, pair.fds[0], ino, false);
 				wrong += buffered.holds(pair.fds[0]);

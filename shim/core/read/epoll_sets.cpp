@@ -572,6 +572,24 @@ void EpollSets::tell(Stored &stored, unsigned long long arrival) noexcept
 	stored.fired = (stored.registration.events & EPOLLONESHOT) != 0;
 }
 
+bool EpollSets::heldToReport(Set &set, const BufferedFds &buffered, unsigned long long *newest) noexcept
+{
+	if (set.unresolved > 0)
+		resolve(set);
+	bool ready = false;
+	*newest = 0;
+	buffered.forEach(0, [&](int, ino_t ino, unsigned long long arrival) {
+		auto range = set.byIno.equal_range(ino);
+		for (auto it = range.first; it != range.second; ++it) {
+			if (reportable(it->second, arrival)) {
+				ready = true;
+				*newest = std::max(*newest, arrival);
+			}
+		}
+	});
+	return ready;
+}
+
 int EpollSets::claimNested(Set &outer, const BufferedFds &buffered, EpollRegistration *out, int max) noexcept
 {
 	int found = 0;
@@ -580,28 +598,42 @@ int EpollSets::claimNested(Set &outer, const BufferedFds &buffered, EpollRegistr
 		if (found >= max || stored.innerSet < 0 || stored.detached || !armed(stored))
 			continue;
 		Set *inner = find(stored.innerSet);
-		if (!inner)
-			continue;
-		if (inner->unresolved > 0)
-			resolve(*inner);
 		/* The newest arrival the inner set would report: an edge of the outer registration. */
-		bool ready = false;
 		unsigned long long newest = 0;
-		buffered.forEach(0, [&](int, ino_t ino, unsigned long long arrival) {
-			auto range = inner->byIno.equal_range(ino);
-			for (auto it = range.first; it != range.second; ++it) {
-				if (reportable(it->second, arrival)) {
-					ready = true;
-					newest = std::max(newest, arrival);
-				}
-			}
-		});
-		if (!ready || !reportable(stored, newest))
+		if (!inner || !heldToReport(*inner, buffered, &newest) || !reportable(stored, newest))
 			continue;
-		tell(stored, newest);
-		out[found++] = stored.registration;
+		if (out) {
+			tell(stored, newest);
+			out[found] = stored.registration;
+		}
+		found++;
 	}
 	return found;
+}
+
+bool EpollSets::reportsHeld(int epfd, const BufferedFds &buffered) noexcept
+{
+	if (empty())
+		return false;
+	bool known;
+	{
+		std::lock_guard<std::mutex> lock(mutex_);
+		Set *set = find(epfd);
+		if (!set)
+			return false;
+		if (set->unread)
+			readWhole(epfd, *set);
+		known = set->exact;
+	}
+	if (!known)
+		reload(epfd, buffered);
+	std::lock_guard<std::mutex> lock(mutex_);
+	Set *set = find(epfd);
+	unsigned long long newest = 0;
+	if (!set)
+		return false;
+	return heldToReport(*set, buffered, &newest) ||
+	       (set->nested > 0 && claimNested(*set, buffered, nullptr, 1) > 0);
 }
 
 void EpollSets::owe(int epfd) noexcept

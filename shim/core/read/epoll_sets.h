@@ -81,6 +81,12 @@ public:
 	 * unclaim() when it could not be delivered.
 	 */
 	int claim(int epfd, const BufferedFds &buffered, EpollRegistration *out, int max) noexcept;
+	/*
+	 * poll or select on the set's own fd: the kernel reports a set readable while it has
+	 * events, so the shim does while claim() would report a registration (it tells none).
+	 * False for an fd that is no set the shim knows.
+	 */
+	bool reportsHeld(int epfd, const BufferedFds &buffered) noexcept;
 	void unclaim(int epfd, const EpollRegistration &registration) noexcept;
 
 	/*
@@ -141,9 +147,12 @@ private:
 	static bool reportable(const Stored &stored, unsigned long long arrival) noexcept;
 	/* Reported for that arrival: told, and a one-shot fired. */
 	static void tell(Stored &stored, unsigned long long arrival) noexcept;
+	/* Under the lock: set has a held connection's registration to report; its newest arrival. */
+	bool heldToReport(Set &set, const BufferedFds &buffered, unsigned long long *newest) noexcept;
 	/*
 	 * claim() for the sets registered in outer: one is ready while it has a registration to
-	 * report, as the kernel reports a nested set ready while it has events.
+	 * report, as the kernel reports a nested set ready while it has events. With out null,
+	 * counts them and tells none.
 	 */
 	int claimNested(Set &outer, const BufferedFds &buffered, EpollRegistration *out, int max) noexcept;
 	Set *find(int epfd) noexcept;

@@ -8,6 +8,7 @@
 #include <sys/select.h>
 
 #include "buffered_fds.h"
+#include "core/known_fds.h"
 #include "epoll_sets.h"
 
 namespace tlstune {
@@ -22,19 +23,28 @@ namespace tlstune {
  */
 
 /*
+ * Readable besides what the kernel says: a connection whose records OpenSSL holds, or an
+ * epoll set that has one of them to report (a poll on the set's own fd).
+ */
+inline bool heldReadable(const BufferedFds &buffered, EpollSets &sets, int fd) noexcept
+{
+	return buffered.holds(fd) || (!sets.empty() && knownFds().mayKnow(fd) && sets.reportsHeld(fd, buffered));
+}
+
+/*
  * realPoll(zeroTimeout) runs the real poll/ppoll over the same fds. The zero-timeout probe
  * leaves ppoll's signal mask out: a held connection is ready, and the kernel answers ready
  * fds before a signal the mask lets in (which stays pending); with the mask, the probe
  * met the signal and said EINTR.
  */
 template <typename RealPoll>
-int pollMerged(const BufferedFds &buffered, struct pollfd *fds, nfds_t nfds, RealPoll realPoll)
+int pollMerged(const BufferedFds &buffered, EpollSets &sets, struct pollfd *fds, nfds_t nfds, RealPoll realPoll)
 {
 	if (buffered.empty())
 		return realPoll(false);
 	constexpr short kReadable = POLLIN | POLLRDNORM;
 	auto bufferedAt = [&](nfds_t i) {
-		return (fds[i].events & kReadable) && buffered.holds(fds[i].fd);
+		return (fds[i].events & kReadable) && heldReadable(buffered, sets, fds[i].fd);
 	};
 
 	bool any = false;
@@ -58,7 +68,7 @@ int pollMerged(const BufferedFds &buffered, struct pollfd *fds, nfds_t nfds, Rea
 
 /* realSelect(zeroTimeout) runs the real select/pselect over the same sets (the mask as for ppoll). */
 template <typename RealSelect>
-int selectMerged(const BufferedFds &buffered, int nfds, fd_set *readfds, RealSelect realSelect)
+int selectMerged(const BufferedFds &buffered, EpollSets &sets, int nfds, fd_set *readfds, RealSelect realSelect)
 {
 	if (buffered.empty())
 		return realSelect(false);
@@ -74,7 +84,7 @@ int selectMerged(const BufferedFds &buffered, int nfds, fd_set *readfds, RealSel
 	bool any = false;
 	if (readfds) {
 		for (int fd = 0; fd < limit && !any; fd++)
-			any = isSet(readfds, fd) && buffered.holds(fd);
+			any = isSet(readfds, fd) && heldReadable(buffered, sets, fd);
 	}
 	if (!any)
 		return realSelect(false);
@@ -91,7 +101,7 @@ int selectMerged(const BufferedFds &buffered, int nfds, fd_set *readfds, RealSel
 	if (ready < 0)
 		return ready;
 	for (int fd = 0; fd < limit; fd++) {
-		if (isSet(&wanted, fd) && !isSet(readfds, fd) && buffered.holds(fd)) {
+		if (isSet(&wanted, fd) && !isSet(readfds, fd) && heldReadable(buffered, sets, fd)) {
 			add(readfds, fd);
 			ready++;
 		}
