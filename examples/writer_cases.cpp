@@ -45,6 +45,9 @@
  *   closefrom         20 short lines, closefrom(3) (glibc makes the close_range system
  *                     call itself), then a socketpair that takes the freed numbers: prints
  *                     "socketpair got N bytes" (what arrived on it) and "closed"
+ *   raw-close         the same, the socket closed by syscall(SYS_close, fd)
+ *   fclose            20 short lines, then the socket closed by fclose(fdopen(fd)) (glibc
+ *                     closes the stream's fd itself): prints "closed"
  *   daemon            20 short lines, daemon(1, 1), then 20 more from the child
  *   write-ex2         20 times: 50 short lines by SSL_write, then one by SSL_write_ex2
  *                     (OpenSSL 3.3+; prints "no SSL_write_ex2" where libssl lacks it)
@@ -61,6 +64,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <thread>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "common/example.h"
@@ -270,13 +274,16 @@ int sigpipeCase(const char *port)
 	return 0;
 }
 
-int closefromCase(const char *port)
+int closefromCase(const char *port, bool raw)
 {
 	SSL_CTX *ctx = client();
 	int fd = -1;
 	SSL *ssl = connectSsl(ctx, port, &fd);
 	writeLines(ssl, 0, 20);
-	closefrom(3);
+	if (raw)
+		syscall(SYS_close, fd);
+	else
+		closefrom(3);
 	int pair[2];
 	if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair) != 0)
 		fail("socketpair");
@@ -291,6 +298,21 @@ int closefromCase(const char *port)
 			got += static_cast<size_t>(n);
 	}
 	std::printf("socketpair got %zu bytes\nclosed\n", got);
+	SSL_free(ssl);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
+int fcloseCase(const char *port)
+{
+	SSL_CTX *ctx = client();
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	writeLines(ssl, 0, 20);
+	FILE *stream = fdopen(fd, "r+");
+	if (!stream || fclose(stream) != 0)
+		fail("fclose");
+	std::printf("closed\n");
 	SSL_free(ssl);
 	SSL_CTX_free(ctx);
 	return 0;
@@ -484,8 +506,10 @@ int main(int argc, char **argv)
 		return reuseCase(argv[1]);
 	if (how == "daemon")
 		return daemonCase(argv[1]);
-	if (how == "closefrom")
-		return closefromCase(argv[1]);
+	if (how == "closefrom" || how == "raw-close")
+		return closefromCase(argv[1], how == "raw-close");
+	if (how == "fclose")
+		return fcloseCase(argv[1]);
 	if (how == "msg-callback")
 		return msgCallbackCase(argv[1]);
 	if (how == "msg-callback-late")

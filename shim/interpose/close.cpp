@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -164,6 +165,23 @@ TLSTUNE_EXPORT void closefrom(int lowfd)
 		beforeClose(p, lowfd, INT_MAX);
 	p.libc.closefrom(lowfd);
 	forgetClosed(p, closes, lowfd, INT_MAX);
+}
+
+/*
+ * glibc's fclose closes the stream's fd itself, not through close's PLT: a socket the
+ * program wrapped in a FILE (fdopen) lost the bytes the shim held for it (30 of 75).
+ */
+TLSTUNE_EXPORT int fclose(FILE *stream)
+{
+	Process &p = process();
+	const int fd = stream ? fileno_unlocked(stream) : -1;
+	if (fd < 0 || !closingKnown(p, fd))
+		return p.libc.fclose(stream);
+	beforeClose(p, fd, fd);
+	const int result = p.libc.fclose(stream);
+	/* The stream's fd is closed whatever fclose reports (a failed flush, EINTR). */
+	forgetClosed(p, true, fd, fd);
+	return result;
 }
 
 /* Shutting down the sending side before bytes the shim still holds would lose them. */

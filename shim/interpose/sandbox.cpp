@@ -11,6 +11,7 @@
 #include <cstdarg>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <unistd.h>
 
 #include "interpose/export.h"
 #include "runtime/runtime.h"
@@ -45,6 +46,12 @@ TLSTUNE_EXPORT __attribute__((no_sanitize("address"))) long syscall(long number,
 		argument = va_arg(rest, long);
 	va_end(rest);
 	Process &p = process();
+	/* A raw close is a close: the wrappers hand over what the shim holds for the fds first. */
+	if (number == SYS_close)
+		return close(static_cast<int>(arguments[0]));
+	if (number == SYS_close_range && p.libc.close_range)
+		return close_range(static_cast<unsigned>(arguments[0]), static_cast<unsigned>(arguments[1]),
+				   static_cast<int>(arguments[2]));
 	if (number == SYS_seccomp)
 		p.enterSandbox();
 	const long result = p.libc.syscall(number, arguments[0], arguments[1], arguments[2], arguments[3],

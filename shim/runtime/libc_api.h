@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdio>
 #include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
@@ -47,6 +48,7 @@ struct LibcApi {
 	int (*dup3)(int, int, int) = nullptr;
 	int (*close_range)(unsigned, unsigned, int) = nullptr; /* glibc 2.34+ */
 	void (*closefrom)(int) = nullptr;                       /* glibc 2.34+ */
+	int (*fclose)(FILE *) = nullptr;
 	int (*shutdown)(int, int) = nullptr;
 	int (*fcntl)(int, int, ...) = nullptr;
 	int (*fcntl64)(int, int, ...) = nullptr; /* glibc 2.28+ */

@@ -102,6 +102,7 @@ void resolveLibc(LibcApi *libc) noexcept
 	next(&libc->dup3, "dup3");
 	next(&libc->close_range, "close_range");
 	next(&libc->closefrom, "closefrom");
+	next(&libc->fclose, "fclose");
 	next(&libc->shutdown, "shutdown");
 	next(&libc->fcntl, "fcntl");
 	next(&libc->fcntl64, "fcntl64");

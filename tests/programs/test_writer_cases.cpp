@@ -197,6 +197,18 @@ TEST(Writers, ClosefromHandsOverWhatWasWrittenAndSendsNothingIntoTheNewFiles)
 	expectTheSameBothWays("closefrom", {}, "socketpair got 0 bytes\nclosed\n", 0, 1);
 }
 
+TEST(Writers, ARawCloseHandsOverWhatWasWrittenAndSendsNothingIntoTheNewFile)
+{
+	RecordProperty("fault", "syscall(SYS_close, fd), then a socketpair on its number");
+	expectTheSameBothWays("raw-close", {}, "socketpair got 0 bytes\nclosed\n", 0, 1);
+}
+
+TEST(Writers, FcloseOfAStreamOnTheSocketHandsOverWhatWasWritten)
+{
+	RecordProperty("fault", "20 short lines, then fclose(fdopen(fd)): glibc closes the fd itself");
+	expectTheSameBothWays("fclose", {}, "closed\n", 0, 1);
+}
+
 TEST(Writers, ADaemonsChildWritesOnAfterTheParentLeft)
 {
 	RecordProperty("fault", "daemon(3): fork, the parent leaves by glibc's own _exit, the child writes on");
