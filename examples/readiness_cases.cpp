@@ -113,6 +113,7 @@
 
 #include "common/descriptors.h"
 #include "common/example.h"
+#include "common/own_bio.h"
 #include "common/waits.h"
 
 using namespace example;
@@ -392,41 +393,6 @@ int blockingPeek(const char *port)
 	return 0;
 }
 
-/* A BIO of the program's own over a socket: its read, and the fd it reads. */
-int bioFd(BIO *bio)
-{
-	return static_cast<int>(reinterpret_cast<intptr_t>(BIO_get_data(bio)));
-}
-
-int bioWrite(BIO *bio, const char *data, int length)
-{
-	return static_cast<int>(send(bioFd(bio), data, static_cast<size_t>(length), MSG_NOSIGNAL));
-}
-
-/* As a BIO over a blocking stream often reads: all it was asked for, or the end. */
-int bioReadFully(BIO *bio, char *data, int length)
-{
-	int got = 0;
-	while (got < length) {
-		const ssize_t n = recv(bioFd(bio), data + got, static_cast<size_t>(length - got), 0);
-		if (n <= 0)
-			return got ? got : static_cast<int>(n);
-		got += static_cast<int>(n);
-	}
-	return got;
-}
-
-/* One recv per read, as a socket BIO does. */
-int bioReadOnce(BIO *bio, char *data, int length)
-{
-	return static_cast<int>(recv(bioFd(bio), data, static_cast<size_t>(length), 0));
-}
-
-long bioControl(BIO *, int command, long, void *)
-{
-	return command == BIO_CTRL_FLUSH ? 1 : 0;
-}
-
 /*
  * The connection's BIO is the program's own (reading fully, or once per call) or a
  * buffer over a socket BIO; then lines are read, polling before each SSL_read.
@@ -441,13 +407,8 @@ int readBio(const char *port, const std::string &how)
 	if (how == "buffer") {
 		bio = BIO_push(BIO_new(BIO_f_buffer()), BIO_new_socket(fd, BIO_NOCLOSE));
 	} else {
-		method = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, how.c_str());
-		BIO_meth_set_write(method, bioWrite);
-		BIO_meth_set_read(method, how == "read-fully" ? bioReadFully : bioReadOnce);
-		BIO_meth_set_ctrl(method, bioControl);
-		bio = BIO_new(method);
-		BIO_set_data(bio, reinterpret_cast<void *>(static_cast<intptr_t>(fd)));
-		BIO_set_init(bio, 1);
+		method = ownBioMethod(how == "read-fully", how.c_str());
+		bio = ownBio(method, fd);
 	}
 	SSL_set_bio(ssl, bio, bio);
 	if (SSL_connect(ssl) != 1)

@@ -9,10 +9,13 @@
  *                     by IORING_OP_POLL_ADD before each line. Prints "lines 20", or "ring
  *                     poll timed out after N lines" and exits 3; "no ring" (exit 0) where
  *                     the kernel makes none.
- *   sent-away PORT    against tls_server --burst 20: a helper process forked at start is
+ *   sent-away [own-bio] PORT
+ *                     against tls_server --burst 20: a helper process forked at start is
  *                     sent a copy of the socket with SCM_RIGHTS after the handshake, and
  *                     before each line the program asks it to poll its copy. Prints
  *                     "lines 20", or "helper's poll timed out after N lines" and exits 3.
+ *                     own-bio: the connection reads through a BIO of the program's own
+ *                     (as curl's), and the copy is sent before the handshake.
  *   rcvlowat before|after PORT
  *                     against tls_server --burst 20: SO_RCVLOWAT of 100 bytes (a few
  *                     records) on the socket, set before the handshake or after it; reads
@@ -34,6 +37,7 @@
 
 #include "common/descriptors.h"
 #include "common/example.h"
+#include "common/own_bio.h"
 #include "common/waits.h"
 
 using namespace example;
@@ -157,7 +161,7 @@ int ring(const char *port)
 	_exit(0);
 }
 
-int sentAway(const char *port)
+int sentAway(const char *port, bool throughOwnBio)
 {
 	int pair[2];
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
@@ -170,8 +174,20 @@ int sentAway(const char *port)
 	close(pair[1]);
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	const int fd = connectTo("127.0.0.1", port);
-	SSL *ssl = connectTls(ctx, fd);
-	sendDescriptor(pair[0], fd);
+	BIO_METHOD *method = nullptr;
+	SSL *ssl;
+	if (throughOwnBio) {
+		sendDescriptor(pair[0], fd);
+		method = ownBioMethod(false, "own-bio");
+		ssl = SSL_new(ctx);
+		BIO *bio = ownBio(method, fd);
+		SSL_set_bio(ssl, bio, bio);
+		if (SSL_connect(ssl) != 1)
+			fail("SSL_connect");
+	} else {
+		ssl = connectTls(ctx, fd);
+		sendDescriptor(pair[0], fd);
+	}
 	int lines = 0;
 	int result = 0;
 	for (; lines < 20; lines++) {
@@ -189,6 +205,7 @@ int sentAway(const char *port)
 	close(pair[0]);
 	waitpid(child, nullptr, 0);
 	SSL_free(ssl);
+	BIO_meth_free(method);
 	close(fd);
 	SSL_CTX_free(ctx);
 	return result;
@@ -237,8 +254,10 @@ int main(int argc, char **argv)
 	const std::string which = argc > 1 ? argv[1] : "";
 	if (which == "ring" && argc > 2)
 		return ring(argv[2]);
+	if (which == "sent-away" && argc > 3 && std::string(argv[2]) == "own-bio")
+		return sentAway(argv[3], true);
 	if (which == "sent-away" && argc > 2)
-		return sentAway(argv[2]);
+		return sentAway(argv[2], false);
 	if (which == "rcvlowat" && argc > 3)
 		return rcvlowat(argv[2], argv[3]);
 	std::fprintf(stderr, "usage: unseen_waits ring|sent-away|rcvlowat ...\n");

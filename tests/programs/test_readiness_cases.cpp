@@ -242,6 +242,13 @@ TEST(UnseenWaits, ACopyOfTheSocketSentToAnotherProcessIsReadableThere)
 	expectBothWays(bothWaysOf("unseen_waits", { "sent-away" }, { "--burst", "20" }), "lines 20\n");
 }
 
+TEST(UnseenWaits, ACopySentBeforeTheHandshakeOfAConnectionOnItsOwnBioIsReadableThere)
+{
+	RecordProperty("fault", "a BIO of the program's own (its socket learnt from its reads); a copy of the socket "
+				"goes to a helper process before the handshake");
+	expectBothWays(bothWaysOf("unseen_waits", { "sent-away", "own-bio" }, { "--burst", "20" }), "lines 20\n");
+}
+
 TEST(UnseenWaits, ASocketsReceiveLowWaterMarkDecidesItsReadiness)
 {
 	RecordProperty("fault", "SO_RCVLOWAT of a few records, set before or after the handshake, then poll "
