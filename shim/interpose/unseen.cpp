@@ -32,12 +32,16 @@ TLSTUNE_EXPORT int sendmmsg(int fd, struct mmsghdr *messages, unsigned count, in
 	return p.libc.sendmmsg(fd, messages, count, flags);
 }
 
+/*
+ * A connection decided later asks the socket itself (getsockopt at its decision): before
+ * the process's first connection nothing needs noting.
+ */
 TLSTUNE_EXPORT int setsockopt(int fd, int level, int name, const void *value, socklen_t length)
 {
 	Process &p = process();
 	const int done = p.libc.setsockopt(fd, level, name, value, length);
 	if (done == 0 && level == SOL_SOCKET && name == SO_RCVLOWAT && value && length >= sizeof(int) &&
-	    *static_cast<const int *>(value) > 1)
+	    *static_cast<const int *>(value) > 1 && ConnectionSlot::anyMade())
 		noteUnfollowedSocket(p, fd);
 	return done;
 }

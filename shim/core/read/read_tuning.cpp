@@ -1,5 +1,6 @@
 #include "read_tuning.h"
 
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include "core/log.h"
@@ -88,6 +89,14 @@ bool ReadTuning::followable(const OpenSslApi &api, const UnseenWaits &unseen, SS
 			return false;
 		connection.noteSocket(fd, st.st_ino);
 	}
+	/*
+	 * SO_RCVLOWAT set before the process's first connection (setsockopt notes it only
+	 * from then on: a process without TLS pays nothing for it). A pipe has none.
+	 */
+	int lowWater = 1;
+	socklen_t length = sizeof(lowWater);
+	if (getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowWater, &length) == 0 && lowWater > 1)
+		return false;
 	return unseen.follows(connection.ino());
 }
 
