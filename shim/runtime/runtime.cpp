@@ -16,6 +16,8 @@
 #include "symbols.h"
 
 TLSTUNE_EXPORT const char *tlstune_version(void);
+/* The same function, bound to this copy whoever came first. */
+extern "C" const char *thisCopysVersion(void) __attribute__((alias("tlstune_version"), visibility("hidden")));
 
 namespace tlstune {
 
@@ -135,18 +137,17 @@ void encryptPlaintext() noexcept
  */
 const char *firstCopy() noexcept
 {
-	Dl_info first, mine;
+	Dl_info first;
 	const void *found = dlsym(RTLD_DEFAULT, kCopyMarker);
 	/*
-	 * This copy is told by a hidden function's address. &tlstune_version would not do: it
-	 * is exported, so the loader binds this copy's reference to the first copy's
-	 * definition, and every copy took itself for the first (both counted and tuned; two
-	 * copies' tlstune_live said active).
+	 * This copy's own marker, by a hidden alias. &tlstune_version would not do: it is
+	 * exported, so the loader binds this copy's reference to the first copy's definition,
+	 * and every copy took itself for the first (both counted and tuned; two copies'
+	 * tlstune_live said active). No dladdr unless it is another copy (a start-up cost).
 	 */
-	if (!found || !dladdr(found, &first) ||
-	    !dladdr(reinterpret_cast<const void *>(&firstCopy), &mine) || first.dli_fbase == mine.dli_fbase)
+	if (!found || found == reinterpret_cast<const void *>(&thisCopysVersion))
 		return nullptr;
-	return first.dli_fname ? first.dli_fname : "?";
+	return dladdr(found, &first) && first.dli_fname ? first.dli_fname : "?";
 }
 
 Process *buildProcess() noexcept
@@ -178,7 +179,8 @@ Process *buildProcess() noexcept
 	pthread_atfork(lockForFork, unlockInParent, unlockInChild);
 	if (instance.config.stats)
 		atexit(printStats);
-	logLine(LogLevel::Debug, "loaded into %s pid %d", programName(), static_cast<int>(getpid()));
+	if (logEnabled(LogLevel::Debug))
+		logLine(LogLevel::Debug, "loaded into %s pid %d", programName(), static_cast<int>(getpid()));
 	return &instance;
 }
 

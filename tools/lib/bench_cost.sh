@@ -27,10 +27,25 @@ idle_kib() {
 		awk '{ print $4 }'
 }
 
-# interleaved_row NAME MEASURE [ARG]...: MEASURE "" ARG... and MEASURE "$shim" ARG..., side
-# by side $runs times; one table row of the medians and the per-run ratios.
+# floor_libraries: $work/floor-c.so, an empty preload library in C, and $work/floor-cxx.so,
+# an empty one in C++ linked as libtlstune.so is (static libstdc++, an exception, libgcc_s):
+# what any preloaded library, and the C++ runtime, cost a start before the shim's own code.
+floor_libraries() {
+	echo 'int tlstune_floor;' | cc -shared -fPIC -O2 -x c -o "$work/floor-c.so" - ||
+		fail "cost rows" "cannot build an empty C library (cc)"
+	printf '%s\n' '#include <stdexcept>' \
+		'extern "C" __attribute__((visibility("default"))) int tlstune_floor(int n) {' \
+		'try { if (n < 0) throw std::runtime_error("n"); } catch (const std::exception &) { return 1; }' \
+		'return 0; }' |
+		c++ -shared -fPIC -O2 -fvisibility=hidden -static-libstdc++ -Wl,--exclude-libs,ALL -x c++ -o "$work/floor-cxx.so" - ||
+		fail "cost rows" "cannot build an empty C++ library (c++)"
+}
+
+# interleaved_row NAME MEASURE [ARG]...: MEASURE "" ARG... and MEASURE "$with" ARG... ($with:
+# the shim unless set), side by side $runs times; one table row of the medians and the
+# per-run ratios.
 interleaved_row() {
-	local name=$1 a b i ma mb mr lo hi
+	local name=$1 a b i ma mb mr lo hi with=${with:-$shim}
 	shift
 	: >"$work/cost.a"
 	: >"$work/cost.b"
@@ -38,7 +53,7 @@ interleaved_row() {
 	for ((i = 1; i <= runs; i++)); do
 		progress "cost: $name, run $i of $runs"
 		a=$("$1" "" "${@:2}") || fail "cost row '$name'" "failed without the shim"
-		b=$("$1" "$shim" "${@:2}") || fail "cost row '$name'" "failed with the shim"
+		b=$("$1" "$with" "${@:2}") || fail "cost row '$name'" "failed with the shim"
 		nonzero "cost row '$name', run $i" "$a" "$b"
 		echo "$a" >>"$work/cost.a"
 		echo "$b" >>"$work/cost.b"
@@ -71,6 +86,9 @@ ssl-get-mode|`SSL_get_mode` (`SSL_ctrl`), the same
 ROWS
 	# The loader mapping the library and its constructor: a process that never uses OpenSSL.
 	interleaved_row "\`/bin/true\` started ($starts in a row), microseconds, not ns" start_time "$starts"
+	floor_libraries
+	with="$work/floor-c.so" interleaved_row "the same with an empty C library preloaded instead (the floor of any preload), microseconds" start_time "$starts"
+	with="$work/floor-cxx.so" interleaved_row "the same with an empty C++ library linked as libtlstune.so (static libstdc++, libgcc_s), microseconds" start_time "$starts"
 	interleaved_row "RSS per idle client connection after 64 KiB read, 300 connections, KiB, not ns" idle_kib
 	interleaved_row "the same, the client sets \`SSL_MODE_RELEASE_BUFFERS\` (curl, python), KiB" idle_kib --release-buffers
 	interleaved_row "RSS per idle server connection after 64 KiB read, 300 connections, KiB" idle_kib --role server
