@@ -6,7 +6,8 @@ nginx_pid=""
 # start_nginx TLS: serves $work over TLS 1.2 (the seed's cipher) or 1.3 on a free port of
 # 127.0.0.1; sets port and nginx_pid. Set before the call: nginx_env (VAR=value words for
 # nginx's environment, e.g. LD_PRELOAD), nginx_server (more lines for the server block),
-# nginx_connections (worker_connections, default 1024).
+# nginx_connections (worker_connections, default 1024), nginx_listen (more words for the
+# listen line, e.g. http2).
 start_nginx() {
 	local protocols="ssl_protocols TLSv1.3;"
 	[ "$1" = 1.2 ] && protocols="ssl_protocols TLSv1.2; ssl_ciphers ECDHE-RSA-AES256-GCM-SHA384;"
@@ -21,7 +22,7 @@ http {
   client_body_temp_path $work/body; proxy_temp_path $work/proxy; fastcgi_temp_path $work/fcgi;
   uwsgi_temp_path $work/uwsgi; scgi_temp_path $work/scgi;
   server {
-    listen 127.0.0.1:$port ssl; $protocols
+    listen 127.0.0.1:$port ssl ${nginx_listen:-}; $protocols
     ssl_certificate $work/cert.pem; ssl_certificate_key $work/key.pem; root $work;
     ${nginx_server:-}
   }
