@@ -43,7 +43,7 @@ void freeConnection(void * /*parent*/, void *ptr, CRYPTO_EX_DATA * /*ad*/, int /
 
 } /* namespace */
 
-void Connection::noteSocketRead(int fd, bool gotBytes) noexcept
+void Connection::noteSocketRead(int fd, bool gotBytes, size_t asked) noexcept
 {
 	/* The BIO named its fd: a read of another one is a callback's (a control pipe, a fetch). */
 	if (fd != fd_ && namedByBio_)
@@ -52,8 +52,10 @@ void Connection::noteSocketRead(int fd, bool gotBytes) noexcept
 	if (fd == fd_)
 		return;
 	ino_t ino;
-	if (streamInode(fd, &ino))
-		noteSocket(fd, ino);
+	if (!streamInode(fd, &ino))
+		return;
+	readsInChunks_ = asked < kOneRecord;
+	noteSocket(fd, ino);
 }
 
 void Connection::noteSocket(int fd, ino_t ino) noexcept
@@ -184,13 +186,13 @@ bool CallScope::active() noexcept
 	return live(innermost, innermostCookie, __builtin_frame_address(0));
 }
 
-bool CallScope::noteSocketRead(int fd, bool gotBytes) noexcept
+bool CallScope::noteSocketRead(int fd, bool gotBytes, size_t asked) noexcept
 {
 	const void *here = __builtin_frame_address(0);
 	if (!live(innermost, innermostCookie, here))
 		return false;
 	for (CallScope *scope = innermost;; scope = scope->previous_) {
-		scope->connection_->noteSocketRead(fd, gotBytes);
+		scope->connection_->noteSocketRead(fd, gotBytes, asked);
 		if (!live(scope->previous_, scope->previousCookie_, here))
 			break;
 	}

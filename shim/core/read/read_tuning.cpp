@@ -12,9 +12,21 @@ namespace {
 
 /* A program may make a connection per request. */
 RateLimit tunedLines;
+RateLimit chunkedLines;
 
 /* What a context's ex_data holds once the program set its read-ahead: any non-null pointer. */
 char programSetReadAhead;
+
+/*
+ * SO_RCVLOWAT above 1 set before the process's first connection (setsockopt notes it only
+ * from then on: a process without TLS pays nothing for it). A pipe has none.
+ */
+bool countsBytes(int fd) noexcept
+{
+	int lowWater = 1;
+	socklen_t length = sizeof(lowWater);
+	return getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowWater, &length) == 0 && lowWater > 1;
+}
 
 } /* namespace */
 
@@ -59,8 +71,11 @@ void ReadTuning::tuneConnection(const OpenSslApi &api, const Config &config,
 	    api.SSL_get_read_ahead(ssl) || !readsItsSource(api, ssl) ||
 	    !followable(api, unseen, ssl, connection))
 		return;
-	/* A socket learnt later (a BIO of the program's own) is asked about once it is known. */
-	connection.setUnseenSeen(connection.ino() ? generation : 0);
+	/*
+	 * A socket learnt later (a BIO of the program's own) is asked about once it is known:
+	 * until then no generation matches.
+	 */
+	connection.setUnseenSeen(connection.ino() ? generation : Connection::kSocketUnknown);
 	turnOn(api, config, ssl, connecting);
 	connection.setReadAheadByShim(true);
 	logLimited(tunedLines, LogLevel::Info, "connection tuned: read-ahead on, read buffer %zu bytes",
@@ -89,15 +104,7 @@ bool ReadTuning::followable(const OpenSslApi &api, const UnseenWaits &unseen, SS
 			return false;
 		connection.noteSocket(fd, st.st_ino);
 	}
-	/*
-	 * SO_RCVLOWAT set before the process's first connection (setsockopt notes it only
-	 * from then on: a process without TLS pays nothing for it). A pipe has none.
-	 */
-	int lowWater = 1;
-	socklen_t length = sizeof(lowWater);
-	if (getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowWater, &length) == 0 && lowWater > 1)
-		return false;
-	return unseen.follows(connection.ino());
+	return !countsBytes(fd) && unseen.follows(connection.ino());
 }
 
 void ReadTuning::turnOff(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept
@@ -111,10 +118,19 @@ void ReadTuning::unseenChanged(const OpenSslApi &api, const UnseenWaits &unseen,
 			       Connection &connection) noexcept
 {
 	const unsigned generation = unseen.generation();
-	if (!unseen.follows(connection.ino()))
+	const bool justLearnt = connection.unseenSeen() == Connection::kSocketUnknown;
+	if (!unseen.follows(connection.ino()) ||
+	    (justLearnt && connection.ino() != 0 &&
+	     (unseen.confined() || countsBytes(connection.fd())))) {
 		turnOff(api, ssl, connection);
-	else if (connection.ino() != 0)
+	} else if (connection.readsInChunks()) {
+		/* Its BIO takes what it takes per syscall; read-ahead only adds an empty read. */
+		turnOff(api, ssl, connection);
+		logLimited(chunkedLines, LogLevel::Info,
+			   "read-ahead off: the connection's own BIO reads in chunks under one record");
+	} else if (connection.ino() != 0) {
 		connection.setUnseenSeen(generation);
+	}
 }
 
 void ReadTuning::readBioChanged(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept
