@@ -7,6 +7,7 @@
  *   _exit    _exit(0)
  *   _Exit    _Exit(0)
  *   quick_exit  quick_exit(0)
+ *   exit_group  syscall(SYS_exit_group, 0), past glibc's _exit
  *   execl    execl("/bin/true", ...)
  *   execv    execv("/bin/true", ...)
  *   execvp   execvp("true", ...)
@@ -20,6 +21,7 @@
 
 #include <cassert>
 #include <cstdlib>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -50,7 +52,7 @@ void writeAtExit()
 int main(int argc, char **argv)
 {
 	if (argc < 3)
-		fail("usage: exit_paths PORT exit|_exit|_Exit|quick_exit|execl|execv|execvp|atexit|vfork");
+		fail("usage: exit_paths PORT exit|_exit|_Exit|quick_exit|exit_group|execl|execv|execvp|atexit|vfork");
 	const std::string how = argv[2];
 	if (how == "atexit")
 		std::atexit(writeAtExit);
@@ -98,6 +100,8 @@ int main(int argc, char **argv)
 		_Exit(0);
 	if (how == "quick_exit")
 		std::quick_exit(0);
+	if (how == "exit_group")
+		syscall(SYS_exit_group, 0);
 	if (how == "abort")
 		std::abort();
 	if (how == "assert")

@@ -54,6 +54,9 @@ TLSTUNE_EXPORT __attribute__((no_sanitize("address"))) long syscall(long number,
 				   static_cast<int>(arguments[2]));
 	if (number == SYS_seccomp)
 		p.enterSandbox();
+	/* The process image ends here, as in _exit: what is held goes to the kernel first. */
+	if (number == SYS_exit_group)
+		p.drainBeforeImageEnds();
 	const long result = p.libc.syscall(number, arguments[0], arguments[1], arguments[2], arguments[3],
 					   arguments[4], arguments[5]);
 	/* libuv makes its ring this way (core/read/unseen_waits.h). */

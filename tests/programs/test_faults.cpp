@@ -156,5 +156,5 @@ TEST_P(ExitPaths, WhatWasWrittenArrivesHoweverTheProcessEnds)
 }
 
 INSTANTIATE_TEST_SUITE_P(Faults, ExitPaths,
-			 ::testing::Values("exit", "_exit", "_Exit", "quick_exit", "abort", "assert", "execl", "execv",
+			 ::testing::Values("exit", "_exit", "_Exit", "quick_exit", "exit_group", "abort", "assert", "execl", "execv",
 					   "execvp", "atexit", "vfork"));
