@@ -43,7 +43,7 @@ void freeConnection(void * /*parent*/, void *ptr, CRYPTO_EX_DATA * /*ad*/, int /
 
 } /* namespace */
 
-void Connection::noteSocketRead(int fd, bool gotBytes, size_t asked) noexcept
+void Connection::noteSocketRead(int fd, bool gotBytes) noexcept
 {
 	/* The BIO named its fd: a read of another one is a callback's (a control pipe, a fetch). */
 	if (fd != fd_ && namedByBio_)
@@ -52,10 +52,8 @@ void Connection::noteSocketRead(int fd, bool gotBytes, size_t asked) noexcept
 	if (fd == fd_)
 		return;
 	ino_t ino;
-	if (!streamInode(fd, &ino))
-		return;
-	readsInChunks_ = asked < kOneRecord;
-	noteSocket(fd, ino);
+	if (streamInode(fd, &ino))
+		noteSocket(fd, ino);
 }
 
 void Connection::noteSocket(int fd, ino_t ino) noexcept
@@ -186,13 +184,13 @@ bool CallScope::active() noexcept
 	return live(innermost, innermostCookie, __builtin_frame_address(0));
 }
 
-bool CallScope::noteSocketRead(int fd, bool gotBytes, size_t asked) noexcept
+bool CallScope::noteSocketRead(int fd, bool gotBytes) noexcept
 {
 	const void *here = __builtin_frame_address(0);
 	if (!live(innermost, innermostCookie, here))
 		return false;
 	for (CallScope *scope = innermost;; scope = scope->previous_) {
-		scope->connection_->noteSocketRead(fd, gotBytes, asked);
+		scope->connection_->noteSocketRead(fd, gotBytes);
 		if (!live(scope->previous_, scope->previousCookie_, here))
 			break;
 	}

@@ -20,19 +20,9 @@ public:
 	/*
 	 * The socket this connection reads from, learnt from the read syscalls made while
 	 * it is inside an OpenSSL call, where its read BIO names none (SSL_get_rfd() is -1
-	 * for a program's own BIO, curl 7.88's). gotBytes: the read returned data; asked:
-	 * the bytes the read asked the kernel for.
+	 * for a program's own BIO, curl 7.88's). gotBytes: the read returned data.
 	 */
-	void noteSocketRead(int fd, bool gotBytes = true, size_t asked = kWholeBuffer) noexcept;
-	/* What a read that says nothing of its length counts as: a read-ahead's whole buffer. */
-	static constexpr size_t kWholeBuffer = ~static_cast<size_t>(0);
-	/*
-	 * A BIO of the program's own asked the kernel for less than one record when its socket
-	 * was learnt: it reads in chunks of its own (apache's 8,000 bytes) and buffers them,
-	 * so read-ahead takes nothing more per syscall, and costs an empty read per request.
-	 */
-	bool readsInChunks() const noexcept { return readsInChunks_; }
-	static constexpr size_t kOneRecord = 16384;
+	void noteSocketRead(int fd, bool gotBytes = true) noexcept;
 	/*
 	 * The socket read tuning looked at (fstat, SSL_get_rfd) before the first read: the
 	 * same, spared a stat; from then on reads of other fds are not the connection's.
@@ -90,7 +80,6 @@ private:
 	bool madeThroughShim_ = false;
 	bool readAheadByShim_ = false;
 	bool programSetReadAhead_ = false;
-	bool readsInChunks_ = false;
 	unsigned unseenSeen_ = 0;
 	/* fd_ is what the read BIO says it reads (SSL_get_rfd), not learnt from a read. */
 	bool namedByBio_ = false;
@@ -160,8 +149,7 @@ public:
 	 * connection reads through the outer one, and its program polls the same socket.
 	 * Returns false when the thread is inside no OpenSSL call.
 	 */
-	static bool noteSocketRead(int fd, bool gotBytes = true,
-				   size_t asked = Connection::kWholeBuffer) noexcept;
+	static bool noteSocketRead(int fd, bool gotBytes = true) noexcept;
 	/* This thread is inside an OpenSSL call on some connection. */
 	static bool active() noexcept;
 

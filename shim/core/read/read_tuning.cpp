@@ -12,7 +12,6 @@ namespace {
 
 /* A program may make a connection per request. */
 RateLimit tunedLines;
-RateLimit chunkedLines;
 
 /* What a context's ex_data holds once the program set its read-ahead: any non-null pointer. */
 char programSetReadAhead;
@@ -123,11 +122,6 @@ void ReadTuning::unseenChanged(const OpenSslApi &api, const UnseenWaits &unseen,
 	    (justLearnt && connection.ino() != 0 &&
 	     (unseen.confined() || countsBytes(connection.fd())))) {
 		turnOff(api, ssl, connection);
-	} else if (connection.readsInChunks()) {
-		/* Its BIO takes what it takes per syscall; read-ahead only adds an empty read. */
-		turnOff(api, ssl, connection);
-		logLimited(chunkedLines, LogLevel::Info,
-			   "read-ahead off: the connection's own BIO reads in chunks under one record");
 	} else if (connection.ino() != 0) {
 		connection.setUnseenSeen(generation);
 	}
