@@ -16,9 +16,11 @@
  *                     "lines 20", or "helper's poll timed out after N lines" and exits 3.
  *                     own-bio: the connection reads through a BIO of the program's own
  *                     (as curl's), and the copy is sent before the handshake.
- *   rcvlowat before|after PORT
+ *   rcvlowat before|after [own-bio] PORT
  *                     against tls_server --burst 20: SO_RCVLOWAT of 100 bytes (a few
- *                     records) on the socket, set before the handshake or after it; reads
+ *                     records) on the socket, set before the handshake or after it
+ *                     (own-bio: the connection reads through a BIO of the program's own,
+ *                     whose socket is learnt from its reads); reads
  *                     one line, then before each of the other 19 polls with a timeout of
  *                     0 (the kernel says ready only with 100 bytes queued). Prints "ready
  *                     R" (the polls that said ready) and "lines 20". An alarm of 30 s ends
@@ -219,7 +221,7 @@ void stalled(int)
 	_exit(3);
 }
 
-int rcvlowat(const std::string &when, const char *port)
+int rcvlowat(const std::string &when, bool throughOwnBio, const char *port)
 {
 	signal(SIGALRM, stalled);
 	alarm(30);
@@ -228,7 +230,18 @@ int rcvlowat(const std::string &when, const char *port)
 	const int fd = connectTo("127.0.0.1", port);
 	if (when == "before" && setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowWater, sizeof(lowWater)) != 0)
 		fail("setsockopt");
-	SSL *ssl = connectTls(ctx, fd);
+	BIO_METHOD *method = nullptr;
+	SSL *ssl;
+	if (throughOwnBio) {
+		method = ownBioMethod(false, "own-bio");
+		ssl = SSL_new(ctx);
+		BIO *bio = ownBio(method, fd);
+		SSL_set_bio(ssl, bio, bio);
+		if (SSL_connect(ssl) != 1)
+			fail("SSL_connect");
+	} else {
+		ssl = connectTls(ctx, fd);
+	}
 	if (when == "after" && setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowWater, sizeof(lowWater)) != 0)
 		fail("setsockopt");
 	/* The burst is one segment: once its first line is read, the rest is here. */
@@ -242,6 +255,7 @@ int rcvlowat(const std::string &when, const char *port)
 	}
 	std::printf("ready %d\nlines %d\n", ready, lines);
 	SSL_free(ssl);
+	BIO_meth_free(method);
 	close(fd);
 	SSL_CTX_free(ctx);
 	return 0;
@@ -258,8 +272,10 @@ int main(int argc, char **argv)
 		return sentAway(argv[3], true);
 	if (which == "sent-away" && argc > 2)
 		return sentAway(argv[2], false);
+	if (which == "rcvlowat" && argc > 4 && std::string(argv[3]) == "own-bio")
+		return rcvlowat(argv[2], true, argv[4]);
 	if (which == "rcvlowat" && argc > 3)
-		return rcvlowat(argv[2], argv[3]);
+		return rcvlowat(argv[2], false, argv[3]);
 	std::fprintf(stderr, "usage: unseen_waits ring|sent-away|rcvlowat ...\n");
 	return 2;
 }

@@ -60,6 +60,11 @@ void Connection::noteSocket(int fd, ino_t ino) noexcept
 {
 	if (fd == fd_)
 		return;
+	if (readAheadByShim_ && fd_ < 0) {
+		/* The next call's one compare fails, and it asks about this socket. */
+		socketLearnt_ = true;
+		--unseenSeen_;
+	}
 	namedByBio_ = true;
 	logFd(fd_, fd, ino);
 	fd_ = fd;

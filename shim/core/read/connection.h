@@ -66,9 +66,17 @@ public:
 	bool programSetReadAhead() const noexcept { return programSetReadAhead_; }
 	/* UnseenWaits::generation() when the connection last asked it (core/read/unseen_waits.h). */
 	unsigned unseenSeen() const noexcept { return unseenSeen_; }
-	/* What unseenSeen holds while the socket is not known: every call asks again. */
-	static constexpr unsigned kSocketUnknown = ~0u;
 	void setUnseenSeen(unsigned generation) noexcept { unseenSeen_ = generation; }
+	/*
+	 * The socket of a connection the shim reads ahead for became known after the decision
+	 * (a BIO of the program's own): true once, at the next call, which asks about it.
+	 */
+	bool takeSocketLearnt() noexcept
+	{
+		const bool learnt = socketLearnt_;
+		socketLearnt_ = false;
+		return learnt;
+	}
 	void noteProgramSetReadAhead() noexcept
 	{
 		programSetReadAhead_ = true;
@@ -81,6 +89,7 @@ private:
 	bool readAheadByShim_ = false;
 	bool programSetReadAhead_ = false;
 	unsigned unseenSeen_ = 0;
+	bool socketLearnt_ = false;
 	/* fd_ is what the read BIO says it reads (SSL_get_rfd), not learnt from a read. */
 	bool namedByBio_ = false;
 	int fd_ = -1;

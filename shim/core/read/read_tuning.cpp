@@ -70,11 +70,8 @@ void ReadTuning::tuneConnection(const OpenSslApi &api, const Config &config,
 	    api.SSL_get_read_ahead(ssl) || !readsItsSource(api, ssl) ||
 	    !followable(api, unseen, ssl, connection))
 		return;
-	/*
-	 * A socket learnt later (a BIO of the program's own) is asked about once it is known:
-	 * until then no generation matches.
-	 */
-	connection.setUnseenSeen(connection.ino() ? generation : Connection::kSocketUnknown);
+	/* A socket learnt later (a BIO of the program's own) is asked about once it is known. */
+	connection.setUnseenSeen(generation);
 	turnOn(api, config, ssl, connecting);
 	connection.setReadAheadByShim(true);
 	logLimited(tunedLines, LogLevel::Info, "connection tuned: read-ahead on, read buffer %zu bytes",
@@ -117,14 +114,12 @@ void ReadTuning::unseenChanged(const OpenSslApi &api, const UnseenWaits &unseen,
 			       Connection &connection) noexcept
 {
 	const unsigned generation = unseen.generation();
-	const bool justLearnt = connection.unseenSeen() == Connection::kSocketUnknown;
+	const bool justLearnt = connection.takeSocketLearnt();
 	if (!unseen.follows(connection.ino()) ||
-	    (justLearnt && connection.ino() != 0 &&
-	     (unseen.confined() || countsBytes(connection.fd())))) {
+	    (justLearnt && (unseen.confined() || countsBytes(connection.fd()))))
 		turnOff(api, ssl, connection);
-	} else if (connection.ino() != 0) {
+	else
 		connection.setUnseenSeen(generation);
-	}
 }
 
 void ReadTuning::readBioChanged(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept
