@@ -1,9 +1,11 @@
 /*
  * Downloads everything a TLS server sends, with blocking SSL_read calls of 16 KiB, and
  * prints "received N sha256 H". The plain client whose read syscalls the shim changes.
- * Usage: bulk_download HOST PORT [--no-read-ahead] [--release-buffers] [--seed S]
+ * Usage: bulk_download HOST PORT [--no-read-ahead] [--release-buffers] [--own-bio CHUNK] [--seed S]
  * --no-read-ahead: the program turns read-ahead off on its context, as some do on purpose.
  * --release-buffers: SSL_MODE_RELEASE_BUFFERS on its context, as nginx sets.
+ * --own-bio CHUNK: the SSL reads through a BIO of the program's own that asks the kernel
+ *   for at most CHUNK bytes per read (apache's asks 8,000, curl's what OpenSSL asks).
  * A connection that ends without close_notify (a reset) prints how it ended, as OpenSSL
  * (SSL_get_error, the error queue) and errno tell it, and whether what arrived is the
  * start of the pattern of seed S (tls_server --send's); exit 3.
@@ -13,8 +15,21 @@
 #include <unistd.h>
 
 #include "common/example.h"
+#include "common/own_bio.h"
 
 using namespace example;
+
+namespace {
+
+size_t chunk = 0;
+
+int readChunk(BIO *bio, char *data, int length)
+{
+	const size_t ask = std::min(static_cast<size_t>(length), chunk);
+	return static_cast<int>(recv(ownBioFd(bio), data, ask, 0));
+}
+
+} /* namespace */
 
 int main(int argc, char **argv)
 {
@@ -30,7 +45,16 @@ int main(int argc, char **argv)
 	}
 	SSL *ssl = SSL_new(ctx);
 	int fd = connectTo(argv[1], argv[2]);
-	SSL_set_fd(ssl, fd);
+	chunk = static_cast<size_t>(number(argc, argv, "--own-bio", 0));
+	BIO_METHOD *method = nullptr;
+	if (chunk > 0) {
+		method = ownBioMethod(false, "chunked");
+		BIO_meth_set_read(method, readChunk);
+		BIO *bio = ownBio(method, fd);
+		SSL_set_bio(ssl, bio, bio);
+	} else {
+		SSL_set_fd(ssl, fd);
+	}
 	if (SSL_connect(ssl) != 1)
 		fail("handshake");
 
@@ -69,6 +93,7 @@ int main(int argc, char **argv)
 		SSL_shutdown(ssl);
 	}
 	SSL_free(ssl);
+	BIO_meth_free(method);
 	close(fd);
 	SSL_CTX_free(ctx);
 	return status;

@@ -15,12 +15,13 @@ using namespace tlstune;
 
 namespace {
 
+/* asked: the bytes the read asks for (Connection::kWholeBuffer where it is an iovec's). */
 template <typename Function, typename... Args>
-ssize_t forward(Function LibcApi::*function, int fd, Args... args)
+ssize_t forward(Function LibcApi::*function, int fd, size_t asked, Args... args)
 {
 	ssize_t n = (process().libc.*function)(fd, args...);
 	int savedErrno = errno;
-	noteRead(fd, n);
+	noteRead(fd, n, asked);
 	errno = savedErrno;
 	return n;
 }
@@ -30,9 +31,9 @@ ssize_t forward(Function LibcApi::*function, int fd, Args... args)
  * holds is not reported until the connection's next OpenSSL call.
  */
 template <typename Function, typename... Args>
-ssize_t forwardRead(Function LibcApi::*function, int fd, bool peek, Args... args)
+ssize_t forwardRead(Function LibcApi::*function, int fd, bool peek, size_t asked, Args... args)
 {
-	ssize_t n = forward(function, fd, args...);
+	ssize_t n = forward(function, fd, asked, args...);
 	if (n < 0 && !peek && (errno == EAGAIN || errno == EWOULDBLOCK) && !CallScope::active()) {
 		int savedErrno = errno;
 		process().buffered.quieted(fd);
@@ -68,7 +69,7 @@ ssize_t forwardPeek(Function LibcApi::*function, int fd, void *buf, size_t len, 
 		const ssize_t n = p.libc.recv(fd, buf, len, flags | MSG_DONTWAIT);
 		return peekBuffered(p.buffered, fd, buf, len, flags | MSG_DONTWAIT, n);
 	}
-	ssize_t n = forwardRead(function, fd, (flags & MSG_PEEK) != 0, buf, len, args...);
+	ssize_t n = forwardRead(function, fd, (flags & MSG_PEEK) != 0, len, buf, len, args...);
 	if (!(flags & MSG_PEEK) || CallScope::active())
 		return n;
 	return peekBuffered(p.buffered, fd, buf, len, flags, n);
@@ -78,17 +79,17 @@ ssize_t forwardPeek(Function LibcApi::*function, int fd, void *buf, size_t len, 
 
 TLSTUNE_EXPORT ssize_t read(int fd, void *buf, size_t count)
 {
-	return forwardRead(&LibcApi::read, fd, false, buf, count);
+	return forwardRead(&LibcApi::read, fd, false, count, buf, count);
 }
 
 TLSTUNE_EXPORT ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen)
 {
-	return forwardRead(&LibcApi::read_chk, fd, false, buf, count, buflen);
+	return forwardRead(&LibcApi::read_chk, fd, false, count, buf, count, buflen);
 }
 
 TLSTUNE_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 {
-	return forwardRead(&LibcApi::readv, fd, false, iov, iovcnt);
+	return forwardRead(&LibcApi::readv, fd, false, Connection::kWholeBuffer, iov, iovcnt);
 }
 
 TLSTUNE_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
@@ -124,7 +125,8 @@ TLSTUNE_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 			return 0;
 		}
 	}
-	const ssize_t n = forwardRead(&LibcApi::recvmsg, fd, (flags & MSG_PEEK) != 0, msg, flags);
+	const ssize_t n =
+		forwardRead(&LibcApi::recvmsg, fd, (flags & MSG_PEEK) != 0, Connection::kWholeBuffer, msg, flags);
 	/* A copy of a socket received with SCM_RIGHTS is a duplicate, as a dup's is. */
 	if (n >= 0 && msg && msg->msg_controllen > 0)
 		noteReceivedDescriptors(process(), msg);

@@ -134,6 +134,32 @@ TEST(ReadAhead, AProgramThatTurnsItOffKeepsItOff)
 }
 
 /*
+ * A BIO of the program's own that asks the kernel for less than a record per read
+ * (apache's 8,000 bytes) takes what it takes whatever OpenSSL asks: read-ahead gains it
+ * no syscall and costs it an empty read per request, so the shim leaves it OpenSSL's
+ * pattern, a header read per record. One that asks what OpenSSL asks (curl's) reads ahead,
+ * also under OpenSSL 3.5, whose handshake asks a header at a time.
+ */
+TEST(ReadAhead, AnOwnBioThatReadsInChunksUnderARecordKeepsOpenSslsPattern)
+{
+	ExampleServer server({ "--send", std::to_string(4ull << 20), "--connections", "2" });
+	TracedRun chunked = runTraced({ examplePath("bulk_download"), "127.0.0.1", server.portText(),
+					"--own-bio", "8000" },
+				      true);
+	ASSERT_EQ(chunked.status, 0) << chunked.out;
+	EXPECT_EQ(chunked.out, "received " + std::to_string(4ull << 20) + " sha256 " + patternSha256(4ull << 20, 1) + "\n");
+	EXPECT_GT(tlstune::trafficOnPort(chunked.calls, server.port()).headerReads, 100u);
+
+	TracedRun whole = runTraced({ examplePath("bulk_download"), "127.0.0.1", server.portText(),
+				      "--own-bio", "65536" },
+				    true);
+	ASSERT_EQ(whole.status, 0) << whole.out;
+	const tlstune::SocketTraffic traffic = tlstune::trafficOnPort(whole.calls, server.port());
+	EXPECT_LE(traffic.headerReads, handshakeHeaderReads(1)) << describe(traffic);
+	EXPECT_EQ(server.process().wait(60000), 0);
+}
+
+/*
  * poll_reader waits for its socket before each SSL_read unless SSL_pending() > 0. The
  * server sends 200 one-line records in one TCP segment, then waits without closing.
  */

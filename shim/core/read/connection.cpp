@@ -43,14 +43,17 @@ void freeConnection(void * /*parent*/, void *ptr, CRYPTO_EX_DATA * /*ad*/, int /
 
 } /* namespace */
 
-void Connection::noteSocketRead(int fd, bool gotBytes) noexcept
+void Connection::noteSocketRead(int fd, bool gotBytes, size_t asked) noexcept
 {
 	/* The BIO named its fd: a read of another one is a callback's (a control pipe, a fetch). */
 	if (fd != fd_ && namedByBio_)
 		return;
 	readBytes_ = readBytes_ || gotBytes;
-	if (fd == fd_)
+	if (fd == fd_) {
+		if (measuringAsks_ && asked > largestAsk_)
+			largestAsk_ = asked;
 		return;
+	}
 	ino_t ino;
 	if (streamInode(fd, &ino))
 		noteSocket(fd, ino);
@@ -63,6 +66,8 @@ void Connection::noteSocket(int fd, ino_t ino) noexcept
 	if (readAheadByShim_ && fd_ < 0) {
 		/* The next call's one compare fails, and it asks about this socket. */
 		socketLearnt_ = true;
+		judgingSocket_ = true;
+		measuringAsks_ = false;
 		--unseenSeen_;
 	}
 	namedByBio_ = true;
@@ -189,13 +194,13 @@ bool CallScope::active() noexcept
 	return live(innermost, innermostCookie, __builtin_frame_address(0));
 }
 
-bool CallScope::noteSocketRead(int fd, bool gotBytes) noexcept
+bool CallScope::noteSocketRead(int fd, bool gotBytes, size_t asked) noexcept
 {
 	const void *here = __builtin_frame_address(0);
 	if (!live(innermost, innermostCookie, here))
 		return false;
 	for (CallScope *scope = innermost;; scope = scope->previous_) {
-		scope->connection_->noteSocketRead(fd, gotBytes);
+		scope->connection_->noteSocketRead(fd, gotBytes, asked);
 		if (!live(scope->previous_, scope->previousCookie_, here))
 			break;
 	}

@@ -20,9 +20,12 @@ public:
 	/*
 	 * The socket this connection reads from, learnt from the read syscalls made while
 	 * it is inside an OpenSSL call, where its read BIO names none (SSL_get_rfd() is -1
-	 * for a program's own BIO, curl 7.88's). gotBytes: the read returned data.
+	 * for a program's own BIO, curl 7.88's). gotBytes: the read returned data; asked:
+	 * the bytes the read asked the kernel for.
 	 */
-	void noteSocketRead(int fd, bool gotBytes = true) noexcept;
+	void noteSocketRead(int fd, bool gotBytes = true, size_t asked = kWholeBuffer) noexcept;
+	/* What a read that says nothing of its length counts as: a read-ahead's whole buffer. */
+	static constexpr size_t kWholeBuffer = ~static_cast<size_t>(0);
 	/*
 	 * The socket read tuning looked at (fstat, SSL_get_rfd) before the first read: the
 	 * same, spared a stat; from then on reads of other fds are not the connection's.
@@ -77,6 +80,24 @@ public:
 		socketLearnt_ = false;
 		return learnt;
 	}
+	/*
+	 * The largest ask of the kernel the reads of a learnt socket made since
+	 * measureAsks(), 0 before the first (read_tuning.cpp judges an own BIO by it).
+	 */
+	void measureAsks() noexcept
+	{
+		measuringAsks_ = true;
+		largestAsk_ = 0;
+	}
+	bool measuringAsks() const noexcept { return measuringAsks_; }
+	size_t largestAsk() const noexcept { return largestAsk_; }
+	/* The learnt socket is asked about still: each call until then fails the compare. */
+	bool judgingSocket() const noexcept { return judgingSocket_; }
+	void judgedSocket() noexcept
+	{
+		judgingSocket_ = false;
+		measuringAsks_ = false;
+	}
 	void noteProgramSetReadAhead() noexcept
 	{
 		programSetReadAhead_ = true;
@@ -90,6 +111,9 @@ private:
 	bool programSetReadAhead_ = false;
 	unsigned unseenSeen_ = 0;
 	bool socketLearnt_ = false;
+	bool judgingSocket_ = false;
+	bool measuringAsks_ = false;
+	size_t largestAsk_ = 0;
 	/* fd_ is what the read BIO says it reads (SSL_get_rfd), not learnt from a read. */
 	bool namedByBio_ = false;
 	int fd_ = -1;
@@ -158,7 +182,8 @@ public:
 	 * connection reads through the outer one, and its program polls the same socket.
 	 * Returns false when the thread is inside no OpenSSL call.
 	 */
-	static bool noteSocketRead(int fd, bool gotBytes = true) noexcept;
+	static bool noteSocketRead(int fd, bool gotBytes = true,
+				   size_t asked = Connection::kWholeBuffer) noexcept;
 	/* This thread is inside an OpenSSL call on some connection. */
 	static bool active() noexcept;
 

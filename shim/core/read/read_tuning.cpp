@@ -12,6 +12,10 @@ namespace {
 
 /* A program may make a connection per request. */
 RateLimit tunedLines;
+RateLimit chunkedLines;
+
+/* TLS's largest record payload: a BIO that asks the kernel for less reads in chunks of its own. */
+constexpr size_t kOneRecord = 16384;
 
 /* What a context's ex_data holds once the program set its read-ahead: any non-null pointer. */
 char programSetReadAhead;
@@ -118,8 +122,28 @@ void ReadTuning::unseenChanged(const OpenSslApi &api, const UnseenWaits &unseen,
 	if (!unseen.follows(connection.ino()) ||
 	    (justLearnt && (unseen.confined() || countsBytes(connection.fd()))))
 		turnOff(api, ssl, connection);
-	else
+	else if (!connection.judgingSocket() || judgeOwnBio(api, ssl, connection))
 		connection.setUnseenSeen(generation);
+}
+
+bool ReadTuning::judgeOwnBio(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept
+{
+	/* OpenSSL 3.5 reads a handshake a header at a time, whatever the BIO would take. */
+	if (api.SSL_is_init_finished(ssl) != 1)
+		return false;
+	if (!connection.measuringAsks()) {
+		connection.measureAsks();
+		return false;
+	}
+	if (connection.largestAsk() == 0)
+		return false;
+	if (connection.largestAsk() < kOneRecord) {
+		turnOff(api, ssl, connection);
+		logLimited(chunkedLines, LogLevel::Info,
+			   "read-ahead off: the connection's own BIO reads in chunks under one record");
+	}
+	connection.judgedSocket();
+	return true;
 }
 
 void ReadTuning::readBioChanged(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept

@@ -74,6 +74,13 @@ private:
 	static void unseenChanged(const OpenSslApi &api, const UnseenWaits &unseen, SSL *ssl,
 				  Connection &connection) noexcept;
 	/*
+	 * A BIO of the program's own that asks the kernel for less than a record per read
+	 * (apache's mod_ssl reads 8,000 bytes whatever OpenSSL asks, and buffers them) gains
+	 * nothing from read-ahead and pays an empty read per request for it. Judged by the
+	 * reads of the first call past the handshake; true once judged.
+	 */
+	static bool judgeOwnBio(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept;
+	/*
 	 * Whether the shim serves every wait on ssl's read fd, as far as it can tell now; the
 	 * fd it looked at goes to connection.
 	 */
