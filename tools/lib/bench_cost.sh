@@ -1,6 +1,7 @@
 # Cost rows for tools/tlstune-bench (issue 24): calls the shim interposes, on fds it knows
 # nothing of, in a process without TLS (examples/call_cost), the library's start-up, and
-# what an idle connection keeps after a burst (examples/idle_memory).
+# what an idle connection keeps after a burst (examples/idle_memory), and apache's syscalls
+# (tools/lib/apache.sh).
 # Without and with the shim, interleaved $runs times. Expects the bench's $shim, $tree,
 # $runs, $quick, $work, spread and its say and progress functions.
 
@@ -66,8 +67,8 @@ interleaved_row() {
 }
 
 cost_rows() {
-	local calls=200000 starts=200 name how
-	[ -n "$quick" ] && calls=20000 && starts=50
+	local calls=200000 starts=200 apache_requests=4000 name how
+	[ -n "$quick" ] && calls=20000 && starts=50 && apache_requests=400
 	say "## Cost where tlstune has no work: examples/call_cost, ns per call, $(runs_text "$runs")"
 	say ""
 	say "| what | without: ns | with: ns | with/without (lowest to highest of the runs) |"
@@ -93,6 +94,7 @@ ROWS
 	interleaved_row "the same, the client sets \`SSL_MODE_RELEASE_BUFFERS\` (curl, python), KiB" idle_kib --release-buffers
 	interleaved_row "RSS per idle server connection after 64 KiB read, 300 connections, KiB" idle_kib --role server
 	interleaved_row "the same, the server sets \`SSL_MODE_RELEASE_BUFFERS\` (nginx), KiB" idle_kib --role server --release-buffers
+	interleaved_row "apache 2.4 (event MPM, mod_ssl): syscalls for $apache_requests keep-alive requests of 100 B, 50 clients (h2load --h1, strace -f -c), not ns" apache_syscalls "$apache_requests"
 	say ""
 	say "Each run times the call alone in a loop (the median of 5 rounds of $calls calls); the ratio is per run, without and with side by side, so a slow spell of the machine hits both."
 	say ""
