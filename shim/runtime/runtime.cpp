@@ -218,10 +218,7 @@ OpenSsl *buildOpenSsl() noexcept
 	 */
 	instance.tuning = p.config.readAhead && (instance.tracking || !p.config.readiness) &&
 			  instance.readTuning.init(instance.api);
-	Dl_info info;
-	if (instance.api.SSL_new &&
-	    dladdr(reinterpret_cast<const void *>(instance.api.SSL_new), &info))
-		instance.libsslBase = info.dli_fbase;
+	instance.libssl = spanOf(reinterpret_cast<const void *>(instance.api.SSL_new));
 	return &instance;
 }
 
@@ -232,10 +229,8 @@ Crypto *buildCrypto() noexcept
 	const Config &config = process().config;
 	noteUsesOpenSsl();
 	const bool found = resolveCrypto(&instance.api);
-	Dl_info info;
-	if (found && instance.api.X509_STORE_get0_objects &&
-	    dladdr(reinterpret_cast<const void *>(instance.api.X509_STORE_get0_objects), &info))
-		instance.libcryptoBase = info.dli_fbase;
+	if (found)
+		instance.libcrypto = spanOf(reinterpret_cast<const void *>(instance.api.X509_STORE_get0_objects));
 	const bool wanted = found && config.caCache && config.caLazy && !config.disable;
 	instance.caching = wanted && instance.api.complete() && instance.lazy.init(instance.api);
 	if (wanted && !instance.caching)
@@ -245,18 +240,6 @@ Crypto *buildCrypto() noexcept
 }
 
 } /* namespace */
-
-bool OpenSsl::inLibssl(const void *address) const noexcept
-{
-	Dl_info info;
-	return libsslBase && dladdr(address, &info) && info.dli_fbase == libsslBase;
-}
-
-bool Crypto::inLibcrypto(const void *address) const noexcept
-{
-	Dl_info info;
-	return libcryptoBase && dladdr(address, &info) && info.dli_fbase == libcryptoBase;
-}
 
 SocketCalls Process::socketCalls() noexcept
 {

@@ -11,6 +11,7 @@
 #include "core/write/coalescer.h"
 #include "core/write/coalescing_bio.h"
 #include "core/config.h"
+#include "object_span.h"
 #include "core/read/connection.h"
 #include "core/read/epoll_sets.h"
 #include "core/write/held_plaintext.h"
@@ -92,8 +93,8 @@ struct OpenSsl {
 	bool tuning = false;
 	ReadTuning readTuning;
 	/* Where libssl is mapped: a call libssl makes to itself, told by its return address. */
-	const void *libsslBase = nullptr;
-	bool inLibssl(const void *address) const noexcept;
+	ObjectSpan libssl;
+	bool inLibssl(const void *address) const noexcept { return libssl.contains(address); }
 	/* Writes to plain sockets go through the coalescing filter. */
 	CoalescingBio filter;
 	bool coalescing = false;
@@ -119,8 +120,8 @@ struct Crypto {
 	bool caching = false;
 	LazyStores lazy;
 	/* Where libcrypto is mapped: a call from libcrypto's own code, told by its return address. */
-	const void *libcryptoBase = nullptr;
-	bool inLibcrypto(const void *address) const noexcept;
+	ObjectSpan libcrypto;
+	bool inLibcrypto(const void *address) const noexcept { return libcrypto.contains(address); }
 };
 const Crypto &crypto() noexcept;
 

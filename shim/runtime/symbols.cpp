@@ -45,6 +45,34 @@ int findLoaded(struct dl_phdr_info *info, size_t, void *data)
 	return wanted->handle != nullptr;
 }
 
+struct Sought {
+	uintptr_t address;
+	ObjectSpan span;
+	const char *path;
+};
+
+int findHolder(struct dl_phdr_info *info, size_t, void *data)
+{
+	Sought *sought = static_cast<Sought *>(data);
+	ObjectSpan span;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) &segment = info->dlpi_phdr[i];
+		if (segment.p_type != PT_LOAD)
+			continue;
+		const uintptr_t begin = info->dlpi_addr + segment.p_vaddr;
+		const uintptr_t end = begin + segment.p_memsz;
+		if (span.end == 0 || begin < span.begin)
+			span.begin = begin;
+		if (end > span.end)
+			span.end = end;
+	}
+	if (!span.contains(reinterpret_cast<const void *>(sought->address)))
+		return 0;
+	sought->span = span;
+	sought->path = info->dlpi_name ? info->dlpi_name : "";
+	return 1;
+}
+
 /*
  * A handle on the program's copy of a library, found by one of its symbols. dlsym(RTLD_NEXT)
  * sees only the global scope; python loads _ssl, and with it libssl and libcrypto,
@@ -53,10 +81,10 @@ int findLoaded(struct dl_phdr_info *info, size_t, void *data)
  */
 void *findLibrary(const char *prefix, const char *symbol) noexcept
 {
-	Dl_info info;
+	const char *path = nullptr;
 	void *address = dlsym(RTLD_NEXT, symbol);
-	if (address && dladdr(address, &info) && info.dli_fname) {
-		void *handle = dlopen(info.dli_fname, RTLD_NOLOAD | RTLD_LAZY);
+	if (address && spanOf(address, &path).end != 0 && *path) {
+		void *handle = dlopen(path, RTLD_NOLOAD | RTLD_LAZY);
 		/* Another copy of tlstune, later in the order, is not the library (kCopyMarker). */
 		if (handle && !dlsym(handle, kCopyMarker))
 			return handle;
@@ -69,6 +97,16 @@ void *findLibrary(const char *prefix, const char *symbol) noexcept
 }
 
 } /* namespace */
+
+ObjectSpan spanOf(const void *address, const char **path) noexcept
+{
+	Sought sought = { reinterpret_cast<uintptr_t>(address), {}, "" };
+	if (address)
+		dl_iterate_phdr(findHolder, &sought);
+	if (path)
+		*path = sought.path;
+	return sought.span;
+}
 
 void resolveLibc(LibcApi *libc) noexcept
 {

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "object_span.h"
+
 #include "core/ca/api.h"
 #include "core/openssl_api.h"
 #include "libc_api.h"

@@ -94,10 +94,21 @@ record_rows() {
 		say "$(awk -v n="$1" -v a="$2" -v b="$3" -v c="$4" 'BEGIN {
 			printf "| %s | %s | %s | %s | %.1fx | %.1fx |", n, a, b, c, a / c, b / c }')"
 	}
+	# A difference of two runs: records' CPU in its writes can be none measured (a run's
+	# noise at most, under --quick, on a busy machine), which shows as "-", never as a ratio.
+	difference_row() { # difference_row NAME NONE SYSCALLS RECORDS
+		local value
+		for value in "$2" "$3" "$4"; do
+			[[ $value =~ ^-?[0-9]+$ ]] || fail "record merging, $1" "measured nothing: '$value' is not a number"
+		done
+		say "$(awk -v n="$1" -v a="$2" -v b="$3" -v c="$4" 'BEGIN {
+			printf "| %s | %s | %s | %s | %s | %s |", n, a, b, c,
+				(c > 0 ? sprintf("%.1fx", a / c) : "-"), (c > 0 ? sprintf("%.1fx", b / c) : "-") }')"
+	}
 	row "TLS records on the wire (the receiver's header reads)" "${wire[@]}"
 	row "bytes on the wire (the receiver's socket reads)" "${bytes[@]}"
 	row "sender CPU, ms (user + system, whole run)" "${sender[@]}"
-	row "sender CPU in its writes, ms (the row above less the same run writing nothing: $floor ms)" \
+	difference_row "sender CPU in its writes, ms (the row above less the same run writing nothing: $floor ms)" \
 		$(printf '%s\n' "${sender[@]}" | awk -v f="$floor" '{ printf "%.0f ", $1 - f }')
 	row "receiver CPU, ms (user + system, whole run, no shim)" "${receiver[@]}"
 	# records.dat, for the chart: position, mode, records, bytes, sender CPU (whole run, and
