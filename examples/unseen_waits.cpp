@@ -149,6 +149,18 @@ int ring(const char *port)
 	return 0;
 }
 
+/* A connection that reads through a BIO of the program's own (as curl's); *method is its to free. */
+SSL *connectThroughOwnBio(SSL_CTX *ctx, int fd, BIO_METHOD **method)
+{
+	*method = ownBioMethod(false, "own-bio");
+	SSL *ssl = SSL_new(ctx);
+	BIO *bio = ownBio(*method, fd);
+	SSL_set_bio(ssl, bio, bio);
+	if (SSL_connect(ssl) != 1)
+		fail("SSL_connect");
+	return ssl;
+}
+
 /* The helper: polls its copy of the socket each time it is asked, answers 'r' or 't'. */
 [[noreturn]] void helper(int channel)
 {
@@ -180,12 +192,7 @@ int sentAway(const char *port, bool throughOwnBio)
 	SSL *ssl;
 	if (throughOwnBio) {
 		sendDescriptor(pair[0], fd);
-		method = ownBioMethod(false, "own-bio");
-		ssl = SSL_new(ctx);
-		BIO *bio = ownBio(method, fd);
-		SSL_set_bio(ssl, bio, bio);
-		if (SSL_connect(ssl) != 1)
-			fail("SSL_connect");
+		ssl = connectThroughOwnBio(ctx, fd, &method);
 	} else {
 		ssl = connectTls(ctx, fd);
 		sendDescriptor(pair[0], fd);
@@ -232,16 +239,10 @@ int rcvlowat(const std::string &when, bool throughOwnBio, const char *port)
 		fail("setsockopt");
 	BIO_METHOD *method = nullptr;
 	SSL *ssl;
-	if (throughOwnBio) {
-		method = ownBioMethod(false, "own-bio");
-		ssl = SSL_new(ctx);
-		BIO *bio = ownBio(method, fd);
-		SSL_set_bio(ssl, bio, bio);
-		if (SSL_connect(ssl) != 1)
-			fail("SSL_connect");
-	} else {
+	if (throughOwnBio)
+		ssl = connectThroughOwnBio(ctx, fd, &method);
+	else
 		ssl = connectTls(ctx, fd);
-	}
 	if (when == "after" && setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowWater, sizeof(lowWater)) != 0)
 		fail("setsockopt");
 	/* The burst is one segment: once its first line is read, the rest is here. */
