@@ -89,21 +89,23 @@ record_rows() {
 	done
 	floor=$(column dry 2)
 	printf '\r\033[K' >&2
-	row() { # row NAME NONE SYSCALLS RECORDS
-		nonzero "record merging, $1" "$4"
+	# A ratio divides by records' column: a difference of two runs can have measured none
+	# there (a run's noise at most, under --quick, on a busy machine), which shows as "-".
+	table_row() { # table_row NAME NONE SYSCALLS RECORDS
 		say "$(awk -v n="$1" -v a="$2" -v b="$3" -v c="$4" 'BEGIN {
-			printf "| %s | %s | %s | %s | %.1fx | %.1fx |", n, a, b, c, a / c, b / c }')"
+			printf "| %s | %s | %s | %s | %s | %s |", n, a, b, c,
+				(c > 0 ? sprintf("%.1fx", a / c) : "-"), (c > 0 ? sprintf("%.1fx", b / c) : "-") }')"
 	}
-	# A difference of two runs: records' CPU in its writes can be none measured (a run's
-	# noise at most, under --quick, on a busy machine), which shows as "-", never as a ratio.
-	difference_row() { # difference_row NAME NONE SYSCALLS RECORDS
+	row() { # row NAME NONE SYSCALLS RECORDS: measured, so never 0
+		nonzero "record merging, $1" "$4"
+		table_row "$@"
+	}
+	difference_row() { # difference_row NAME NONE SYSCALLS RECORDS: whole numbers, of either sign
 		local value
 		for value in "$2" "$3" "$4"; do
 			[[ $value =~ ^-?[0-9]+$ ]] || fail "record merging, $1" "measured nothing: '$value' is not a number"
 		done
-		say "$(awk -v n="$1" -v a="$2" -v b="$3" -v c="$4" 'BEGIN {
-			printf "| %s | %s | %s | %s | %s | %s |", n, a, b, c,
-				(c > 0 ? sprintf("%.1fx", a / c) : "-"), (c > 0 ? sprintf("%.1fx", b / c) : "-") }')"
+		table_row "$@"
 	}
 	row "TLS records on the wire (the receiver's header reads)" "${wire[@]}"
 	row "bytes on the wire (the receiver's socket reads)" "${bytes[@]}"

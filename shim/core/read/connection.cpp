@@ -50,7 +50,7 @@ void Connection::noteSocketRead(int fd, bool gotBytes, size_t asked) noexcept
 		return;
 	readBytes_ = readBytes_ || gotBytes;
 	if (fd == fd_) {
-		if (measuringAsks_ && asked > largestAsk_)
+		if (ownBio_ == OwnBio::measuring && asked > largestAsk_)
 			largestAsk_ = asked;
 		return;
 	}
@@ -65,9 +65,7 @@ void Connection::noteSocket(int fd, ino_t ino) noexcept
 		return;
 	if (readAheadByShim_ && fd_ < 0) {
 		/* The next call's one compare fails, and it asks about this socket. */
-		socketLearnt_ = true;
-		judgingSocket_ = true;
-		measuringAsks_ = false;
+		setOwnBio(OwnBio::learnt);
 		--unseenSeen_;
 	}
 	namedByBio_ = true;

@@ -71,33 +71,21 @@ public:
 	unsigned unseenSeen() const noexcept { return unseenSeen_; }
 	void setUnseenSeen(unsigned generation) noexcept { unseenSeen_ = generation; }
 	/*
-	 * The socket of a connection the shim reads ahead for became known after the decision
-	 * (a BIO of the program's own): true once, at the next call, which asks about it.
+	 * A BIO of the program's own whose socket became known after read-ahead went on:
+	 * learnt, its socket not yet asked about; then past the handshake, then its reads'
+	 * asks of the kernel measured for one call (read_tuning.cpp judges them); settled
+	 * once judged, and for every other connection. Until settled each call fails its one
+	 * compare, and asks.
 	 */
-	bool takeSocketLearnt() noexcept
+	enum class OwnBio : uint8_t { settled, learnt, handshaking, measuring };
+	OwnBio ownBio() const noexcept { return ownBio_; }
+	void setOwnBio(OwnBio stage) noexcept
 	{
-		const bool learnt = socketLearnt_;
-		socketLearnt_ = false;
-		return learnt;
-	}
-	/*
-	 * The largest ask of the kernel the reads of a learnt socket made since
-	 * measureAsks(), 0 before the first (read_tuning.cpp judges an own BIO by it).
-	 */
-	void measureAsks() noexcept
-	{
-		measuringAsks_ = true;
+		ownBio_ = stage;
 		largestAsk_ = 0;
 	}
-	bool measuringAsks() const noexcept { return measuringAsks_; }
+	/* The largest ask of the kernel the learnt socket's reads made while measuring; 0 before the first. */
 	size_t largestAsk() const noexcept { return largestAsk_; }
-	/* The learnt socket is asked about still: each call until then fails the compare. */
-	bool judgingSocket() const noexcept { return judgingSocket_; }
-	void judgedSocket() noexcept
-	{
-		judgingSocket_ = false;
-		measuringAsks_ = false;
-	}
 	void noteProgramSetReadAhead() noexcept
 	{
 		programSetReadAhead_ = true;
@@ -110,9 +98,7 @@ private:
 	bool readAheadByShim_ = false;
 	bool programSetReadAhead_ = false;
 	unsigned unseenSeen_ = 0;
-	bool socketLearnt_ = false;
-	bool judgingSocket_ = false;
-	bool measuringAsks_ = false;
+	OwnBio ownBio_ = OwnBio::settled;
 	size_t largestAsk_ = 0;
 	/* fd_ is what the read BIO says it reads (SSL_get_rfd), not learnt from a read. */
 	bool namedByBio_ = false;

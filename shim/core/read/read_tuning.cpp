@@ -118,21 +118,24 @@ void ReadTuning::unseenChanged(const OpenSslApi &api, const UnseenWaits &unseen,
 			       Connection &connection) noexcept
 {
 	const unsigned generation = unseen.generation();
-	const bool justLearnt = connection.takeSocketLearnt();
+	const bool justLearnt = connection.ownBio() == Connection::OwnBio::learnt;
 	if (!unseen.follows(connection.ino()) ||
 	    (justLearnt && (unseen.confined() || countsBytes(connection.fd()))))
 		turnOff(api, ssl, connection);
-	else if (!connection.judgingSocket() || judgeOwnBio(api, ssl, connection))
+	else if (connection.ownBio() == Connection::OwnBio::settled || judgeOwnBio(api, ssl, connection))
 		connection.setUnseenSeen(generation);
 }
 
 bool ReadTuning::judgeOwnBio(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept
 {
+	using Stage = Connection::OwnBio;
 	/* OpenSSL 3.5 reads a handshake a header at a time, whatever the BIO would take. */
-	if (api.SSL_is_init_finished(ssl) != 1)
+	if (api.SSL_is_init_finished(ssl) != 1) {
+		connection.setOwnBio(Stage::handshaking);
 		return false;
-	if (!connection.measuringAsks()) {
-		connection.measureAsks();
+	}
+	if (connection.ownBio() != Stage::measuring) {
+		connection.setOwnBio(Stage::measuring);
 		return false;
 	}
 	if (connection.largestAsk() == 0)
@@ -142,7 +145,7 @@ bool ReadTuning::judgeOwnBio(const OpenSslApi &api, SSL *ssl, Connection &connec
 		logLimited(chunkedLines, LogLevel::Info,
 			   "read-ahead off: the connection's own BIO reads in chunks under one record");
 	}
-	connection.judgedSocket();
+	connection.setOwnBio(Stage::settled);
 	return true;
 }
 
