@@ -13,8 +13,10 @@
  *   alias             context 1 names its root; context 2 lists its own
  *   chain-reject      context 1 rejects the root its verification found; context 2 verifies
  *   rewrite-mmap      the file rewritten in place, same size, through MAP_SHARED: one key byte
- *   make-pki          writes the bundle and a leaf for base-provider
+ *   make-pki          writes the bundle and a leaf for base-provider and properties
  *   base-provider     the file loaded while only the "base" provider is active, then "default"
+ *   properties        the file loaded under default properties no provider matches, then verified under none
+ *   properties-later  the same after a first load under none
  *   fifo              the CA file is a FIFO a thread writes the bundle into
  *   seccomp           the program confines itself to an allow-list, then loads and verifies
  *   own-lookup        a lookup method of the program's answers from a second store
@@ -402,6 +404,32 @@ int baseProvider()
 	return 0;
 }
 
+/*
+ * Default properties that no provider's decoders match: loading then decodes no key,
+ * which 3.0 does not let a program (or the cache) read back. first: a load under no
+ * properties comes before.
+ */
+int properties(bool first)
+{
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+	X509 *leaf = readCertificate(path("leaf.pem"));
+	X509_STORE *plain = first ? loadedStore(path("ca.pem")) : nullptr;
+	if (plain)
+		verify(plain, leaf, "loaded under no properties");
+	EVP_set_default_properties(nullptr, "provider=nonesuch");
+	X509_STORE *unmatched = loadedStore(path("ca.pem"));
+	EVP_set_default_properties(nullptr, "");
+	verify(unmatched, leaf, "loaded under unmatched properties");
+	X509_STORE_free(unmatched);
+	X509_STORE_free(plain);
+	X509_free(leaf);
+#else
+	(void)first;
+	std::printf("no providers before 3.0\n");
+#endif
+	return 0;
+}
+
 int fifo(const Pki &p)
 {
 	const std::string file = path("ca.fifo");
@@ -578,6 +606,8 @@ int main(int argc, char **argv)
 	};
 	if (std::string(argv[2]) == "base-provider")
 		return baseProvider();
+	if (std::string(argv[2]) == "properties" || std::string(argv[2]) == "properties-later")
+		return properties(std::string(argv[2]) == "properties-later");
 	const auto found = cases.find(argv[2]);
 	if (found == cases.end()) {
 		std::fprintf(stderr, "ca_trust_cases: no case %s\n", argv[2]);

@@ -275,6 +275,8 @@ bool resolveCrypto(CaApi *api) noexcept
 	RESOLVE(X509_check_purpose);
 	RESOLVE(X509_get0_pubkey);
 	RESOLVE(OSSL_PROVIDER_do_all);
+	RESOLVE(OSSL_PROVIDER_get0_name);
+	RESOLVE(EC_get_builtin_curves);
 	RESOLVE(EVP_default_properties_is_fips_enabled);
 	RESOLVE(EVP_get1_default_properties);
 	RESOLVE(CRYPTO_free);

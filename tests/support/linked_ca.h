@@ -30,9 +30,11 @@ inline tlstune::CaApi linkedApi()
 	api.CRYPTO_free = ::CRYPTO_free;
 #if OPENSSL_VERSION_NUMBER >= 0x30000000L
 	api.OSSL_PROVIDER_do_all = reinterpret_cast<tlstune::CaApi::ProviderDoAll>(::OSSL_PROVIDER_do_all);
+	api.OSSL_PROVIDER_get0_name = reinterpret_cast<tlstune::CaApi::ProviderName>(::OSSL_PROVIDER_get0_name);
 	api.EVP_default_properties_is_fips_enabled =
 		reinterpret_cast<tlstune::CaApi::FipsEnabled>(::EVP_default_properties_is_fips_enabled);
 #endif
+	api.EC_get_builtin_curves = ::EC_get_builtin_curves;
 	api.OpenSSL_version_num = ::OpenSSL_version_num;
 	api.OPENSSL_sk_num = ::OPENSSL_sk_num;
 	api.OPENSSL_sk_value = ::OPENSSL_sk_value;

@@ -560,6 +560,51 @@ std::vector<std::string> certificatesNamed(X509_STORE *store, X509 *like)
 } /* namespace */
 
 /*
+ * The built-in default provider decodes RSA keys and EC keys on the NIST curves alike:
+ * where the first key of those kinds decodes, the others are not decoded again to tell
+ * whether they would (a key that does not decode stays undecoded lazily as eagerly).
+ * Its EC key's point made invalid, a P-256 certificate's key does not decode.
+ */
+TEST(CaIndex, OneKeyOfTheBuiltinDefaultProvidersKindsDecodedStandsForAll)
+{
+	const CaApi api = linkedApi();
+	if (!decodingState(api).builtinDefault)
+		GTEST_SKIP() << "the built-in default provider is not all there is here";
+	EVP_PKEY *key = EVP_EC_gen("P-256");
+	std::string broken = selfSigned("broken", key, 1);
+	EVP_PKEY_free(key);
+	{
+		BIO *in = BIO_new_mem_buf(broken.data(), static_cast<int>(broken.size()));
+		X509 *x = PEM_read_bio_X509(in, nullptr, nullptr, nullptr);
+		BIO_free(in);
+		ASSERT_NE(x, nullptr);
+		unsigned char *der = nullptr;
+		const int length = i2d_X509(x, &der);
+		const ASN1_BIT_STRING *point = X509_get0_pubkey_bitstr(x);
+		std::string bytes(reinterpret_cast<char *>(der), static_cast<size_t>(length));
+		const std::string::size_type at =
+			bytes.find(std::string(reinterpret_cast<const char *>(point->data), static_cast<size_t>(point->length)));
+		ASSERT_NE(at, std::string::npos);
+		bytes[at] = 0x08; /* no point format (0x06 and 0x07 are the hybrid forms) */
+		const unsigned char *p = reinterpret_cast<const unsigned char *>(bytes.data());
+		X509 *changed = d2i_X509(nullptr, &p, static_cast<long>(bytes.size()));
+		ASSERT_NE(changed, nullptr);
+		EXPECT_EQ(X509_get0_pubkey(changed), nullptr);
+		ERR_clear_error();
+		broken = pemOf([&](BIO *out) { PEM_write_bio_X509(out, changed); });
+		X509_free(changed);
+		OPENSSL_free(der);
+		X509_free(x);
+	}
+	EVP_PKEY *rsaKey = EVP_RSA_gen(2048);
+	const std::string rsa = selfSigned("rsa", rsaKey, 2);
+	EVP_PKEY_free(rsaKey);
+	Stats stats;
+	EXPECT_NE(indexFile(api, stats, rsa + broken), nullptr) << "the RSA key stands for the EC one";
+	EXPECT_EQ(indexFile(api, stats, broken + rsa), nullptr) << "the first of them is decoded";
+}
+
+/*
  * Sequences of loads, adds (certificates and CRLs), lookups and listings over twins (same
  * subject, other key) and repeats, fixed and random: a store given its files through LazyStores, driven as the interposed
  * calls drive it, answers every step as a store loaded eagerly (each certificate added in

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <openssl/bio.h>
+#include <openssl/ec.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
@@ -31,6 +32,10 @@ struct CaApi {
 	 */
 	using ProviderDoAll = int (*)(void *libctx, int (*each)(void *provider, void *arg), void *arg);
 	ProviderDoAll OSSL_PROVIDER_do_all = nullptr;
+	using ProviderName = const char *(*)(const void *provider);
+	ProviderName OSSL_PROVIDER_get0_name = nullptr;
+	/* The curves this libcrypto was built with: the default provider decodes keys on them. */
+	decltype(&::EC_get_builtin_curves) EC_get_builtin_curves = nullptr;
 	using FipsEnabled = int (*)(void *libctx);
 	FipsEnabled EVP_default_properties_is_fips_enabled = nullptr;
 	using DefaultProperties = char *(*)(void *libctx); /* 3.2+ */

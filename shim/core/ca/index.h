@@ -19,6 +19,8 @@ struct DecodingState {
 	std::vector<const void *> providers; /* OSSL_PROVIDER pointers, in the store's order */
 	std::string properties;              /* 3.2+; before, only whether FIPS is asked for */
 	bool fips = false;
+	/* Every provider is the built-in "default", no FIPS, no properties: what most programs run. */
+	bool builtinDefault = false;
 	bool operator==(const DecodingState &other) const
 	{
 		return providers == other.providers && properties == other.properties &&
@@ -72,7 +74,7 @@ public:
 	/*
 	 * Whether an eager load now would decode every certificate's key, as it did when the
 	 * file was indexed: true at once while the decoding state is the same, else one
-	 * certificate of each key algorithm is decoded to tell.
+	 * certificate of each key algorithm the state is not known to decode is decoded to tell.
 	 */
 	bool keysDecodeNow() const;
 
@@ -88,7 +90,11 @@ private:
 	};
 
 	X509 *parse(int position) const; /* certificate(), not counted in the stats */
-	bool keysDecode(const std::vector<int> &positions) const; /* each one's key decodes */
+	/*
+	 * Whether a certificate of each key algorithm decodes under state, decoding those it
+	 * must; decoded: algorithms of keys that decoded under it already.
+	 */
+	bool keysDecode(const DecodingState &state, const std::vector<std::string> &decoded = {}) const;
 
 	const CaApi &api_;
 	Stats &stats_;
@@ -97,7 +103,11 @@ private:
 	std::vector<int> bySubject_; /* positions, in X509_NAME_cmp order, then file order */
 	std::vector<int> firstWithSubject_; /* per distinct subject, in order: a position */
 	std::vector<int> subjectRank_;      /* per position: its subject's rank */
-	std::vector<int> keyAlgorithms_;    /* a position per distinct key algorithm */
+	struct KeyAlgorithm {
+		std::string id; /* the key's AlgorithmIdentifier, DER */
+		int position;   /* the first certificate with it */
+	};
+	std::vector<KeyAlgorithm> keyAlgorithms_;
 	DecodingState decodedUnder_;        /* when the index checked that every key decodes */
 };
 
