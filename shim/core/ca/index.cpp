@@ -327,30 +327,29 @@ namespace {
  */
 bool decodedByBuiltinDefault(const CaApi &api, const std::string &algorithm)
 {
+	/* Plain data: nothing to destroy at exit while another thread may still load. */
 	struct Known {
-		std::string id; /* the key's AlgorithmIdentifier, DER */
-		int curve;      /* the named curve's NID, or 0 */
+		const char *id; /* the key's AlgorithmIdentifier, DER */
+		std::size_t length;
+		int curve; /* the named curve's NID, or 0 */
 	};
 	static const Known kKnown[] = {
-		{ std::string("\x30\x0d\x06\x09\x2a\x86\x48\x86\xf7\x0d\x01\x01\x01\x05\x00", 15), 0 },
-		{ std::string("\x30\x13\x06\x07\x2a\x86\x48\xce\x3d\x02\x01\x06\x08\x2a\x86\x48\xce\x3d\x03\x01\x07", 21),
+		{ "\x30\x0d\x06\x09\x2a\x86\x48\x86\xf7\x0d\x01\x01\x01\x05\x00", 15, 0 },
+		{ "\x30\x13\x06\x07\x2a\x86\x48\xce\x3d\x02\x01\x06\x08\x2a\x86\x48\xce\x3d\x03\x01\x07", 21,
 		  NID_X9_62_prime256v1 },
-		{ std::string("\x30\x10\x06\x07\x2a\x86\x48\xce\x3d\x02\x01\x06\x05\x2b\x81\x04\x00\x22", 18), NID_secp384r1 },
-		{ std::string("\x30\x10\x06\x07\x2a\x86\x48\xce\x3d\x02\x01\x06\x05\x2b\x81\x04\x00\x23", 18), NID_secp521r1 },
+		{ "\x30\x10\x06\x07\x2a\x86\x48\xce\x3d\x02\x01\x06\x05\x2b\x81\x04\x00\x22", 18, NID_secp384r1 },
+		{ "\x30\x10\x06\x07\x2a\x86\x48\xce\x3d\x02\x01\x06\x05\x2b\x81\x04\x00\x23", 18, NID_secp521r1 },
 	};
-	static const std::vector<int> builtCurves = [&api] {
-		std::vector<int> nids;
-		if (!api.EC_get_builtin_curves)
-			return nids;
-		std::vector<EC_builtin_curve> curves(api.EC_get_builtin_curves(nullptr, 0));
-		curves.resize(api.EC_get_builtin_curves(curves.data(), curves.size()));
-		for (const EC_builtin_curve &curve : curves)
-			nids.push_back(curve.nid);
-		return nids;
-	}();
 	for (const Known &known : kKnown) {
-		if (known.id == algorithm)
-			return !known.curve || std::find(builtCurves.begin(), builtCurves.end(), known.curve) != builtCurves.end();
+		if (algorithm.size() != known.length || std::memcmp(algorithm.data(), known.id, known.length) != 0)
+			continue;
+		if (!known.curve)
+			return true;
+		if (!api.EC_get_builtin_curves)
+			return false;
+		EC_builtin_curve curves[256];
+		const std::size_t count = std::min<std::size_t>(api.EC_get_builtin_curves(curves, 256), 256);
+		return std::any_of(curves, curves + count, [&](const EC_builtin_curve &c) { return c.nid == known.curve; });
 	}
 	return false;
 }
