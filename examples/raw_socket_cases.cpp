@@ -13,6 +13,11 @@
  *                     the first line the program polls the pipe and the socket together.
  *                     Prints "pipe R socket R" (the revents) and "lines 20" or "poll timed
  *                     out after N lines" (exit 3).
+ *   bio-pair PORT     against tls_server --burst 20: the connection reads a BIO pair, and the
+ *                     program moves bytes from the socket into it, as many as the pair's read
+ *                     request asks (what OpenSSL wants next), blocking. Prints "first request
+ *                     R" (after the handshake: 5, a record's header, without read-ahead) and
+ *                     "lines 20".
  *   lingering-close --cert C --key K
  *                     a forked server reads one of 20 pipelined requests, writes 200 KiB to
  *                     a client that reads nothing yet (its receive buffer is 32 KiB), sends
@@ -22,6 +27,7 @@
  *                     close_notify|reset|...".
  */
 
+#include <algorithm>
 #include <cerrno>
 #include <fcntl.h>
 #include <poll.h>
@@ -90,6 +96,62 @@ int callbackRead(const char *port)
 	close(fd);
 	SSL_CTX_free(ctx);
 	return result;
+}
+
+/* Moves what the pair has for the socket to it, and, when OpenSSL wants to read, what it asks for. */
+bool pump(SSL *ssl, BIO *network, int fd, int result, size_t *firstRequest)
+{
+	char buffer[20000];
+	for (int n; (n = BIO_read(network, buffer, sizeof(buffer))) > 0;) {
+		for (int at = 0; at < n;) {
+			const ssize_t sent = write(fd, buffer + at, static_cast<size_t>(n - at));
+			if (sent <= 0)
+				return false;
+			at += static_cast<int>(sent);
+		}
+	}
+	if (SSL_get_error(ssl, result) != SSL_ERROR_WANT_READ)
+		return false;
+	const size_t request = std::min(BIO_ctrl_get_read_request(network), sizeof(buffer));
+	if (firstRequest && !*firstRequest)
+		*firstRequest = request;
+	const ssize_t got = read(fd, buffer, request);
+	return got > 0 && BIO_write(network, buffer, static_cast<int>(got)) == got;
+}
+
+int bioPair(const char *port)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	const int fd = connectTo("127.0.0.1", port);
+	SSL *ssl = SSL_new(ctx);
+	BIO *internal = nullptr, *network = nullptr;
+	if (!ssl || BIO_new_bio_pair(&internal, 0, &network, 0) != 1)
+		fail("a BIO pair");
+	SSL_set_bio(ssl, internal, internal);
+	int result;
+	while ((result = SSL_connect(ssl)) != 1) {
+		if (!pump(ssl, network, fd, result, nullptr))
+			fail("the handshake");
+	}
+	size_t firstRequest = 0;
+	std::string text;
+	char buffer[4096];
+	for (int lines = 0; lines < 20;) {
+		result = SSL_read(ssl, buffer, sizeof(buffer));
+		if (result > 0) {
+			text.append(buffer, static_cast<size_t>(result));
+			for (size_t at; (at = text.find('\n')) != std::string::npos; lines++)
+				text.erase(0, at + 1);
+		} else if (!pump(ssl, network, fd, result, &firstRequest)) {
+			fail("reading the lines");
+		}
+	}
+	std::printf("first request %zu\nlines 20\n", firstRequest);
+	SSL_free(ssl);
+	BIO_free(network);
+	close(fd);
+	SSL_CTX_free(ctx);
+	return 0;
 }
 
 constexpr int kResponse = 200 * 1024;
@@ -178,12 +240,14 @@ int main(int argc, char **argv)
 		return emptyRecv(argv[2]);
 	if (which == "callback-read" && argc > 2)
 		return callbackRead(argv[2]);
+	if (which == "bio-pair" && argc > 2)
+		return bioPair(argv[2]);
 	if (which == "lingering-close") {
 		SSL_CTX *server = serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", ""));
 		const int result = lingeringClose(server);
 		SSL_CTX_free(server);
 		return result;
 	}
-	std::fprintf(stderr, "usage: raw_socket_cases empty-recv|callback-read|lingering-close ...\n");
+	std::fprintf(stderr, "usage: raw_socket_cases empty-recv|callback-read|bio-pair|lingering-close ...\n");
 	return 2;
 }

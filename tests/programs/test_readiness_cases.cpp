@@ -288,6 +288,13 @@ TEST(RawSocket, ACallbackReadingAPipeInsideOpenSslCallsLeavesTheConnectionsSocke
 		       "pipe 0 socket 1\nlines 20\n");
 }
 
+TEST(RawSocket, AConnectionOverABioPairReadsAsOpenSslReadsIt)
+{
+	RecordProperty("fault", "a BIO pair the program fills from the socket as the pair's read request asks: "
+				"read-ahead there asked for the pair's whole buffer");
+	expectBothWays(bothWaysOf("raw_socket_cases", { "bio-pair" }, { "--burst", "20" }), "first request 5\nlines 20\n");
+}
+
 TEST(RawSocket, ALingeringCloseAfterSslFreeDeliversTheWholeResponse)
 {
 	RecordProperty("fault", "20 pipelined requests, one read, 200 KiB to a client that reads later, SSL_free, "

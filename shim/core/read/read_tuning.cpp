@@ -85,7 +85,15 @@ void ReadTuning::tuneConnection(const OpenSslApi &api, const Config &config,
 bool ReadTuning::readsItsSource(const OpenSslApi &api, SSL *ssl) noexcept
 {
 	BIO *rbio = api.SSL_get_rbio(ssl);
-	return rbio && !api.BIO_next(rbio) && !(api.BIO_method_type(rbio) & BIO_TYPE_FILTER);
+	if (!rbio || api.BIO_next(rbio))
+		return false;
+	/*
+	 * OpenSSL's memory BIO, BIO pair and null BIO read no descriptor: the program moves
+	 * the bytes itself (asyncio's SSLObject), so read-ahead would save no syscall and only
+	 * change what it sees (BIO_pending, BIO_get_read_request).
+	 */
+	const int type = api.BIO_method_type(rbio);
+	return !(type & BIO_TYPE_FILTER) && type != BIO_TYPE_MEM && type != BIO_TYPE_BIO && type != BIO_TYPE_NULL;
 }
 
 bool ReadTuning::followable(const OpenSslApi &api, const UnseenWaits &unseen, SSL *ssl,
