@@ -7,6 +7,9 @@
  * Usage: leaving_writers PORT CASE, against tls_server --tls 1.2 --sink. CASE:
  *   seccomp-strict  seccomp's strict mode (read, write, exit and sigreturn only), then
  *                   three short lines, then the exit system call
+ *   seccomp-strict-later
+ *                   three short lines, then the same (strict mode turns the TSC off: a
+ *                   clock read in a write faults)
  *   seccomp-filter  ten short lines, a filter that refuses sendto, sendmsg, getsockopt,
  *                   clone and clone3 (EPERM), ten more, close_notify and exit
  *   emfile-close    twenty short lines, dup until EMFILE, then SSL_free and close
@@ -54,15 +57,16 @@ void refuseSendsAndThreads()
 		fail("seccomp filter");
 }
 
-int seccompCase(const char *port, bool strict)
+int seccompCase(const char *port, bool strict, int linesBefore = 0)
 {
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	int fd = -1;
 	SSL *ssl = connectSsl(ctx, port, &fd);
 	if (strict) {
+		writeLines(ssl, 0, linesBefore);
 		if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_STRICT, 0, 0, 0) != 0)
 			fail("seccomp strict");
-		writeLines(ssl, 0, 3);
+		writeLines(ssl, linesBefore, 3);
 		/* exit_group is not allowed: the thread's own exit ends the process. */
 		syscall(SYS_exit, 0);
 	}
@@ -167,6 +171,8 @@ int main(int argc, char **argv)
 	const std::string how = argv[2];
 	if (how == "seccomp-strict" || how == "seccomp-filter")
 		return seccompCase(argv[1], how == "seccomp-strict");
+	if (how == "seccomp-strict-later")
+		return seccompCase(argv[1], true, 3);
 	if (how == "emfile-close" || how == "close-all")
 		return descriptorsCase(argv[1], how == "emfile-close");
 	if (how == "term-after-wait")

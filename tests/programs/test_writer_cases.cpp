@@ -274,6 +274,12 @@ TEST(Writers, StrictSeccompThenShortWritesReachThePeer)
 	expectTheSameBothWays("seccomp-strict", {}, "", 0, 1, "leaving_writers");
 }
 
+TEST(Writers, StrictSeccompAfterShortWritesLetsTheNextWritesThrough)
+{
+	RecordProperty("fault", "three short writes, seccomp strict mode (no TSC), three more and the exit system call");
+	expectTheSameBothWays("seccomp-strict-later", {}, "", 0, 1, "leaving_writers");
+}
+
 TEST(Writers, ASeccompFilterRefusingSendsAndThreadsLosesNothing)
 {
 	if (sanitizerBuild())

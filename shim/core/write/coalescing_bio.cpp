@@ -110,10 +110,12 @@ int filterWrite(BIO *bio, const char *data, int length)
 	/*
 	 * First: every write of the connection's own counts for "quiet", also a direct one. A
 	 * batch begins only on a socket with room for it, so that what is held can always go
-	 * to the kernel at once.
+	 * to the kernel at once. A process that holds nothing any more (seccomp) reads no
+	 * clock: strict mode turns the TSC off, and the vDSO's read of it faults.
 	 */
-	const bool quiet = g_coalescer->quietWrite(writes);
-	if (quiet || directWrites || writes->stalled() || !g_coalescer->holding() || hooked(next) ||
+	const bool holding = g_coalescer->holding();
+	const bool quiet = holding && g_coalescer->quietWrite(writes);
+	if (!holding || quiet || directWrites || writes->stalled() || hooked(next) ||
 	    static_cast<std::size_t>(length) >= g_coalescer->limit()) {
 		if (const int error = writes->reportError())
 			return failAsTheKernelWould(error);
