@@ -19,6 +19,10 @@
  *                   action, raised by the process itself
  *   alarm-exit      writes 100-byte lines until a SIGALRM handler (after 20 ms) prints
  *                   "accepted N" (what SSL_write had accepted) and calls _exit(0)
+ *   exit-while-writing exit|_exit
+ *                   a child's thread writes 100-byte lines while its main thread, once 100
+ *                   are accepted, leaves by exit or _exit; the parent prints "accepted N"
+ *                   (what SSL_write had accepted, in shared memory) once the child is gone
  */
 
 #include <csignal>
@@ -29,8 +33,13 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/mman.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <thread>
 
 #include "common/example.h"
 
@@ -149,6 +158,44 @@ int alarmCase(const char *port)
 	fail("no alarm");
 }
 
+int exitWhileWritingCase(const char *port, bool plainExit)
+{
+	/* Shared with the parent, which reads it once the child is gone. */
+	auto *accepted = static_cast<std::atomic<long> *>(
+		mmap(nullptr, sizeof(std::atomic<long>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+	if (accepted == MAP_FAILED)
+		fail("mmap");
+	new (accepted) std::atomic<long>(0);
+	const pid_t child = fork();
+	if (child < 0)
+		fail("fork");
+	if (child == 0) {
+		SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+		int fd = -1;
+		SSL *ssl = connectSsl(ctx, port, &fd);
+		std::thread([ssl, accepted] {
+			const std::string line = std::string(99, 'w') + "\n";
+			/* Bounded: the process ends long before (a million lines is 100 MB). */
+			for (int i = 0; i < 1000000; i++) {
+				if (SSL_write(ssl, line.data(), static_cast<int>(line.size())) <= 0)
+					return;
+				accepted->fetch_add(100);
+			}
+		}).detach();
+		/* No sleep: it leaves while the writer is in full flow. */
+		while (accepted->load() < 100 * 100)
+			sched_yield();
+		if (plainExit)
+			exit(0);
+		_exit(0);
+	}
+	int status = 0;
+	if (waitpid(child, &status, 0) != child)
+		fail("waitpid");
+	std::printf("accepted %ld\n", accepted->load());
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 int termCase(const char *port)
 {
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
@@ -179,5 +226,7 @@ int main(int argc, char **argv)
 		return termCase(argv[1]);
 	if (how == "alarm-exit")
 		return alarmCase(argv[1]);
+	if (how == "exit-while-writing" && argc > 3)
+		return exitWhileWritingCase(argv[1], std::string(argv[3]) == "exit");
 	fail("unknown case");
 }

@@ -240,8 +240,11 @@ inline void encryptBeforeExit() noexcept
 {
 	Process &p = process();
 	p.held.stopHolding();
-	if (!p.inVforkChild())
-		p.held.encryptAtImageEnd(false);
+	if (p.inVforkChild())
+		return;
+	p.held.encryptAtImageEnd(false);
+	/* The other threads run on through exit: their writes go to the kernel, as without the shim. */
+	p.coalescer.stopHolding();
 }
 
 /* holdWrite's last step: data joins the record being gathered. */

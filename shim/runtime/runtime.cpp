@@ -282,7 +282,13 @@ void Process::drainBeforeImageEnds(ImageEnd end) noexcept
 		return;
 	const int savedErrno = errno;
 	/* Not after exit's atexit handlers: OpenSSL may be cleaned up (see encryptBeforeExit). */
-	if (held.holding())
+	const bool plaintext = held.holding();
+	/* Other threads write on until the image ends: what they write then goes straight out. */
+	if (end == ImageEnd::Never) {
+		held.stopHolding();
+		coalescer.stopHolding();
+	}
+	if (plaintext)
 		held.encryptAtImageEnd(end == ImageEnd::MayReturn);
 	coalescer.drainAll();
 	errno = savedErrno;

@@ -129,8 +129,11 @@ int filterWrite(BIO *bio, const char *data, int length)
 	bool becameDirty = false;
 	switch (writes->append(data, static_cast<std::size_t>(length), &becameDirty)) {
 	case PendingWrites::Result::Done:
-		/* Without a flusher thread nothing would bound the wait: send now. */
-		if (becameDirty && !g_coalescer->dirtied(writes))
+		/*
+		 * Without a flusher thread nothing would bound the wait: send now. Nor once holding
+		 * stopped meanwhile (exit, in another thread): its drain may have been before this.
+		 */
+		if ((becameDirty && !g_coalescer->dirtied(writes)) || !g_coalescer->holding())
 			g_coalescer->sendAsOwner(writes);
 		return length;
 	case PendingWrites::Result::Again:

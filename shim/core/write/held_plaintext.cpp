@@ -70,7 +70,7 @@ bool HeldPlaintext::hold(const void *data, std::size_t length, bool *becameHeld)
 	if (encrypting || length > capacity)
 		return false;
 	Guard lock(mutex_);
-	if (inside_ > 0 || retired_ || failure_.sslError)
+	if (inside_ > 0 || retired_ || ended_ || failure_.sslError)
 		return false;
 	std::size_t size = size_.load(std::memory_order_relaxed);
 	if (size + length > capacity) {
@@ -207,6 +207,9 @@ HeldPlaintext *HeldRegistry::attach(void *ssl, HeldPlaintext::Encrypt encrypt,
 	auto found = entries_.find(ssl);
 	if (found != entries_.end())
 		return found->second.get();
+	/* The image is ending: what a new entry held would outlive the last drain. */
+	if (!holding())
+		return nullptr;
 	try {
 		auto made = std::make_unique<HeldPlaintext>(ssl, encrypt, errors);
 		HeldPlaintext *held = made.get();
@@ -290,12 +293,19 @@ void HeldPlaintext::encryptAtImageEnd(bool mayReturn) noexcept
 		 */
 		if (!mayReturn && inside_ == 0 && !retired_)
 			encryptLocked(false, false);
+		ended_ = ended_ || !mayReturn;
 		return;
 	}
 	Guard lock(mutex_, std::defer_lock);
 	lockWithin(lock, kEndPatience);
 	if (lock.owns_lock() && inside_ == 0 && !retired_ && size_.load(std::memory_order_relaxed) > 0)
 		encryptLocked(false, false);
+	/*
+	 * Another thread's write after this (exit runs while the others do) is the kernel's at
+	 * once, as without the shim: nothing would send it later.
+	 */
+	if (lock.owns_lock())
+		ended_ = ended_ || !mayReturn;
 }
 
 void HeldRegistry::encryptAtImageEnd(bool mayReturn) noexcept

@@ -137,6 +137,7 @@ private:
 	const ErrorQueueApi *const errorApi_;
 	int inside_ = 0;
 	bool retired_ = false;
+	bool ended_ = false; /* the image ends: nothing more is held */
 	Failure failure_;
 	ErrorEntries errors_; /* failure_'s, when taken from the encrypting thread */
 	int reported_ = 0;
