@@ -98,6 +98,7 @@ struct OpenSslApi {
 	decltype(&::BIO_clear_flags) BIO_clear_flags = nullptr;
 	decltype(&::BIO_copy_next_retry) BIO_copy_next_retry = nullptr;
 	decltype(&::BIO_method_type) BIO_method_type = nullptr;
+	decltype(&::BIO_method_name) BIO_method_name = nullptr;
 
 	/* TLSTUNE_COALESCE=records: which connections may hold plaintext. */
 	decltype(&::SSL_version) SSL_version = nullptr;

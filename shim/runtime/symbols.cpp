@@ -259,6 +259,7 @@ bool resolveOpenSsl(OpenSslApi *api) noexcept
 	RESOLVE(BIO_clear_flags);
 	RESOLVE(BIO_copy_next_retry);
 	RESOLVE(BIO_method_type);
+	RESOLVE(BIO_method_name);
 	return true;
 }
 

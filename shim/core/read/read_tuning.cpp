@@ -1,5 +1,7 @@
 #include "read_tuning.h"
 
+#include <cstring>
+
 #include <sys/socket.h>
 #include <sys/stat.h>
 
@@ -87,13 +89,20 @@ bool ReadTuning::readsItsSource(const OpenSslApi &api, SSL *ssl) noexcept
 	BIO *rbio = api.SSL_get_rbio(ssl);
 	if (!rbio || api.BIO_next(rbio))
 		return false;
+	const int type = api.BIO_method_type(rbio);
+	if (type & BIO_TYPE_FILTER)
+		return false;
 	/*
 	 * OpenSSL's memory BIO, BIO pair and null BIO read no descriptor: the program moves
 	 * the bytes itself (asyncio's SSLObject), so read-ahead would save no syscall and only
-	 * change what it sees (BIO_pending, BIO_get_read_request).
+	 * change what it sees (BIO_pending, BIO_get_read_request). Told by their names too:
+	 * curl's own BIO, which reads its socket, calls its type BIO_TYPE_MEM.
 	 */
-	const int type = api.BIO_method_type(rbio);
-	return !(type & BIO_TYPE_FILTER) && type != BIO_TYPE_MEM && type != BIO_TYPE_BIO && type != BIO_TYPE_NULL;
+	if (type != BIO_TYPE_MEM && type != BIO_TYPE_BIO && type != BIO_TYPE_NULL)
+		return true;
+	const char *name = api.BIO_method_name ? api.BIO_method_name(rbio) : nullptr;
+	return !name || (std::strcmp(name, "memory buffer") != 0 && std::strcmp(name, "BIO pair") != 0 &&
+			 std::strcmp(name, "NULL") != 0);
 }
 
 bool ReadTuning::followable(const OpenSslApi &api, const UnseenWaits &unseen, SSL *ssl,

@@ -66,8 +66,9 @@ public:
 	 * Whether ssl's read BIO reads its source itself, with nothing chained: a socket, fd
 	 * or connect BIO, or a source BIO of the program's own (curl's). A buffer BIO or any
 	 * other filter is left as it is: it keeps bytes of its own, and read-ahead's 64 KiB
-	 * ask waited there for bytes that never came (the handshake hung). So are a memory
-	 * BIO, a BIO pair and a null BIO, whose bytes the program moves itself.
+	 * ask waited there for bytes that never came (the handshake hung). So are OpenSSL's
+	 * memory BIO, BIO pair and null BIO (told by name: curl's own BIO takes the memory
+	 * BIO's type), whose bytes the program moves itself.
 	 */
 	static bool readsItsSource(const OpenSslApi &api, SSL *ssl) noexcept;
 
