@@ -57,6 +57,28 @@ void expectTheSameBothWays(const std::string &name, const std::vector<std::strin
 	EXPECT_EQ(received[0], received[1]) << "the server got the same bytes both ways";
 }
 
+/*
+ * leaving_writers with arguments, against a sink: "accepted N" and "received M sha256 H".
+ * Every accepted byte arrived, and at most the one 100-byte write the way out interrupted
+ * besides (it may have gone out already).
+ */
+void expectAcceptedArrived(const std::vector<std::string> &arguments, bool withShim,
+			   const std::vector<std::string> &env, int run)
+{
+	ExampleServer peer(serverArguments({}));
+	std::vector<std::string> argv = { examplePath("leaving_writers"), peer.portText() };
+	argv.insert(argv.end(), arguments.begin(), arguments.end());
+	const Captured writer = runProgram(argv, withShim, env, kTimeoutMs);
+	ASSERT_EQ(writer.status, 0) << writer.err;
+	const std::string received = peer.process().readLine(kTimeoutMs);
+	ASSERT_EQ(writer.out.rfind("accepted ", 0), 0u) << writer.out;
+	ASSERT_EQ(received.rfind("received ", 0), 0u) << received;
+	const long accepted = std::stol(writer.out.substr(9));
+	const long got = std::stol(received.substr(9));
+	EXPECT_TRUE(got == accepted || got == accepted + 100)
+		<< "accepted " << accepted << ", received " << got << ", run " << run;
+}
+
 } /* namespace */
 
 class BlockedWriters : public ::testing::TestWithParam<const char *> {};
@@ -321,24 +343,9 @@ TEST(Writers, AnAlarmHandlerThatExitsMidLoopLosesNothingWhereverItLands)
 	constexpr int kRuns = 25;
 	for (bool withShim : { false, true }) {
 		SCOPED_TRACE(withShim ? "with the shim" : "without the shim");
-		for (int run = 0; run < kRuns; run++) {
-			ExampleServer peer(serverArguments({}));
-			/* _exit from a signal handler is the case itself: ThreadSanitizer reports it either way. */
-			const Captured writer = runProgram({ examplePath("leaving_writers"), peer.portText(), "alarm-exit" },
-							   withShim, { "TSAN_OPTIONS=report_signal_unsafe=0" }, kTimeoutMs);
-			ASSERT_EQ(writer.status, 0) << writer.err;
-			const std::string received = peer.process().readLine(kTimeoutMs);
-			/*
-			 * "accepted N" and "received M sha256 H": every accepted byte arrived, and at most
-			 * the one write the handler interrupted besides (it may have gone out already).
-			 */
-			ASSERT_EQ(writer.out.rfind("accepted ", 0), 0u) << writer.out;
-			ASSERT_EQ(received.rfind("received ", 0), 0u) << received;
-			const long accepted = std::stol(writer.out.substr(9));
-			const long got = std::stol(received.substr(9));
-			EXPECT_TRUE(got == accepted || got == accepted + 100)
-				<< "accepted " << accepted << ", received " << got << ", run " << run;
-		}
+		/* _exit from a signal handler is the case itself: ThreadSanitizer reports it either way. */
+		for (int run = 0; run < kRuns; run++)
+			expectAcceptedArrived({ "alarm-exit" }, withShim, { "TSAN_OPTIONS=report_signal_unsafe=0" }, run);
 	}
 }
 
@@ -357,20 +364,8 @@ TEST(Writers, LeavingWhileAnotherThreadWritesLosesNothingAccepted)
 	for (const char *way : { "exit", "_exit" }) {
 		for (bool withShim : { false, true }) {
 			SCOPED_TRACE(std::string(way) + (withShim ? ", with the shim" : ", without the shim"));
-			for (int run = 0; run < kRuns; run++) {
-				ExampleServer peer(serverArguments({}));
-				const Captured writer = runProgram(
-					{ examplePath("leaving_writers"), peer.portText(), "exit-while-writing", way },
-					withShim, {}, kTimeoutMs);
-				ASSERT_EQ(writer.status, 0) << writer.err;
-				const std::string received = peer.process().readLine(kTimeoutMs);
-				ASSERT_EQ(writer.out.rfind("accepted ", 0), 0u) << writer.out;
-				ASSERT_EQ(received.rfind("received ", 0), 0u) << received;
-				const long accepted = std::stol(writer.out.substr(9));
-				const long got = std::stol(received.substr(9));
-				EXPECT_TRUE(got == accepted || got == accepted + 100)
-					<< "accepted " << accepted << ", received " << got << ", run " << run;
-			}
+			for (int run = 0; run < kRuns; run++)
+				expectAcceptedArrived({ "exit-while-writing", way }, withShim, {}, run);
 		}
 	}
 }
