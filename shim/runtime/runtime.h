@@ -11,13 +11,13 @@
 #include "core/write/coalescer.h"
 #include "core/write/coalescing_bio.h"
 #include "core/config.h"
-#include "object_span.h"
 #include "core/read/connection.h"
 #include "core/read/epoll_sets.h"
 #include "core/write/held_plaintext.h"
 #include "core/openssl_api.h"
 #include "core/stats.h"
 #include "libc_api.h"
+#include "object_span.h"
 
 namespace tlstune {
 

@@ -365,8 +365,9 @@ bool CaIndex::keysDecode(const DecodingState &state, const std::vector<std::stri
 	bool ok = true;
 	api_.ERR_set_mark();
 	for (const KeyAlgorithm &algorithm : keyAlgorithms_) {
+		const bool builtinKind = builtin(algorithm.id);
 		if (std::find(decoded.begin(), decoded.end(), algorithm.id) != decoded.end() ||
-		    (builtinDecoded && builtin(algorithm.id)))
+		    (builtinDecoded && builtinKind))
 			continue;
 		X509 *x = parse(algorithm.position);
 		ok = x && api_.X509_get0_pubkey(x);
@@ -374,7 +375,7 @@ bool CaIndex::keysDecode(const DecodingState &state, const std::vector<std::stri
 			api_.X509_free(x);
 		if (!ok)
 			break;
-		builtinDecoded = builtinDecoded || builtin(algorithm.id);
+		builtinDecoded = builtinDecoded || builtinKind;
 	}
 	api_.ERR_pop_to_mark();
 	return ok;
