@@ -17,6 +17,11 @@
  *   base-provider     the file loaded while only the "base" provider is active, then "default"
  *   properties        the file loaded under default properties no provider matches, then verified under none
  *   properties-later  the same after a first load under none
+ *   unload-default    loaded, then "default" unloaded before the first verify, then loaded again
+ *   properties-after  the same with default properties that no provider matches, then none
+ *   fips-after        the same with FIPS asked for, then not
+ *   default-context   the same with the thread's default library context one of "base" alone
+ *   config-after      the same with a configuration loaded that sets such properties, then none
  *   fifo              the CA file is a FIFO a thread writes the bundle into
  *   seccomp           the program confines itself to an allow-list, then loads and verifies
  *   own-lookup        a lookup method of the program's answers from a second store
@@ -430,6 +435,57 @@ int properties(bool first)
 	return 0;
 }
 
+/*
+ * A store loaded while "default" decodes every key; then, before anything looks the store
+ * up, what decodes changes; verified in that state, then once it is undone. OpenSSL
+ * decoded the keys at load time, so the second verify succeeds whatever the first said.
+ */
+int changedAfter(const std::string &change)
+{
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+	OSSL_PROVIDER *base = OSSL_PROVIDER_load(nullptr, "base");
+	OSSL_PROVIDER *defaults = OSSL_PROVIDER_load(nullptr, "default");
+	X509 *leaf = readCertificate(path("leaf.pem"));
+	X509_STORE *store = loadedStore(path("ca.pem"));
+	OSSL_LIB_CTX *baseOnly = nullptr, *previous = nullptr;
+	if (change == "unload-default") {
+		OSSL_PROVIDER_unload(defaults);
+	} else if (change == "properties-after") {
+		EVP_set_default_properties(nullptr, "provider=nonesuch");
+	} else if (change == "fips-after") {
+		EVP_default_properties_enable_fips(nullptr, 1);
+	} else if (change == "config-after") {
+		writeFile(path("openssl.cnf"), "openssl_conf = init\n[init]\nalg_section = evp\n"
+					       "[evp]\ndefault_properties = provider=nonesuch\n");
+		std::printf("config %d\n", OSSL_LIB_CTX_load_config(nullptr, path("openssl.cnf").c_str()));
+	} else {
+		baseOnly = OSSL_LIB_CTX_new();
+		OSSL_PROVIDER_load(baseOnly, "base");
+		previous = OSSL_LIB_CTX_set0_default(baseOnly);
+	}
+	verify(store, leaf, "changed");
+	ERR_clear_error();
+	if (change == "unload-default")
+		defaults = OSSL_PROVIDER_load(nullptr, "default");
+	else if (change == "properties-after" || change == "config-after")
+		EVP_set_default_properties(nullptr, "");
+	else if (change == "fips-after")
+		EVP_default_properties_enable_fips(nullptr, 0);
+	else
+		OSSL_LIB_CTX_set0_default(previous);
+	verify(store, leaf, "changed back");
+	X509_STORE_free(store);
+	X509_free(leaf);
+	OSSL_LIB_CTX_free(baseOnly);
+	OSSL_PROVIDER_unload(defaults);
+	OSSL_PROVIDER_unload(base);
+#else
+	(void)change;
+	std::printf("no providers before 3.0\n");
+#endif
+	return 0;
+}
+
 int fifo(const Pki &p)
 {
 	const std::string file = path("ca.fifo");
@@ -604,6 +660,10 @@ int main(int argc, char **argv)
 		{ "check-issued", checkIssuedCase }, { "kept-list", keptList },
 		{ "trailing-bytes", trailingBytes },
 	};
+	for (const char *change : { "unload-default", "properties-after", "fips-after", "default-context",
+				    "config-after" })
+		if (std::string(argv[2]) == change)
+			return changedAfter(change);
 	if (std::string(argv[2]) == "base-provider")
 		return baseProvider();
 	if (std::string(argv[2]) == "properties" || std::string(argv[2]) == "properties-later")

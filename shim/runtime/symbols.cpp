@@ -336,4 +336,20 @@ bool resolveCrypto(CaApi *api) noexcept
 	return true;
 }
 
+bool resolveDecodingChanges(DecodingChangeApi *api) noexcept
+{
+	void *handle = findLibrary("libcrypto.so", "CONF_modules_load");
+	if (!handle)
+		return false;
+
+	RESOLVE(OSSL_PROVIDER_load);
+	RESOLVE(OSSL_PROVIDER_try_load);
+	RESOLVE(OSSL_PROVIDER_unload);
+	RESOLVE(EVP_set_default_properties);
+	RESOLVE(EVP_default_properties_enable_fips);
+	RESOLVE(OSSL_LIB_CTX_set0_default);
+	RESOLVE(CONF_modules_load);
+	return true;
+}
+
 } /* namespace tlstune */

@@ -26,5 +26,6 @@ bool resolveOpenSsl(OpenSslApi *api) noexcept;
 
 /* The same for the libcrypto the program loaded. */
 bool resolveCrypto(CaApi *api) noexcept;
+bool resolveDecodingChanges(DecodingChangeApi *api) noexcept;
 
 } /* namespace tlstune */

@@ -23,6 +23,7 @@
 #include "core/ca/cache.h"
 #include "core/ca/index.h"
 #include "core/ca/lazy.h"
+#include "core/ca/parsed_ahead.h"
 #include "linked_ca.h"
 #include "pki.h"
 #include "process.h"
@@ -602,6 +603,70 @@ TEST(CaIndex, OneKeyOfTheBuiltinDefaultProvidersKindsDecodedStandsForAll)
 	Stats stats;
 	EXPECT_NE(indexFile(api, stats, rsa + broken), nullptr) << "the RSA key stands for the EC one";
 	EXPECT_EQ(indexFile(api, stats, broken + rsa), nullptr) << "the first of them is decoded";
+}
+
+/*
+ * What a store has not taken yet is parsed ahead of a change in what decodes, and taken
+ * with its key as it decoded before the change; a file added after it is parsed when
+ * taken, under the state of that moment. The change here: the thread's default library
+ * context switched to one of the "base" provider alone, which decodes no key.
+ */
+TEST(ParsedAhead, KeepsKeysDecodedAsBeforeAChange)
+{
+	SKIP_BEFORE_OPENSSL_3();
+	const CaApi api = linkedApi();
+	Stats stats;
+	std::string pems;
+	for (const char *cn : { "A", "A", "B" }) {
+		EVP_PKEY *key = EVP_EC_gen("P-256");
+		pems += selfSigned(cn, key, static_cast<long>(pems.size()) + 1);
+		EVP_PKEY_free(key);
+	}
+	const std::shared_ptr<const CaIndex> index = indexFile(api, stats, pems);
+	const std::shared_ptr<const CaIndex> later = indexFile(api, stats, pems);
+	ASSERT_NE(index, nullptr);
+	ASSERT_NE(later, nullptr);
+	auto ahead = std::make_shared<ParsedAhead>(api);
+	ahead->add(index);
+	ParsedAhead::enlist(ahead);
+	EXPECT_TRUE(ParsedAhead::anyEnlisted());
+
+	X509 *first = ahead->take(*index, 0);
+	ASSERT_NE(first, nullptr);
+	EXPECT_NE(X509_get0_pubkey(first), nullptr);
+	EXPECT_EQ(stats.caCertsParsed.load(), 1u);
+	ParsedAhead::parseAllStores();
+	EXPECT_EQ(stats.caCertsParsed.load(), 3u) << "the two not taken";
+	ParsedAhead::parseAllStores();
+	EXPECT_EQ(stats.caCertsParsed.load(), 3u) << "parsed once";
+	ahead->add(later);
+
+	OSSL_LIB_CTX *baseOnly = OSSL_LIB_CTX_new();
+	OSSL_PROVIDER *base = OSSL_PROVIDER_load(baseOnly, "base");
+	OSSL_LIB_CTX *previous = OSSL_LIB_CTX_set0_default(baseOnly);
+	X509 *second = ahead->take(*index, 1);
+	X509 *third = ahead->take(*index, 2);
+	X509 *afterwards = ahead->take(*later, 0);
+	OSSL_LIB_CTX_set0_default(previous);
+	ERR_clear_error();
+	ASSERT_NE(second, nullptr);
+	ASSERT_NE(third, nullptr);
+	ASSERT_NE(afterwards, nullptr);
+	EXPECT_NE(X509_get0_pubkey(second), nullptr);
+	EXPECT_NE(X509_get0_pubkey(third), nullptr);
+	EXPECT_EQ(X509_get0_pubkey(afterwards), nullptr) << "parsed under base alone";
+	EXPECT_EQ(stats.caCertsParsed.load(), 4u);
+	for (X509 *x : { first, second, third, afterwards })
+		X509_free(x);
+	OSSL_PROVIDER_unload(base);
+	OSSL_LIB_CTX_free(baseOnly);
+
+	/* A store freed since is not reached; what it had parsed went with it. */
+	std::weak_ptr<ParsedAhead> gone = ahead;
+	ahead.reset();
+	EXPECT_TRUE(gone.expired());
+	ParsedAhead::parseAllStores();
+	EXPECT_EQ(stats.caCertsParsed.load(), 4u);
 }
 
 /*

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <openssl/bio.h>
+#include <openssl/conf.h>
 #include <openssl/ec.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
@@ -171,6 +172,23 @@ struct CaApi {
 		       X509_OBJECT_get_type && X509_OBJECT_get0_X509 && X509_OBJECT_get0_X509_CRL &&
 		       X509_OBJECT_set1_X509 && X509_OBJECT_set1_X509_CRL && X509_OBJECT_retrieve_match;
 	}
+};
+
+/*
+ * The calls that change which providers, properties or library context decode a key
+ * (interpose/decoding.cpp): what the program's call is passed on to. Resolved apart from
+ * CaApi, whose first use sets the CA cache up: a program changing providers before it
+ * loads any CA file must not make the cache take its ex_data slot.
+ */
+struct DecodingChangeApi {
+	decltype(&::OSSL_PROVIDER_load) OSSL_PROVIDER_load = nullptr;
+	decltype(&::OSSL_PROVIDER_try_load) OSSL_PROVIDER_try_load = nullptr;
+	decltype(&::OSSL_PROVIDER_unload) OSSL_PROVIDER_unload = nullptr;
+	decltype(&::EVP_set_default_properties) EVP_set_default_properties = nullptr;
+	decltype(&::EVP_default_properties_enable_fips) EVP_default_properties_enable_fips = nullptr;
+	decltype(&::OSSL_LIB_CTX_set0_default) OSSL_LIB_CTX_set0_default = nullptr;
+	/* Every configuration load (OSSL_LIB_CTX_load_config, OPENSSL_init's) comes here, through libcrypto's PLT. */
+	decltype(&::CONF_modules_load) CONF_modules_load = nullptr;
 };
 
 } /* namespace tlstune */

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <vector>
 
+#include "parsed_ahead.h"
 #include "store_model.h"
 
 namespace tlstune {
@@ -59,6 +60,8 @@ struct LazyStores::State {
 	 */
 	int lastLoaded = -1;
 
+	/* Its lazy files' certificates, parsed before a change in what decodes; while some are lazy. */
+	std::shared_ptr<ParsedAhead> ahead;
 	/* 3.5: the store's stack with its lazy certificates, while it has some. */
 	std::unique_ptr<StoreModel> model;
 };
@@ -136,10 +139,10 @@ namespace {
  * Puts the file's certificate at position into objects unless an equal one is there,
  * as X509_STORE_add_cert does. Returns the object pushed, or null.
  */
-X509_OBJECT *materialise(const CaApi &api, STACK_OF(X509_OBJECT) *objects, const CaIndex &index,
-			 int position, bool *failed)
+X509_OBJECT *materialise(const CaApi &api, STACK_OF(X509_OBJECT) *objects, ParsedAhead &ahead,
+			 const CaIndex &index, int position, bool *failed)
 {
-	X509 *x = index.certificate(position);
+	X509 *x = ahead.take(index, position);
 	X509_OBJECT *object = x ? api.X509_OBJECT_new() : nullptr;
 	bool ok = object && api.X509_OBJECT_set1_X509(object, x);
 	if (x)
@@ -160,17 +163,32 @@ X509_OBJECT *materialise(const CaApi &api, STACK_OF(X509_OBJECT) *objects, const
 
 } /* namespace */
 
+bool LazyStores::aheadFor(State *s, const std::shared_ptr<const CaIndex> &index) const noexcept
+{
+	try {
+		if (!s->ahead) {
+			s->ahead = std::make_shared<ParsedAhead>(*api_);
+			ParsedAhead::enlist(s->ahead);
+		}
+		s->ahead->add(index);
+		return true;
+	} catch (const std::bad_alloc &) {
+		/* Then OpenSSL loads the file itself. */
+		return false;
+	}
+}
+
 int LazyStores::attach(X509_STORE *store, const std::shared_ptr<const CaIndex> &index) const noexcept
 {
 	if (slot_ < 0)
 		return -1;
 	StoreLock lock(*api_, store);
 	State *s = stateOrNew(store);
-	bool ok = s != nullptr;
+	bool ok = s != nullptr && aheadFor(s, index);
 	if (ok && ordered_) {
 		STACK_OF(X509_OBJECT) *objects = api_->X509_STORE_get0_objects(store);
 		if (!s->model) {
-			s->model.reset(new (std::nothrow) StoreModel(*api_));
+			s->model.reset(new (std::nothrow) StoreModel(*api_, *s->ahead));
 			if (!s->model || !s->model->import(objects)) {
 				s->model.reset();
 				settle(s);
@@ -258,7 +276,7 @@ X509_OBJECT *LazyStores::fillSubject(State *s, STACK_OF(X509_OBJECT) *objects, P
 		for (int position : positionsOf(*file.index)) {
 			if (file.inStore[static_cast<std::size_t>(position)])
 				continue;
-			X509_OBJECT *pushed = materialise(*api_, objects, *file.index, position, failed);
+			X509_OBJECT *pushed = materialise(*api_, objects, *s->ahead, *file.index, position, failed);
 			file.inStore[static_cast<std::size_t>(position)] = !*failed;
 			if (&file == &s->files.back() && position == file.index->count() - 1)
 				newestLast = pushed;
@@ -295,12 +313,11 @@ int LazyStores::add(X509_STORE *store, X509 *x, X509_CRL *crl) const noexcept
 void LazyStores::settle(State *s) const noexcept
 {
 	/* Everything in the store: it is what eager loading leaves, and needs no model. */
-	if (s->model && !s->model->pending()) {
+	if (s->model && !s->model->pending())
 		s->model.reset();
-		s->complete.store(true, std::memory_order_release);
-	} else {
-		s->complete.store(!s->model, std::memory_order_release);
-	}
+	s->complete.store(!s->model, std::memory_order_release);
+	if (!s->model)
+		s->ahead.reset();
 }
 
 int LazyStores::objectCount(X509_STORE *store) const noexcept
@@ -347,7 +364,7 @@ void LazyStores::beforeEnumeration(X509_STORE *store) const noexcept
 		for (int position = 0; position < count && !failed; position++) {
 			if (file.inStore[position])
 				continue;
-			X509_OBJECT *pushed = materialise(*api_, objects, *file.index, position, &failed);
+			X509_OBJECT *pushed = materialise(*api_, objects, *s->ahead, *file.index, position, &failed);
 			file.inStore[position] = !failed;
 			if (static_cast<int>(f) == s->lastLoaded && position == count - 1)
 				last = pushed;
@@ -366,8 +383,10 @@ void LazyStores::beforeEnumeration(X509_STORE *store) const noexcept
 	}
 	s->unsortedLast = nullptr;
 	s->lastLoaded = -1;
-	if (!failed)
+	if (!failed) {
 		s->complete.store(true, std::memory_order_release);
+		s->ahead.reset();
+	}
 }
 
 } /* namespace tlstune */

@@ -76,7 +76,9 @@ private:
 				 bool *failed) const;
 	/* 3.0: the attached file's subjects that loading would compare, in the store now. */
 	void fillCompared(State *s, STACK_OF(X509_OBJECT) *objects) const noexcept;
-	/* 3.5: drops the model once every certificate is in the store. */
+	/* The state's ParsedAhead, made and enlisted if it has none, with index in it; false if memory ran out. */
+	bool aheadFor(State *s, const std::shared_ptr<const CaIndex> &index) const noexcept;
+	/* 3.5: drops the model (and what was parsed ahead) once every certificate is in the store. */
 	void settle(State *s) const noexcept;
 
 	const CaApi *api_ = nullptr;

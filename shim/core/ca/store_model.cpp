@@ -82,7 +82,7 @@ void StoreModel::sync(STACK_OF(X509_OBJECT) *objects)
 bool StoreModel::materialise(STACK_OF(X509_OBJECT) *objects, std::size_t at, int storeIndex)
 {
 	Entry &entry = entries_[at];
-	X509 *x = files_[static_cast<std::size_t>(entry.file)]->certificate(entry.position);
+	X509 *x = ahead_.take(*files_[static_cast<std::size_t>(entry.file)], entry.position);
 	X509_OBJECT *object = x ? api_.X509_OBJECT_new() : nullptr;
 	bool ok = object && api_.X509_OBJECT_set1_X509(object, x);
 	if (x)
@@ -250,7 +250,7 @@ bool StoreModel::load(STACK_OF(X509_OBJECT) *objects, std::shared_ptr<const CaIn
 		}
 		/* The run holds the program's certificates or another file's: OpenSSL compares. */
 		beforeDuplicateCheck(objects, X509_LU_X509, name);
-		X509 *x = index->certificate(position);
+		X509 *x = ahead_.take(*index, position);
 		int result = 0;
 		if (x)
 			appended |= append(objects, x, nullptr, name, &result) != nullptr;

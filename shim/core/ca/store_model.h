@@ -5,6 +5,7 @@
 
 #include "api.h"
 #include "index.h"
+#include "parsed_ahead.h"
 
 namespace tlstune {
 
@@ -30,7 +31,8 @@ namespace tlstune {
  */
 class StoreModel {
 public:
-	explicit StoreModel(const CaApi &api) noexcept : api_(api) {}
+	/* ahead: where the lazy certificates are parsed, or were before a change in what decodes. */
+	StoreModel(const CaApi &api, ParsedAhead &ahead) noexcept : api_(api), ahead_(ahead) {}
 	StoreModel(const StoreModel &) = delete;
 	StoreModel &operator=(const StoreModel &) = delete;
 
@@ -71,6 +73,7 @@ private:
 	X509_OBJECT *append(STACK_OF(X509_OBJECT) *objects, X509 *x, X509_CRL *crl, int name, int *result);
 
 	const CaApi &api_;
+	ParsedAhead &ahead_;
 	std::vector<std::shared_ptr<const CaIndex>> files_;
 	std::vector<Entry> entries_;
 	std::vector<const X509_NAME *> names_; /* owned by the indexes or the store's objects */
