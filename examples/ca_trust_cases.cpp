@@ -448,6 +448,7 @@ int changedAfter(const std::string &change)
 	X509 *leaf = readCertificate(path("leaf.pem"));
 	X509_STORE *store = loadedStore(path("ca.pem"));
 	OSSL_LIB_CTX *baseOnly = nullptr, *previous = nullptr;
+	OSSL_PROVIDER *baseOfItsOwn = nullptr;
 	if (change == "unload-default") {
 		OSSL_PROVIDER_unload(defaults);
 	} else if (change == "properties-after") {
@@ -460,7 +461,7 @@ int changedAfter(const std::string &change)
 		std::printf("config %d\n", OSSL_LIB_CTX_load_config(nullptr, path("openssl.cnf").c_str()));
 	} else {
 		baseOnly = OSSL_LIB_CTX_new();
-		OSSL_PROVIDER_load(baseOnly, "base");
+		baseOfItsOwn = OSSL_PROVIDER_load(baseOnly, "base");
 		previous = OSSL_LIB_CTX_set0_default(baseOnly);
 	}
 	verify(store, leaf, "changed");
@@ -476,6 +477,8 @@ int changedAfter(const std::string &change)
 	verify(store, leaf, "changed back");
 	X509_STORE_free(store);
 	X509_free(leaf);
+	if (baseOfItsOwn)
+		OSSL_PROVIDER_unload(baseOfItsOwn);
 	OSSL_LIB_CTX_free(baseOnly);
 	OSSL_PROVIDER_unload(defaults);
 	OSSL_PROVIDER_unload(base);
