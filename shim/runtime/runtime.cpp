@@ -10,6 +10,7 @@
 #include <utility>
 #include <pthread.h>
 
+#include "core/ca/parsed_ahead.h"
 #include "core/log.h"
 #include "interpose/export.h"
 #include "live.h"
@@ -87,6 +88,7 @@ void lockForFork()
 	process().coalescer.flushAll();
 	process().held.lockForFork();
 	process().caCache.lockForFork();
+	ParsedAhead::lockForFork();
 	process().coalescer.lockForFork();
 	process().epoll.lockForFork(); /* before buffered: EpollSets::claim's order */
 	process().buffered.lockForFork();
@@ -98,6 +100,7 @@ void unlockInParent()
 	process().epoll.unlockAfterFork();
 	process().buffered.unlockAfterFork();
 	process().coalescer.unlockInParent();
+	ParsedAhead::unlockAfterFork();
 	process().caCache.unlockAfterFork();
 	process().held.unlockInParent();
 }
@@ -108,6 +111,7 @@ void unlockInChild()
 	process().epoll.unlockAfterFork();
 	process().buffered.unlockAfterFork();
 	process().coalescer.unlockInChild();
+	ParsedAhead::unlockAfterFork();
 	process().caCache.unlockAfterFork();
 	process().held.unlockInChild();
 }

@@ -157,4 +157,14 @@ void ParsedAhead::parseAllStores() noexcept
 		ahead->parseAll();
 }
 
+void ParsedAhead::lockForFork() noexcept
+{
+	registry().mutex.lock();
+}
+
+void ParsedAhead::unlockAfterFork() noexcept
+{
+	registry().mutex.unlock();
+}
+
 } /* namespace tlstune */

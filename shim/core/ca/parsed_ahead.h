@@ -46,6 +46,9 @@ public:
 	static bool anyEnlisted() noexcept;
 	/* parseAll() for every enlisted store still alive. */
 	static void parseAllStores() noexcept;
+	/* fork() must not copy the registry's lock while another thread holds it. */
+	static void lockForFork() noexcept;
+	static void unlockAfterFork() noexcept;
 
 private:
 	struct File {
