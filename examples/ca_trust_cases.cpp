@@ -28,6 +28,8 @@
  *   check-issued      a check_issued callback counts the store's objects
  *   kept-list         the object list taken before a load, read after it
  *   trailing-bytes    a certificate block with bytes after its DER
+ *   twins-after       a file with two roots of one subject loaded once; then no SHA-1 (default
+ *                     properties FIPS, no FIPS provider); the file loaded into a second store
  */
 
 #include <fcntl.h>
@@ -624,6 +626,33 @@ int keptList(const Pki &p)
 	return 0;
 }
 
+/*
+ * Loading compares certificates of one subject (X509_cmp), which makes their SHA-1
+ * fingerprints: where SHA-1 cannot be fetched, that load leaves the errors.
+ */
+int twinsAfter(const Pki &p)
+{
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+	EVP_PKEY *key = newKey();
+	X509 *twin = certificate("Root A", key, nullptr, nullptr, true, 99);
+	writeFile(path("ca.pem"), pemOf(twin) + bundle(p));
+	X509_STORE *first = loadedStore(path("ca.pem"));
+	EVP_set_default_properties(nullptr, "fips=yes");
+	X509_STORE *second = loadedStore(path("ca.pem"));
+	verify(second, p.leaf, "twins");
+	printErrors("verify");
+	EVP_set_default_properties(nullptr, "");
+	X509_STORE_free(second);
+	X509_STORE_free(first);
+	X509_free(twin);
+	EVP_PKEY_free(key);
+#else
+	(void)p;
+	std::printf("no providers before 3.0\n");
+#endif
+	return 0;
+}
+
 int trailingBytes(const Pki &p)
 {
 	unsigned char *der = nullptr;
@@ -661,7 +690,7 @@ int main(int argc, char **argv)
 		{ "make-pki", makePkiFiles },      { "fifo", fifo },
 		{ "seccomp", confined },           { "own-lookup", ownLookup },
 		{ "check-issued", checkIssuedCase }, { "kept-list", keptList },
-		{ "trailing-bytes", trailingBytes },
+		{ "trailing-bytes", trailingBytes }, { "twins-after", twinsAfter },
 	};
 	for (const char *change : { "unload-default", "properties-after", "fips-after", "default-context",
 				    "config-after" })

@@ -273,6 +273,7 @@ bool resolveCrypto(CaApi *api) noexcept
 	RESOLVE(X509_load_cert_crl_file_ex);
 	RESOLVE(ERR_set_mark);
 	RESOLVE(ERR_pop_to_mark);
+	RESOLVE(ERR_peek_last_error);
 	RESOLVE(X509_check_purpose);
 	RESOLVE(X509_get0_pubkey);
 	RESOLVE(OSSL_PROVIDER_do_all);

@@ -25,6 +25,7 @@ inline tlstune::CaApi linkedApi()
 	api.X509_load_cert_crl_file = ::X509_load_cert_crl_file;
 	api.ERR_set_mark = ::ERR_set_mark;
 	api.ERR_pop_to_mark = ::ERR_pop_to_mark;
+	api.ERR_peek_last_error = ::ERR_peek_last_error;
 	api.X509_check_purpose = ::X509_check_purpose;
 	api.X509_get0_pubkey = ::X509_get0_pubkey;
 	api.CRYPTO_free = ::CRYPTO_free;

@@ -25,6 +25,7 @@ struct CaApi {
 	/* The error queue around what the index parses, and the purpose check's derived fields. */
 	decltype(&::ERR_set_mark) ERR_set_mark = nullptr;
 	decltype(&::ERR_pop_to_mark) ERR_pop_to_mark = nullptr;
+	decltype(&::ERR_peek_last_error) ERR_peek_last_error = nullptr;
 	decltype(&::X509_check_purpose) X509_check_purpose = nullptr;
 	decltype(&::X509_get0_pubkey) X509_get0_pubkey = nullptr;
 	/*
@@ -164,8 +165,9 @@ struct CaApi {
 
 	bool complete() const noexcept
 	{
-		return X509_load_cert_crl_file && ERR_set_mark && ERR_pop_to_mark && X509_check_purpose &&
-		       OpenSSL_version_num && OPENSSL_sk_num && OPENSSL_sk_value && OPENSSL_sk_push &&
+		return X509_load_cert_crl_file && ERR_set_mark && ERR_pop_to_mark && ERR_peek_last_error &&
+		       X509_check_purpose && OpenSSL_version_num && OPENSSL_sk_num && OPENSSL_sk_value &&
+		       OPENSSL_sk_push &&
 		       OPENSSL_sk_sort && X509_LOOKUP_get_store && X509_STORE_add_cert &&
 		       X509_STORE_add_crl && X509_STORE_lock && X509_STORE_unlock &&
 		       X509_STORE_get0_objects && X509_OBJECT_new && X509_OBJECT_free &&

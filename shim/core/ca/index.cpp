@@ -381,10 +381,37 @@ bool CaIndex::keysDecode(const DecodingState &state, const std::vector<std::stri
 	return ok;
 }
 
+bool CaIndex::comparesQuietly(std::vector<std::string> *decoded) const
+{
+	const int count = this->count();
+	const unsigned long before = api_.ERR_peek_last_error();
+	bool ok = true;
+	api_.ERR_set_mark();
+	for (int i = 0; ok && i + 1 < count; i++) {
+		const int a = bySubject_[i], b = bySubject_[i + 1];
+		if (entries_[a]->canon != entries_[b]->canon)
+			continue;
+		for (int position : { a, b }) {
+			X509 *x = parse(position);
+			ok = ok && x && api_.X509_check_purpose(x, -1, 0) == 1 && api_.X509_get0_pubkey(x);
+			decoded->push_back(entries_[position]->keyAlgorithm);
+			if (x)
+				api_.X509_free(x);
+		}
+	}
+	/* A fingerprint that could not be made (no SHA-1 under these properties) says so only there. */
+	ok = ok && api_.ERR_peek_last_error() == before;
+	api_.ERR_pop_to_mark();
+	return ok;
+}
+
 bool CaIndex::keysDecodeNow() const
 {
 	const DecodingState now = decodingState(api_);
-	return now == decodedUnder_ || keysDecode(now);
+	if (now == decodedUnder_)
+		return true;
+	std::vector<std::string> decoded;
+	return comparesQuietly(&decoded) && keysDecode(now, decoded);
 }
 
 namespace {
@@ -509,7 +536,6 @@ std::shared_ptr<CaIndex> indexFile(const CaApi &api, Stats &stats, const std::st
 	if (!scanPem(content, &ders) || ders.empty())
 		return nullptr;
 	auto index = std::make_shared<CaIndex>(api, stats, propq);
-	std::vector<std::string> algorithmOf; /* per position: its key's AlgorithmIdentifier */
 	api.ERR_set_mark();
 	for (std::string &der : ders) {
 		const unsigned char *bytes = reinterpret_cast<const unsigned char *>(der.data());
@@ -525,7 +551,7 @@ std::shared_ptr<CaIndex> indexFile(const CaApi &api, Stats &stats, const std::st
 		if (std::none_of(algorithms.begin(), algorithms.end(),
 				 [&](const CaIndex::KeyAlgorithm &known) { return known.id == keyAlgorithm; }))
 			algorithms.push_back({ keyAlgorithm, index->count() });
-		algorithmOf.push_back(std::move(keyAlgorithm));
+		entry->keyAlgorithm = std::move(keyAlgorithm);
 		entry->subjectAt = static_cast<std::size_t>(subject - bytes);
 		entry->subjectLength = subjectLength;
 		entry->der = std::move(der);
@@ -548,30 +574,10 @@ std::shared_ptr<CaIndex> indexFile(const CaApi &api, Stats &stats, const std::st
 			index->firstWithSubject_.push_back(position);
 		index->subjectRank_[position] = static_cast<int>(index->firstWithSubject_.size()) - 1;
 	}
-	/*
-	 * Loading compares certificates that share a subject; one whose extensions do not
-	 * decode then leaves an error on the queue at load time, which a lazy load cannot.
-	 * Parsing them decodes their keys too: a key algorithm seen here needs no other check.
-	 */
-	bool ok = true;
-	std::vector<std::string> decoded; /* the key algorithms of the keys that decoded here */
-	api.ERR_set_mark();
-	for (int i = 0; ok && i + 1 < count; i++) {
-		const int a = index->bySubject_[i], b = index->bySubject_[i + 1];
-		if (canon(a) != canon(b))
-			continue;
-		for (int position : { a, b }) {
-			X509 *x = index->parse(position);
-			ok = ok && x && api.X509_check_purpose(x, -1, 0) == 1 && api.X509_get0_pubkey(x);
-			decoded.push_back(algorithmOf[static_cast<std::size_t>(position)]);
-			if (x)
-				api.X509_free(x);
-		}
-	}
-	api.ERR_pop_to_mark();
 	/* Decided now, as loading decides it: a key that does not decode loads eagerly. */
+	std::vector<std::string> decoded;
 	index->decodedUnder_ = decodingState(api);
-	if (!ok || !index->keysDecode(index->decodedUnder_, decoded))
+	if (!index->comparesQuietly(&decoded) || !index->keysDecode(index->decodedUnder_, decoded))
 		return nullptr;
 	Stats::add(stats.caCertsIndexed, static_cast<uint64_t>(count));
 	return index;

@@ -72,9 +72,11 @@ public:
 	X509 *certificate(int position) const;
 
 	/*
-	 * Whether an eager load now would decode every certificate's key, as it did when the
-	 * file was indexed: true at once while the decoding state is the same, else one
-	 * certificate of each key algorithm the state is not known to decode is decoded to tell.
+	 * Whether an eager load now would decode every certificate's key and compare its
+	 * same-subject certificates leaving nothing on the error queue, as it did when the file
+	 * was indexed: true at once while the decoding state is the same, else the same-subject
+	 * certificates and one certificate of each key algorithm the state is not known to
+	 * decode are parsed to tell.
 	 */
 	bool keysDecodeNow() const;
 
@@ -86,10 +88,17 @@ private:
 		std::string der;
 		std::size_t subjectAt = 0, subjectLength = 0; /* the subject's DER, in der */
 		std::string canon; /* its canonical encoding (name.h), which X509_NAME_cmp compares */
+		std::string keyAlgorithm; /* its key's AlgorithmIdentifier, DER */
 		mutable std::atomic<X509_NAME *> subject{ nullptr };
 	};
 
 	X509 *parse(int position) const; /* certificate(), not counted in the stats */
+	/*
+	 * Whether loading's comparison of the certificates that share a subject (X509_cmp,
+	 * which caches their extensions and SHA-1 fingerprint) succeeds and leaves nothing on
+	 * the error queue now; decoded gets the key algorithms of the keys parsed for it.
+	 */
+	bool comparesQuietly(std::vector<std::string> *decoded) const;
 	/*
 	 * Whether a certificate of each key algorithm decodes under state, decoding those it
 	 * must; decoded: algorithms of keys that decoded under it already.
