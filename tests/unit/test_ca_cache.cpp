@@ -670,6 +670,50 @@ TEST(ParsedAhead, KeepsKeysDecodedAsBeforeAChange)
 }
 
 /*
+ * A change on one thread while others fill their stores: each certificate is handed out
+ * once and whole, parsed ahead or by the take (for the thread sanitizer tree).
+ */
+TEST(ParsedAhead, TakesWhileAnotherThreadParsesAheadHandEachCertificateOut)
+{
+	SKIP_BEFORE_OPENSSL_3();
+	const CaApi api = linkedApi();
+	Stats stats;
+	std::string pems;
+	constexpr int kCertificates = 24;
+	for (int i = 0; i < kCertificates; i++) {
+		EVP_PKEY *key = EVP_EC_gen("P-256");
+		pems += selfSigned(("T" + std::to_string(i % 8)).c_str(), key, i + 1);
+		EVP_PKEY_free(key);
+	}
+	const std::shared_ptr<const CaIndex> index = indexFile(api, stats, pems);
+	ASSERT_NE(index, nullptr);
+	auto ahead = std::make_shared<ParsedAhead>(api);
+	ahead->add(index);
+	ParsedAhead::enlist(ahead);
+	std::vector<X509 *> taken(kCertificates, nullptr);
+	std::vector<std::thread> threads;
+	for (int t = 0; t < 2; t++)
+		threads.emplace_back([&, t] {
+			for (int position = t; position < kCertificates; position += 2)
+				taken[static_cast<size_t>(position)] = ahead->take(*index, position);
+		});
+	threads.emplace_back([] { ParsedAhead::parseAllStores(); });
+	for (std::thread &thread : threads)
+		thread.join();
+	for (int position = 0; position < kCertificates; position++) {
+		X509 *x = taken[static_cast<size_t>(position)];
+		ASSERT_NE(x, nullptr) << position;
+		const std::string &der = index->der(position);
+		const unsigned char *p = reinterpret_cast<const unsigned char *>(der.data());
+		X509 *expected = d2i_X509(nullptr, &p, static_cast<long>(der.size()));
+		EXPECT_EQ(X509_cmp(x, expected), 0) << position;
+		X509_free(expected);
+		X509_free(x);
+	}
+	EXPECT_LE(stats.caCertsParsed.load(), 2u * kCertificates);
+}
+
+/*
  * Sequences of loads, adds (certificates and CRLs), lookups and listings over twins (same
  * subject, other key) and repeats, fixed and random: a store given its files through LazyStores, driven as the interposed
  * calls drive it, answers every step as a store loaded eagerly (each certificate added in
