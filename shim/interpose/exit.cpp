@@ -53,6 +53,20 @@ TLSTUNE_EXPORT void _Exit(int status)
 	__builtin_unreachable();
 }
 
+/*
+ * A main thread that leaves by pthread_exit leaves the process to its other threads, and
+ * the process ends with the last of them: the shim's flusher must not be that one (it
+ * waited up to a second for more work before it ended).
+ */
+TLSTUNE_EXPORT void pthread_exit(void *value)
+{
+	Process &p = process();
+	if (gettid() == p.pid)
+		p.coalescer.mainThreadLeft();
+	p.libc.pthread_exit(value);
+	__builtin_unreachable();
+}
+
 /* quick_exit runs the at_quick_exit handlers, not atexit's nor the library's destructor. */
 TLSTUNE_EXPORT void quick_exit(int status)
 {

@@ -55,6 +55,7 @@ struct LibcApi {
 
 	void (*_exit)(int) = nullptr;
 	void (*quick_exit)(int) = nullptr;
+	void (*pthread_exit)(void *) = nullptr;
 	void (*abort)() = nullptr;
 	void (*assert_fail)(const char *, const char *, unsigned, const char *) = nullptr;
 	int (*execve)(const char *, char *const[], char *const[]) = nullptr;

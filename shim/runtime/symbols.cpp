@@ -146,6 +146,7 @@ void resolveLibc(LibcApi *libc) noexcept
 	next(&libc->fcntl64, "fcntl64");
 	next(&libc->_exit, "_exit");
 	next(&libc->quick_exit, "quick_exit");
+	next(&libc->pthread_exit, "pthread_exit");
 	next(&libc->abort, "abort");
 	next(&libc->assert_fail, "__assert_fail");
 	next(&libc->execve, "execve");

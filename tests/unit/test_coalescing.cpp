@@ -239,6 +239,24 @@ TEST_F(Pair, TheFlusherSendsWhatNobodyElseDoes)
 	coalescer.release(writes);
 }
 
+TEST_F(Pair, OnceTheMainThreadLeftTheFlusherEndsAsSoonAsItHasNothingToSend)
+{
+	/* An idle flusher waits an hour here: only mainThreadLeft can end it within the test. */
+	Coalescer coalescer(1024, std::chrono::microseconds(200), kCalls, std::chrono::hours(1));
+	PendingWrites *writes = coalescer.open(fds_[0]);
+	ASSERT_EQ(write(coalescer, *writes, "before pthread_exit"), PendingWrites::Result::Done);
+	struct pollfd readable = { fds_[1], POLLIN, 0 };
+	ASSERT_EQ(::poll(&readable, 1, 30000), 1) << "within the bound of a stalled test, not a timing claim";
+	EXPECT_EQ(received(), "before pthread_exit");
+	EXPECT_TRUE(coalescer.flusherRunning()) << "idle, waiting for more";
+	coalescer.mainThreadLeft();
+	const auto bound = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+	while (coalescer.flusherRunning() && std::chrono::steady_clock::now() < bound)
+		std::this_thread::yield();
+	EXPECT_FALSE(coalescer.flusherRunning());
+	coalescer.release(writes);
+}
+
 TEST_F(Pair, AfterAPauseOfTheDelayAHeaderAndItsBodyGoOutAtOnce)
 {
 	/* Issue 22: a request, a sleep the shim cannot see, the next request. */

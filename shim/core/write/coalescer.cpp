@@ -19,13 +19,6 @@ namespace tlstune {
 namespace {
 
 /*
- * The flusher thread ends after this long with nothing to send, and the next held write
- * starts another: a process with a thread of the shim's cannot unshare(CLONE_NEWUSER) or
- * run under seccomp's strict mode (issue 11).
- */
-constexpr std::chrono::seconds kFlusherIdleExit{1};
-
-/*
  * How many fds apart a close may range before closing() walks every attached connection
  * instead of looking each number up (close_range over a wide range, exit).
  */
@@ -181,6 +174,14 @@ bool Coalescer::plaintextHeld()
 	return true;
 }
 
+void Coalescer::mainThreadLeft() noexcept
+{
+	SignalsBlocked quiet;
+	std::lock_guard<std::mutex> lock(wakeMutex_);
+	mainLeft_ = true;
+	wake_.notify_all();
+}
+
 void Coalescer::setPlaintextWork(PlaintextWork work) noexcept
 {
 	plaintextPending_.store(work.pending, std::memory_order_release);
@@ -223,10 +224,8 @@ void Coalescer::flusherLoop()
 			std::unique_lock<std::mutex> lock(wakeMutex_);
 			if (!work()) {
 				flusherIdle_.store(true, std::memory_order_release);
-				const bool woken = wake_.wait_for(lock, kFlusherIdleExit, [this] {
-					return stopping_ || work();
-				});
-				if (!woken) {
+				wake_.wait_for(lock, idleExit_, [this] { return stopping_ || mainLeft_ || work(); });
+				if (!stopping_ && !work()) {
 					flusherRunning_.store(false, std::memory_order_release);
 					flusherIdle_.store(false, std::memory_order_release);
 					wake_.notify_all();

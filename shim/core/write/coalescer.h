@@ -68,9 +68,17 @@ constexpr unsigned kDirectWritesAfterWait = 2;
  */
 class Coalescer {
 public:
-	Coalescer(std::size_t limit, std::chrono::microseconds delay, SocketCalls calls) noexcept
-		: limit_(limit), delay_(delay), calls_(calls) {}
-	/* Stops the flusher thread (it ends by itself once nothing was held for a second). */
+	/*
+	 * The flusher thread ends after idleExit with nothing to send, and the next held write
+	 * starts another: a process with a thread of the shim's cannot unshare(CLONE_NEWUSER) or
+	 * run under seccomp's strict mode (issue 11).
+	 */
+	static constexpr std::chrono::milliseconds kIdleExit{1000};
+
+	Coalescer(std::size_t limit, std::chrono::microseconds delay, SocketCalls calls,
+		  std::chrono::milliseconds idleExit = kIdleExit) noexcept
+		: limit_(limit), delay_(delay), idleExit_(idleExit), calls_(calls) {}
+	/* Stops the flusher thread (it ends by itself once nothing was held for idleExit). */
 	~Coalescer();
 	Coalescer(const Coalescer &) = delete;
 	Coalescer &operator=(const Coalescer &) = delete;
@@ -141,6 +149,15 @@ public:
 			flushDirty();
 	}
 
+	/*
+	 * The main thread left by pthread_exit: the process ends with its last thread, and the
+	 * flusher must not outlive them by its idle wait. From now on it ends as soon as it
+	 * has nothing to send.
+	 */
+	void mainThreadLeft() noexcept;
+	/* Whether the flusher thread runs now. */
+	bool flusherRunning() const noexcept { return flusherRunning_.load(std::memory_order_acquire); }
+
 	/* fds first..last are about to be closed: their bytes go to the kernel first. */
 	void closing(int first, int last);
 
@@ -184,6 +201,7 @@ private:
 
 	const std::size_t limit_;
 	const std::chrono::microseconds delay_;
+	const std::chrono::milliseconds idleExit_;
 	const SocketCalls calls_;
 
 	std::mutex registry_; /* guards entries_ and byFd_ */
@@ -203,6 +221,7 @@ private:
 	std::atomic<bool> flusherRunning_{false};
 	std::atomic<bool> flusherIdle_{false};
 	bool stopping_ = false; /* guarded by wakeMutex_ */
+	bool mainLeft_ = false; /* guarded by wakeMutex_: the flusher does not wait idle */
 	/* Guarded by wakeMutex_: when the work that last woke (or started) the flusher was held. */
 	std::chrono::steady_clock::time_point heldSince_{};
 	std::atomic<bool (*)() noexcept> plaintextPending_{nullptr};
