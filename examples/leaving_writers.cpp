@@ -19,6 +19,8 @@
  *                   action, raised by the process itself
  *   alarm-exit      writes 100-byte lines until a SIGALRM handler (after 20 ms) prints
  *                   "accepted N" (what SSL_write had accepted) and calls _exit(0)
+ *   unshare-user    twenty short lines, unshare(CLONE_NEWUSER) (one thread only, the kernel
+ *                   says), twenty more, close_notify; prints what unshare returned
  *   exit-while-writing exit|_exit
  *                   a child's thread writes 100-byte lines while its main thread, once 100
  *                   are accepted, leaves by exit or _exit; the parent prints "accepted N"
@@ -27,6 +29,7 @@
 
 #include <csignal>
 #include <cstddef>
+#include <sched.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <poll.h>
@@ -82,6 +85,22 @@ int seccompCase(const char *port, bool strict, int linesBefore = 0)
 	writeLines(ssl, 0, 10);
 	refuseSendsAndThreads();
 	writeLines(ssl, 10, 10);
+	SSL_shutdown(ssl);
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
+int unshareCase(const char *port)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	writeLines(ssl, 0, 20);
+	const int result = unshare(CLONE_NEWUSER);
+	std::printf("unshare %d%s\n", result, result == 0 ? "" : errno == EINVAL ? " EINVAL" : " other");
+	writeLines(ssl, 20, 20);
 	SSL_shutdown(ssl);
 	SSL_free(ssl);
 	close(fd);
@@ -222,6 +241,8 @@ int main(int argc, char **argv)
 		return seccompCase(argv[1], true, 3);
 	if (how == "emfile-close" || how == "close-all")
 		return descriptorsCase(argv[1], how == "emfile-close");
+	if (how == "unshare-user")
+		return unshareCase(argv[1]);
 	if (how == "term-after-wait")
 		return termCase(argv[1]);
 	if (how == "alarm-exit")

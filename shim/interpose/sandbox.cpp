@@ -5,10 +5,15 @@
  * before the confinement begins, and nothing is held afterwards (issue 22). Both ways in
  * are seen: prctl(PR_SET_SECCOMP) and the seccomp system call (libseccomp's), and both
  * also when the call fails: the process then simply holds nothing any more.
+ *
+ * unshare and setns refuse a user namespace (and unshare CLONE_THREAD, CLONE_SIGHAND and
+ * CLONE_VM) to a process with more than one thread: where the shim's flusher was the one
+ * more, what is held goes to the kernel, the flusher ends, and the call is made again.
  */
 
 #include <cerrno>
 #include <cstdarg>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -17,6 +22,39 @@
 #include "runtime/runtime.h"
 
 using namespace tlstune;
+
+namespace {
+
+/* call() again without the shim's thread, when it failed as only a multi-threaded process does. */
+template <typename Call>
+int singleThreaded(bool needsOneThread, Call call)
+{
+	const int result = call();
+	if (result == 0 || errno != EINVAL || !needsOneThread)
+		return result;
+	Process &p = process();
+	const int savedErrno = errno;
+	p.held.encryptAll();
+	p.coalescer.flushAll();
+	p.coalescer.endFlusher();
+	errno = savedErrno;
+	return call();
+}
+
+} /* namespace */
+
+TLSTUNE_EXPORT int unshare(int flags)
+{
+	const int oneThread = CLONE_NEWUSER | CLONE_THREAD | CLONE_SIGHAND | CLONE_VM;
+	return singleThreaded((flags & oneThread) != 0, [&] { return process().libc.unshare(flags); });
+}
+
+/* nstype 0 takes whatever namespace fd names, a user namespace among them. */
+TLSTUNE_EXPORT int setns(int fd, int nstype)
+{
+	const bool user = nstype == 0 || (nstype & CLONE_NEWUSER) != 0;
+	return singleThreaded(user, [&] { return process().libc.setns(fd, nstype); });
+}
 
 TLSTUNE_EXPORT int prctl(int option, ...)
 {

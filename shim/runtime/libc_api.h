@@ -66,6 +66,8 @@ struct LibcApi {
 	int (*execveat)(int, const char *, char *const[], char *const[], int) = nullptr; /* glibc 2.34+ */
 
 	int (*prctl)(int, unsigned long, unsigned long, unsigned long, unsigned long) = nullptr;
+	int (*unshare)(int) = nullptr;
+	int (*setns)(int, int) = nullptr;
 	long (*syscall)(long, long, long, long, long, long, long) = nullptr;
 };
 

@@ -156,6 +156,8 @@ void resolveLibc(LibcApi *libc) noexcept
 	next(&libc->fexecve, "fexecve");
 	next(&libc->execveat, "execveat");
 	next(&libc->prctl, "prctl");
+	next(&libc->unshare, "unshare");
+	next(&libc->setns, "setns");
 	next(&libc->syscall, "syscall");
 }
 

@@ -329,6 +329,23 @@ TEST(Writers, ClosingEveryNumberAfterTheConnectionLosesNothing)
 	expectTheSameBothWays("close-all", {}, "closed\n", 0, 1, "leaving_writers");
 }
 
+/*
+ * A user namespace needs a process of one thread: the shim's flusher, alive for a second
+ * after the last held write, made unshare fail with EINVAL (issue 22's threads).
+ */
+TEST(Writers, UnshareOfAUserNamespaceAfterShortWritesSucceedsAsWithout)
+{
+	if (threadSanitizerBuild())
+		GTEST_SKIP() << "ThreadSanitizer's own thread makes every unshare of a user namespace fail";
+	RecordProperty("fault", "short writes, then unshare(CLONE_NEWUSER), then more writes");
+	ExampleServer peer(serverArguments({}));
+	const Captured alone = runProgram({ examplePath("leaving_writers"), peer.portText(), "unshare-user" }, false,
+					  {}, kTimeoutMs);
+	if (alone.out != "unshare 0\n")
+		GTEST_SKIP() << "no user namespace here (a chroot, or none allowed): " << alone.out;
+	expectTheSameBothWays("unshare-user", {}, "unshare 0\n", 0, 1, "leaving_writers");
+}
+
 TEST(Writers, SigtermAtItsDefaultAfterAWaitLosesNothing)
 {
 	RecordProperty("fault", "short writes, a poll, then SIGTERM at its default action");

@@ -4,9 +4,12 @@
 #include <cerrno>
 #include <climits>
 #include <new>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <thread>
+#include <unistd.h>
 
 #include "core/known_fds.h"
 #include "core/log.h"
@@ -23,6 +26,9 @@ namespace {
  * instead of looking each number up (close_range over a wide range, exit).
  */
 constexpr long long kLookedUpRange = 64;
+
+/* How often endFlusher asks whether the ended flusher's thread is gone, a yield apart. */
+constexpr int kGoneChecks = 100000;
 
 /* What TLSTUNE_LOG=info and debug show of where held bytes went: a server has thousands. */
 RateLimit flushLines;
@@ -174,6 +180,30 @@ bool Coalescer::plaintextHeld()
 	return true;
 }
 
+void Coalescer::endFlusher() noexcept
+{
+	{
+		SignalsBlocked quiet;
+		std::unique_lock<std::mutex> lock(wakeMutex_);
+		if (flusherRunning_.load(std::memory_order_relaxed)) {
+			stopping_ = true;
+			wake_.notify_all();
+			wake_.wait(lock, [this] { return !flusherRunning_.load(std::memory_order_relaxed); });
+			stopping_ = false;
+		}
+	}
+	/*
+	 * Its loop has returned (or it ended idle a moment ago); the thread's own end follows
+	 * within microseconds. Bounded: a number the kernel gave a new thread meanwhile.
+	 */
+	const pid_t tid = flusherTid_.load(std::memory_order_acquire);
+	const pid_t pid = getpid();
+	for (int i = 0; tid > 0 && i < kGoneChecks && syscall(SYS_tgkill, pid, tid, 0) == 0; i++)
+		sched_yield();
+	pid_t expected = tid;
+	flusherTid_.compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
+}
+
 void Coalescer::mainThreadLeft() noexcept
 {
 	SignalsBlocked quiet;
@@ -217,6 +247,7 @@ void Coalescer::flusherLoop()
 	 * confinement of the process (holding stops at one).
 	 */
 	prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+	flusherTid_.store(gettid(), std::memory_order_release);
 	for (;;) {
 		std::chrono::steady_clock::time_point heldSince{};
 		{

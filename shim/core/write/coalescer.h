@@ -155,6 +155,13 @@ public:
 	 * has nothing to send.
 	 */
 	void mainThreadLeft() noexcept;
+	/*
+	 * Ends the flusher thread, if there is one, and waits until the kernel has let it go:
+	 * then the process has the program's threads alone (unshare(CLONE_NEWUSER) refuses
+	 * more than one). The caller hands what is held to the kernel first; the next held
+	 * write starts another flusher.
+	 */
+	void endFlusher() noexcept;
 	/* Whether the flusher thread runs now. */
 	bool flusherRunning() const noexcept { return flusherRunning_.load(std::memory_order_acquire); }
 
@@ -222,6 +229,7 @@ private:
 	std::atomic<bool> flusherIdle_{false};
 	bool stopping_ = false; /* guarded by wakeMutex_ */
 	bool mainLeft_ = false; /* guarded by wakeMutex_: the flusher does not wait idle */
+	std::atomic<pid_t> flusherTid_{0}; /* the last flusher's thread, until it is known gone */
 	/* Guarded by wakeMutex_: when the work that last woke (or started) the flusher was held. */
 	std::chrono::steady_clock::time_point heldSince_{};
 	std::atomic<bool (*)() noexcept> plaintextPending_{nullptr};
