@@ -69,22 +69,16 @@ void refuseSendsAndThreads()
 		fail("seccomp filter");
 }
 
-int seccompCase(const char *port, bool strict, int linesBefore = 0)
+/* before short lines, then between(), then after more, close_notify and the close. */
+template <typename Between>
+int writesAround(const char *port, int before, Between between, int after)
 {
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	int fd = -1;
 	SSL *ssl = connectSsl(ctx, port, &fd);
-	if (strict) {
-		writeLines(ssl, 0, linesBefore);
-		if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_STRICT, 0, 0, 0) != 0)
-			fail("seccomp strict");
-		writeLines(ssl, linesBefore, 3);
-		/* exit_group is not allowed: the thread's own exit ends the process. */
-		syscall(SYS_exit, 0);
-	}
-	writeLines(ssl, 0, 10);
-	refuseSendsAndThreads();
-	writeLines(ssl, 10, 10);
+	writeLines(ssl, 0, before);
+	between();
+	writeLines(ssl, before, after);
 	SSL_shutdown(ssl);
 	SSL_free(ssl);
 	close(fd);
@@ -92,20 +86,28 @@ int seccompCase(const char *port, bool strict, int linesBefore = 0)
 	return 0;
 }
 
-int unshareCase(const char *port)
+int seccompCase(const char *port, bool strict, int linesBefore = 0)
 {
+	if (!strict)
+		return writesAround(port, 10, refuseSendsAndThreads, 10);
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	int fd = -1;
 	SSL *ssl = connectSsl(ctx, port, &fd);
-	writeLines(ssl, 0, 20);
-	const int result = unshare(CLONE_NEWUSER);
-	std::printf("unshare %d%s\n", result, result == 0 ? "" : errno == EINVAL ? " EINVAL" : " other");
-	writeLines(ssl, 20, 20);
-	SSL_shutdown(ssl);
-	SSL_free(ssl);
-	close(fd);
-	SSL_CTX_free(ctx);
+	writeLines(ssl, 0, linesBefore);
+	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_STRICT, 0, 0, 0) != 0)
+		fail("seccomp strict");
+	writeLines(ssl, linesBefore, 3);
+	/* exit_group is not allowed: the thread's own exit ends the process. */
+	syscall(SYS_exit, 0);
 	return 0;
+}
+
+int unshareCase(const char *port)
+{
+	return writesAround(port, 20, [] {
+		const int result = unshare(CLONE_NEWUSER);
+		std::printf("unshare %d%s\n", result, result == 0 ? "" : errno == EINVAL ? " EINVAL" : " other");
+	}, 20);
 }
 
 int descriptorsCase(const char *port, bool exhaust)
