@@ -28,5 +28,13 @@ int OSSL_PROVIDER_unload(OSSL_PROVIDER *prov);
 int EVP_set_default_properties(OSSL_LIB_CTX *libctx, const char *propq);
 int EVP_default_properties_enable_fips(OSSL_LIB_CTX *libctx, int enable);
 OSSL_LIB_CTX *OSSL_LIB_CTX_set0_default(OSSL_LIB_CTX *libctx);
+typedef struct ossl_param_st OSSL_PARAM;
+}
+#endif
+#if OPENSSL_VERSION_NUMBER < 0x30200000L
+extern "C" {
+/* 3.2's: every provider load of 3.2 and later ends here, through libcrypto's PLT. */
+OSSL_PROVIDER *OSSL_PROVIDER_try_load_ex(OSSL_LIB_CTX *libctx, const char *name, OSSL_PARAM *params,
+					 int retain_fallbacks);
 }
 #endif

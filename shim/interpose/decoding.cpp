@@ -1,5 +1,6 @@
 /*
- * The calls that change what decodes a certificate's key: providers loaded or unloaded,
+ * The calls that change what decodes a certificate's key: providers loaded (3.2 and later
+ * load every provider through OSSL_PROVIDER_try_load_ex, by libcrypto's PLT) or unloaded,
  * default properties, FIPS asked for, the thread's default library context, a
  * configuration loaded (which can do any of these; libcrypto loads every configuration
  * through CONF_modules_load, by its PLT). OpenSSL's load decoded the keys of a CA file
@@ -59,6 +60,15 @@ TLSTUNE_EXPORT OSSL_PROVIDER *OSSL_PROVIDER_try_load(OSSL_LIB_CTX *libctx, const
 	return changing([&](const DecodingChangeApi &api) {
 		return api.OSSL_PROVIDER_try_load ? api.OSSL_PROVIDER_try_load(libctx, name, retain_fallbacks)
 						  : nullptr;
+	});
+}
+
+TLSTUNE_EXPORT OSSL_PROVIDER *OSSL_PROVIDER_try_load_ex(OSSL_LIB_CTX *libctx, const char *name,
+							OSSL_PARAM *params, int retain_fallbacks)
+{
+	return changing([&](const DecodingChangeApi &api) {
+		return api.OSSL_PROVIDER_try_load_ex
+			? api.OSSL_PROVIDER_try_load_ex(libctx, name, params, retain_fallbacks) : nullptr;
 	});
 }
 

@@ -348,6 +348,7 @@ bool resolveDecodingChanges(DecodingChangeApi *api) noexcept
 
 	RESOLVE(OSSL_PROVIDER_load);
 	RESOLVE(OSSL_PROVIDER_try_load);
+	RESOLVE(OSSL_PROVIDER_try_load_ex);
 	RESOLVE(OSSL_PROVIDER_unload);
 	RESOLVE(EVP_set_default_properties);
 	RESOLVE(EVP_default_properties_enable_fips);

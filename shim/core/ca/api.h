@@ -185,6 +185,8 @@ struct CaApi {
 struct DecodingChangeApi {
 	decltype(&::OSSL_PROVIDER_load) OSSL_PROVIDER_load = nullptr;
 	decltype(&::OSSL_PROVIDER_try_load) OSSL_PROVIDER_try_load = nullptr;
+	/* 3.2+: OSSL_PROVIDER_load, _load_ex and _try_load end here, through libcrypto's PLT. */
+	decltype(&::OSSL_PROVIDER_try_load_ex) OSSL_PROVIDER_try_load_ex = nullptr;
 	decltype(&::OSSL_PROVIDER_unload) OSSL_PROVIDER_unload = nullptr;
 	decltype(&::EVP_set_default_properties) EVP_set_default_properties = nullptr;
 	decltype(&::EVP_default_properties_enable_fips) EVP_default_properties_enable_fips = nullptr;
