@@ -24,6 +24,8 @@
  *   reuse         the same, then ERR_clear_error, SSL_clear and SSL_set_fd on a new
  *                 connection (tls_server --connections 2): SSL_connect and ten lines
  *                 there; prints what each returned and the error queue after them
+ *   dup           key-update's rounds against tls_server --echo, on an SSL_dup of a new
+ *                 SSL (which copies its ex_data), the original freed first
  */
 
 #include <atomic>
@@ -42,11 +44,16 @@ using namespace example;
 
 namespace {
 
-SSL *connectSsl(const char *port, int *fd)
+SSL *connectSsl(const char *port, int *fd, bool fromDup = false)
 {
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	*fd = connectTo("127.0.0.1", port);
 	SSL *ssl = SSL_new(ctx);
+	if (fromDup) {
+		SSL *copy = SSL_dup(ssl);
+		SSL_free(ssl);
+		ssl = copy;
+	}
 	SSL_set_fd(ssl, *fd);
 	if (SSL_connect(ssl) != 1)
 		fail("SSL_connect");
@@ -67,10 +74,10 @@ std::string line(int i)
 	return "line " + std::to_string(i) + "\n";
 }
 
-int keyUpdateCase(const char *port)
+int echoCase(const char *port, bool fromDup)
 {
 	int fd = -1;
-	SSL *ssl = connectSsl(port, &fd);
+	SSL *ssl = connectSsl(port, &fd, fromDup);
 	Sha256 digest;
 	size_t echoed = 0;
 	for (int round = 0, i = 0; round < 20; round++) {
@@ -306,8 +313,8 @@ int main(int argc, char **argv)
 	if (argc < 3)
 		fail("usage: record_cases PORT CASE");
 	const std::string how = argv[2];
-	if (how == "key-update" || how == "renegotiate")
-		return keyUpdateCase(argv[1]);
+	if (how == "key-update" || how == "renegotiate" || how == "dup")
+		return echoCase(argv[1], how == "dup");
 	if (how == "close-notify")
 		return closeNotifyCase(argv[1]);
 	if (how == "locked")

@@ -63,6 +63,13 @@ TEST(RecordCases, ARenegotiationRequestedMidBurstIsFollowed)
 	expectTheSameEveryWay("renegotiate", { "--tls", "1.2", "--echo", "--renegotiate" }, 0);
 }
 
+TEST(RecordCases, AConnectionOnAnSslDupRunsAsWithout)
+{
+	/* SSL_dup copied the shim's state with the ex_data: freeing both freed it twice. */
+	RecordProperty("fault", "SSL_dup of a new SSL, the original freed, the copy connected");
+	expectTheSameEveryWay("dup", { "--echo" }, 0);
+}
+
 TEST(RecordCases, CloseNotifyReceivedWhilePlaintextIsHeld)
 {
 	RecordProperty("fault", "close_notify from the peer while plaintext is held");

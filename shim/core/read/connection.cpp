@@ -41,6 +41,27 @@ void freeConnection(void * /*parent*/, void *ptr, CRYPTO_EX_DATA * /*ad*/, int /
 	delete connection;
 }
 
+/*
+ * SSL_dup copies a new SSL's ex_data: without this the copy shared the original's state,
+ * and freeing both freed it twice. The copy makes its own when it needs one.
+ */
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+int noConnectionForACopy(CRYPTO_EX_DATA * /*to*/, const CRYPTO_EX_DATA * /*from*/, void **state,
+			 int /*idx*/, long /*argl*/, void * /*argp*/)
+{
+	*state = nullptr;
+	return 1;
+}
+#else
+/* 1.1.1 declares the copy's slot as void *, the same pointer to it. */
+int noConnectionForACopy(CRYPTO_EX_DATA * /*to*/, const CRYPTO_EX_DATA * /*from*/, void *state,
+			 int /*idx*/, long /*argl*/, void * /*argp*/)
+{
+	*static_cast<void **>(state) = nullptr;
+	return 1;
+}
+#endif
+
 } /* namespace */
 
 void Connection::noteSocketRead(int fd, bool gotBytes, size_t asked) noexcept
@@ -121,8 +142,8 @@ void Connection::afterCall(BufferedFds &buffered, bool progressed, bool wantsRea
 bool ConnectionSlot::init(const OpenSslApi &api, BufferedFds *buffered) noexcept
 {
 	/* SSL_get_ex_new_index() is a macro over this. */
-	index_ = api.CRYPTO_get_ex_new_index(CRYPTO_EX_INDEX_SSL, 0, buffered, nullptr, nullptr,
-					     freeConnection);
+	index_ = api.CRYPTO_get_ex_new_index(CRYPTO_EX_INDEX_SSL, 0, buffered, nullptr,
+					     noConnectionForACopy, freeConnection);
 	return index_ >= 0;
 }
 
