@@ -38,7 +38,11 @@ int singleThreaded(bool needsOneThread, Call call)
 	p.coalescer.flushAll();
 	p.coalescer.endFlusher();
 	errno = savedErrno;
-	return call();
+	const int again = call();
+	const int callErrno = errno;
+	p.coalescer.resumeFlusher();
+	errno = callErrno;
+	return again;
 }
 
 } /* namespace */

@@ -167,8 +167,7 @@ struct CaApi {
 	{
 		return X509_load_cert_crl_file && ERR_set_mark && ERR_pop_to_mark && ERR_peek_last_error &&
 		       X509_check_purpose && OpenSSL_version_num && OPENSSL_sk_num && OPENSSL_sk_value &&
-		       OPENSSL_sk_push &&
-		       OPENSSL_sk_sort && X509_LOOKUP_get_store && X509_STORE_add_cert &&
+		       OPENSSL_sk_push && OPENSSL_sk_sort && X509_LOOKUP_get_store && X509_STORE_add_cert &&
 		       X509_STORE_add_crl && X509_STORE_lock && X509_STORE_unlock &&
 		       X509_STORE_get0_objects && X509_OBJECT_new && X509_OBJECT_free &&
 		       X509_OBJECT_get_type && X509_OBJECT_get0_X509 && X509_OBJECT_get0_X509_CRL &&

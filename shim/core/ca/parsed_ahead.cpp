@@ -1,6 +1,7 @@
 #include "parsed_ahead.h"
 
 #include <atomic>
+#include <new>
 
 namespace tlstune {
 
@@ -65,7 +66,7 @@ X509 *ParsedAhead::take(const CaIndex &index, int position) noexcept
 	return index.certificate(position);
 }
 
-void ParsedAhead::parseAll() noexcept
+void ParsedAhead::parseAll()
 {
 	struct Wanted {
 		std::shared_ptr<const CaIndex> index;
@@ -82,6 +83,8 @@ void ParsedAhead::parseAll() noexcept
 			for (int position = 0; position < file.index->count(); position++)
 				if (!file.taken[static_cast<std::size_t>(position)])
 					wanted.back().positions.push_back(position);
+			/* Nothing below allocates until the error queue's mark is gone again. */
+			wanted.back().parsed.reserve(wanted.back().positions.size());
 		}
 	}
 	/*
@@ -145,16 +148,20 @@ bool ParsedAhead::anyEnlisted() noexcept
 
 void ParsedAhead::parseAllStores() noexcept
 {
-	std::vector<std::shared_ptr<ParsedAhead>> alive;
-	{
-		Registry &r = registry();
-		std::lock_guard<std::mutex> lock(r.mutex);
-		for (const std::weak_ptr<ParsedAhead> &store : r.stores)
-			if (std::shared_ptr<ParsedAhead> ahead = store.lock())
-				alive.push_back(std::move(ahead));
+	try {
+		std::vector<std::shared_ptr<ParsedAhead>> alive;
+		{
+			Registry &r = registry();
+			std::lock_guard<std::mutex> lock(r.mutex);
+			for (const std::weak_ptr<ParsedAhead> &store : r.stores)
+				if (std::shared_ptr<ParsedAhead> ahead = store.lock())
+					alive.push_back(std::move(ahead));
+		}
+		for (const std::shared_ptr<ParsedAhead> &ahead : alive)
+			ahead->parseAll();
+	} catch (const std::bad_alloc &) {
+		/* Out of memory: what was not parsed ahead is parsed when the store needs it. */
 	}
-	for (const std::shared_ptr<ParsedAhead> &ahead : alive)
-		ahead->parseAll();
 }
 
 void ParsedAhead::lockForFork() noexcept

@@ -37,8 +37,8 @@ public:
 	void add(const std::shared_ptr<const CaIndex> &index);
 	/* The certificate at position of index, the caller's to free: parsed ahead, or now. */
 	X509 *take(const CaIndex &index, int position) noexcept;
-	/* Every certificate not taken yet, parsed now if it was not before. */
-	void parseAll() noexcept;
+	/* Every certificate not taken yet, parsed now if it was not before; may throw bad_alloc. */
+	void parseAll();
 
 	/* Makes ahead one that parseAllStores() reaches, while its store's state holds it. */
 	static void enlist(const std::shared_ptr<ParsedAhead> &ahead);

@@ -204,6 +204,14 @@ void Coalescer::endFlusher() noexcept
 	flusherTid_.compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
 }
 
+void Coalescer::resumeFlusher()
+{
+	SignalsBlocked quiet;
+	std::lock_guard<std::mutex> lock(wakeMutex_);
+	if (!flusherRunning_.load(std::memory_order_relaxed) && work())
+		startFlusher();
+}
+
 void Coalescer::mainThreadLeft() noexcept
 {
 	SignalsBlocked quiet;

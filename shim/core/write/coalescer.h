@@ -162,6 +162,8 @@ public:
 	 * write starts another flusher.
 	 */
 	void endFlusher() noexcept;
+	/* After endFlusher: a flusher again if another thread held bytes meanwhile. */
+	void resumeFlusher();
 	/* Whether the flusher thread runs now. */
 	bool flusherRunning() const noexcept { return flusherRunning_.load(std::memory_order_acquire); }
 
