@@ -70,8 +70,8 @@ class Coalescer {
 public:
 	/*
 	 * The flusher thread ends after idleExit with nothing to send, and the next held write
-	 * starts another: a process with a thread of the shim's cannot unshare(CLONE_NEWUSER) or
-	 * run under seccomp's strict mode (issue 11).
+	 * starts another: a thread of the shim's is one more thread in the program's process
+	 * (issue 11; unshare and setns end it at once, endFlusher).
 	 */
 	static constexpr std::chrono::milliseconds kIdleExit{1000};
 
