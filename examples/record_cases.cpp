@@ -26,6 +26,12 @@
  *                 there; prints what each returned and the error queue after them
  *   dup           key-update's rounds against tls_server --echo, on an SSL_dup of a new
  *                 SSL (which copies its ex_data), the original freed first
+ *   ssl-bio       TLS 1.2, against tls_server --sink: 1000 short lines, SSL_write and BIO_write
+ *                 through an SSL BIO (BIO_f_ssl) over the same SSL by turns
+ *   errno         TLS 1.2, against tls_server --sink: errno set to EINTR before each of 20 short
+ *                 writes; prints errno after each (OpenSSL's socket write clears it)
+ *   no-retry      TLS 1.3, SSL_MODE_AUTO_RETRY cleared, against tls_server --echo: one line
+ *                 written, then SSL_read until it returns data; prints each return and error
  */
 
 #include <atomic>
@@ -123,6 +129,63 @@ int closeNotifyCase(const char *port)
 	std::printf("failed writes %d\n", failed);
 	const int shut = SSL_shutdown(ssl);
 	std::printf("shutdown %d\n", shut);
+	finish(ssl, fd);
+	return 0;
+}
+
+int sslBioCase(const char *port)
+{
+	int fd = -1;
+	SSL *ssl = connectSsl(port, &fd);
+	BIO *bio = BIO_new(BIO_f_ssl());
+	BIO_set_ssl(bio, ssl, BIO_NOCLOSE);
+	int failed = 0;
+	for (int i = 0; i < 1000; i++) {
+		const std::string text = line(i);
+		const int n = static_cast<int>(text.size());
+		failed += (i % 2 ? BIO_write(bio, text.data(), n) : SSL_write(ssl, text.data(), n)) != n;
+	}
+	std::printf("failed writes %d\n", failed);
+	BIO_free(bio);
+	finish(ssl, fd);
+	return 0;
+}
+
+int errnoCase(const char *port)
+{
+	int fd = -1;
+	SSL *ssl = connectSsl(port, &fd);
+	std::string seen;
+	for (int i = 0; i < 20; i++) {
+		const std::string text = line(i);
+		errno = EINTR;
+		const int n = SSL_write(ssl, text.data(), static_cast<int>(text.size()));
+		seen += std::to_string(n) + ":" + std::to_string(errno) + " ";
+	}
+	std::printf("%s\n", seen.c_str());
+	finish(ssl, fd);
+	return 0;
+}
+
+int noRetryCase(const char *port)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	const int fd = connectTo("127.0.0.1", port);
+	SSL *ssl = SSL_new(ctx);
+	SSL_clear_mode(ssl, SSL_MODE_AUTO_RETRY);
+	SSL_set_fd(ssl, fd);
+	if (SSL_connect(ssl) != 1)
+		fail("SSL_connect");
+	const std::string text = line(0);
+	SSL_write(ssl, text.data(), static_cast<int>(text.size()));
+	for (int i = 0; i < 10; i++) {
+		char buffer[256];
+		const int n = SSL_read(ssl, buffer, sizeof(buffer));
+		std::printf("read %d error %d\n", n, SSL_get_error(ssl, n));
+		if (n > 0)
+			break;
+	}
+	SSL_shutdown(ssl);
 	finish(ssl, fd);
 	return 0;
 }
@@ -325,5 +388,11 @@ int main(int argc, char **argv)
 		return resetCase(argv[1]);
 	if (how == "reuse")
 		return reuseCase(argv[1]);
+	if (how == "ssl-bio")
+		return sslBioCase(argv[1]);
+	if (how == "errno")
+		return errnoCase(argv[1]);
+	if (how == "no-retry")
+		return noRetryCase(argv[1]);
 	fail("unknown case");
 }

@@ -40,6 +40,7 @@ struct OpenSslApi {
 	decltype(&::SSL_get_error) SSL_get_error = nullptr;
 	decltype(&::SSL_CTX_callback_ctrl) SSL_CTX_callback_ctrl = nullptr;
 	decltype(&::SSL_callback_ctrl) SSL_callback_ctrl = nullptr;
+	decltype(&::BIO_f_ssl) BIO_f_ssl = nullptr;
 	decltype(&::SSL_CTX_set_record_padding_callback) SSL_CTX_set_record_padding_callback = nullptr;
 	decltype(&::SSL_set_record_padding_callback) SSL_set_record_padding_callback = nullptr;
 	/* Interposed for TLSTUNE_COALESCE=records only: see interpose/state.cpp. */

@@ -1,10 +1,14 @@
 /*
- * Callbacks OpenSSL runs for each record it writes: the message callback
- * (SSL_CTX_set_msg_callback, which libssl sets through SSL_CTX_callback_ctrl) and the
- * record padding callback. Held plaintext may be encrypted by a thread of the shim's
- * (TLSTUNE_COALESCE=records); the program's callback would then run in a thread it never
- * made, beside its own. OpenSSL has no getter for either, so setting one is seen here,
- * and from then on the process holds no plaintext (it still merges syscalls).
+ * What OpenSSL runs past the shim's SSL_write. Callbacks it runs for each record it
+ * writes: the message callback (SSL_CTX_set_msg_callback, which libssl sets through
+ * SSL_CTX_callback_ctrl) and the record padding callback. Held plaintext may be encrypted
+ * by a thread of the shim's (TLSTUNE_COALESCE=records); the program's callback would then
+ * run in a thread it never made, beside its own. OpenSSL has no getter for either, so
+ * setting one is seen here. And the SSL BIO (BIO_f_ssl, BIO_new_ssl), which writes and
+ * reads its SSL through libssl's internal calls: its writes overtook held plaintext (a
+ * hunt: SSL_write then BIO_write, the peer got the second first), and its reads are not
+ * followed. From either on, the process holds no plaintext (it still merges syscalls);
+ * from the first SSL BIO on, no connection reads ahead.
  */
 
 #include "interpose/export.h"
@@ -66,4 +70,12 @@ TLSTUNE_EXPORT auto SSL_set_record_padding_callback(SSL *ssl, PaddingCallback cb
 	if (!api.SSL_set_record_padding_callback)
 		return Result();
 	return api.SSL_set_record_padding_callback(ssl, cb);
+}
+
+TLSTUNE_EXPORT const BIO_METHOD *BIO_f_ssl(void)
+{
+	observed(true);
+	process().unseen.noteSslBio();
+	const OpenSslApi &api = openssl().api;
+	return api.BIO_f_ssl ? api.BIO_f_ssl() : nullptr;
 }

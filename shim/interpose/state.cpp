@@ -93,6 +93,13 @@ TLSTUNE_EXPORT int SSL_get_key_update_type(const SSL *s)
  */
 TLSTUNE_EXPORT long SSL_ctrl(SSL *s, int cmd, long larg, void *parg)
 {
+	/* SSL_clear_mode: a connection that reads ahead stops if it takes away OpenSSL's retries. */
+	if (cmd == SSL_CTRL_CLEAR_MODE && (larg & SSL_MODE_AUTO_RETRY)) {
+		const OpenSsl &o = openssl();
+		Connection *connection = o.tracking ? o.slot.of(o.api, s) : nullptr;
+		if (connection)
+			ReadTuning::retryModeCleared(o.api, s, *connection);
+	}
 	return query(s, &OpenSslApi::SSL_ctrl, 0, cmd, larg, parg);
 }
 

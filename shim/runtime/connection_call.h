@@ -267,7 +267,8 @@ inline bool holdMore(Process &p, HeldPlaintext *held, PendingWrites *writes, con
 			p.coalescer.sendAsOwner(writes);
 		}
 	}
-	errno = savedErrno;
+	/* As after OpenSSL's own write: its socket BIO clears errno before a write that succeeds. */
+	errno = 0;
 	return true;
 }
 

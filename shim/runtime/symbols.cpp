@@ -192,6 +192,7 @@ bool resolveOpenSsl(OpenSslApi *api) noexcept
 	RESOLVE(SSL_get_error);
 	RESOLVE(SSL_CTX_callback_ctrl);
 	RESOLVE(SSL_callback_ctrl);
+	RESOLVE(BIO_f_ssl);
 	RESOLVE(SSL_CTX_set_record_padding_callback);
 	RESOLVE(SSL_set_record_padding_callback);
 	RESOLVE(SSL_version);

@@ -70,6 +70,25 @@ TEST(RecordCases, AConnectionOnAnSslDupRunsAsWithout)
 	expectTheSameEveryWay("dup", { "--echo" }, 0);
 }
 
+TEST(RecordCases, WritesThroughAnSslBioAndSslWriteArriveInTheirOrder)
+{
+	/* The SSL BIO writes past SSL_write: its lines overtook held ones (a hunt's 12354). */
+	RecordProperty("fault", "SSL_write and BIO_write on BIO_f_ssl over one SSL, by turns");
+	expectTheSameEveryWay("ssl-bio", { "--tls", "1.2", "--sink" }, 1);
+}
+
+TEST(RecordCases, ErrnoAfterAWriteThatSucceededIsOpenSsls)
+{
+	expectTheSameEveryWay("errno", { "--tls", "1.2", "--sink" }, 1);
+}
+
+TEST(RecordCases, WithoutAutoRetryEachTicketIsAWantRead)
+{
+	/* With read-ahead OpenSSL went on past the tickets to the data: no WANT_READ. */
+	RecordProperty("fault", "SSL_MODE_AUTO_RETRY cleared on a TLS 1.3 client");
+	expectTheSameEveryWay("no-retry", { "--echo" }, 0);
+}
+
 TEST(RecordCases, CloseNotifyReceivedWhilePlaintextIsHeld)
 {
 	RecordProperty("fault", "close_notify from the peer while plaintext is held");

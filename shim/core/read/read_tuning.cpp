@@ -73,7 +73,7 @@ void ReadTuning::tuneConnection(const OpenSslApi &api, const Config &config,
 	const unsigned generation = unseen.generation();
 	SSL_CTX *ctx = api.SSL_get_SSL_CTX(ssl);
 	if (connection.programSetReadAhead() || (ctx && api.SSL_CTX_get_ex_data(ctx, contextIndex_)) ||
-	    api.SSL_get_read_ahead(ssl) || !readsItsSource(api, ssl) ||
+	    api.SSL_get_read_ahead(ssl) || !retriesItself(api, ssl) || !readsItsSource(api, ssl) ||
 	    !followable(api, unseen, ssl, connection))
 		return;
 	/* A socket learnt later (a BIO of the program's own) is asked about once it is known. */
@@ -82,6 +82,11 @@ void ReadTuning::tuneConnection(const OpenSslApi &api, const Config &config,
 	connection.setReadAheadByShim(true);
 	logLimited(tunedLines, LogLevel::Info, "connection tuned: read-ahead on, read buffer %zu bytes",
 		   config.readBuffer);
+}
+
+bool ReadTuning::retriesItself(const OpenSslApi &api, SSL *ssl) noexcept
+{
+	return api.SSL_ctrl && (api.SSL_ctrl(ssl, SSL_CTRL_MODE, 0, nullptr) & SSL_MODE_AUTO_RETRY) != 0;
 }
 
 bool ReadTuning::readsItsSource(const OpenSslApi &api, SSL *ssl) noexcept

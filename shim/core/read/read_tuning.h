@@ -63,6 +63,19 @@ public:
 	static void readBioChanged(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept;
 
 	/*
+	 * Without SSL_MODE_AUTO_RETRY, SSL_read answers WANT_READ after a record that was not
+	 * data (a session ticket, a key update) only when OpenSSL's buffer is empty: with
+	 * read-ahead it seldom is, and the program saw fewer of them (a hunt). Such a
+	 * connection does not read ahead; one that clears the mode later stops.
+	 */
+	static bool retriesItself(const OpenSslApi &api, SSL *ssl) noexcept;
+	static void retryModeCleared(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept
+	{
+		if (connection.readAheadByShim())
+			turnOff(api, ssl, connection);
+	}
+
+	/*
 	 * Whether ssl's read BIO reads its source itself, with nothing chained: a socket, fd
 	 * or connect BIO, or a source BIO of the program's own (curl's). A buffer BIO or any
 	 * other filter is left as it is: it keeps bytes of its own, and read-ahead's 64 KiB

@@ -8,10 +8,20 @@ namespace tlstune {
 
 void UnseenWaits::noteRing() noexcept
 {
+	stopEverywhere("an io_uring instance exists: no connection reads ahead from now on");
+}
+
+void UnseenWaits::noteSslBio() noexcept
+{
+	stopEverywhere("an SSL BIO exists: no connection reads ahead from now on");
+}
+
+void UnseenWaits::stopEverywhere(const char *why) noexcept
+{
 	if (everything_.exchange(true, std::memory_order_acq_rel))
 		return;
 	generation_.fetch_add(1, std::memory_order_acq_rel);
-	logLine(LogLevel::Info, "an io_uring instance exists: no connection reads ahead from now on");
+	logLine(LogLevel::Info, "%s", why);
 }
 
 void UnseenWaits::noteUnfollowed(ino_t ino) noexcept

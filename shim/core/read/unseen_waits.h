@@ -25,6 +25,8 @@ public:
 
 	/* The process made a ring: no connection reads ahead from now on. */
 	void noteRing() noexcept;
+	/* The process made an SSL BIO, which reads its SSL past the shim: the same. */
+	void noteSslBio() noexcept;
 	/*
 	 * The socket file ino went where the shim cannot follow its waits. Lock-free: a
 	 * signal handler may send a descriptor while its thread is inside this.
@@ -45,9 +47,12 @@ public:
 	static constexpr size_t kKept = 256;
 
 private:
+	/* No connection reads ahead from now on; why, for the log, once. */
+	void stopEverywhere(const char *why) noexcept;
+
 	std::atomic<unsigned> generation_{0};
 	std::atomic<bool> confined_{false};
-	std::atomic<bool> everything_{false}; /* a ring, or more files than kKept */
+	std::atomic<bool> everything_{false}; /* a ring, an SSL BIO, or more files than kKept */
 	/* Slots are taken by count_, then written: a slot taken and not yet written reads 0. */
 	std::atomic<size_t> count_{0};
 	std::atomic<ino_t> inodes_[kKept] = {};

@@ -135,6 +135,8 @@ int filterWrite(BIO *bio, const char *data, int length)
 		 */
 		if ((becameDirty && !g_coalescer->dirtied(writes)) || !g_coalescer->holding())
 			g_coalescer->sendAsOwner(writes);
+		/* As the socket BIO's write, which clears errno before a write that succeeds. */
+		errno = 0;
 		return length;
 	case PendingWrites::Result::Again:
 		g_coalescer->stalled(writes);
