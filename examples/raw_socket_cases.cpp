@@ -25,6 +25,12 @@
  *                     until a poll of 1 s finds nothing (the lingering close of Apache), and
  *                     closes. Then the client reads. Prints "client got N of 204800, then
  *                     close_notify|reset|...".
+ *   unix-close --cert C --key K
+ *                     over a UNIX socketpair: a forked server reads 10 bytes of the three
+ *                     full records the client writes, then closes its socket unread; the
+ *                     client then reads. Prints what that SSL_read returned, its
+ *                     SSL_get_error and errno (a reset, ECONNRESET, while the kernel holds
+ *                     the records), or dies by SIGPIPE (exit 141).
  */
 
 #include <algorithm>
@@ -233,6 +239,45 @@ int lingeringClose(SSL_CTX *server)
 
 } /* namespace */
 
+int unixClose(SSL_CTX *server)
+{
+	int pair[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
+		fail("socketpair");
+	const pid_t child = fork();
+	if (child == 0) {
+		close(pair[0]);
+		SSL *ssl = SSL_new(server);
+		SSL_set_fd(ssl, pair[1]);
+		char some[10];
+		if (SSL_accept(ssl) != 1 || SSL_write(ssl, "go", 2) != 2 || SSL_read(ssl, some, sizeof(some)) <= 0)
+			_exit(2);
+		close(pair[1]);
+		_exit(0);
+	}
+	close(pair[1]);
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	SSL *ssl = SSL_new(ctx);
+	SSL_set_fd(ssl, pair[0]);
+	char go[2];
+	if (SSL_connect(ssl) != 1 || SSL_read(ssl, go, sizeof(go)) != 2)
+		fail("the handshake");
+	const std::string record(16384, 'x');
+	for (int i = 0; i < 3; i++)
+		if (SSL_write(ssl, record.data(), static_cast<int>(record.size())) <= 0)
+			fail("SSL_write");
+	int status = -1;
+	waitpid(child, &status, 0);
+	errno = 0;
+	char buffer[16];
+	const int n = SSL_read(ssl, buffer, sizeof(buffer));
+	std::printf("read %d error %d errno %d\n", n, SSL_get_error(ssl, n), errno);
+	SSL_free(ssl);
+	SSL_CTX_free(ctx);
+	close(pair[0]);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const std::string which = argc > 1 ? argv[1] : "";
@@ -242,12 +287,12 @@ int main(int argc, char **argv)
 		return callbackRead(argv[2]);
 	if (which == "bio-pair" && argc > 2)
 		return bioPair(argv[2]);
-	if (which == "lingering-close") {
+	if (which == "lingering-close" || which == "unix-close") {
 		SSL_CTX *server = serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", ""));
-		const int result = lingeringClose(server);
+		const int result = which == "unix-close" ? unixClose(server) : lingeringClose(server);
 		SSL_CTX_free(server);
 		return result;
 	}
-	std::fprintf(stderr, "usage: raw_socket_cases empty-recv|callback-read|bio-pair|lingering-close ...\n");
+	std::fprintf(stderr, "usage: raw_socket_cases empty-recv|callback-read|bio-pair|lingering-close|unix-close ...\n");
 	return 2;
 }

@@ -125,11 +125,12 @@ TEST(Readiness, PlaintextAfterCloseNotifyDoesNotSpinThePollLoop)
 	EXPECT_EQ(runs[0].status, 0) << runs[0].err;
 	EXPECT_EQ(runs[0].out, "lines 2\nplain PLAIN\nempty wakeups 0\n");
 	/*
-	 * A limit the README names: read-ahead took the plaintext into OpenSSL, which never
-	 * returns it. What must hold is that the program is not woken for it again and again.
+	 * The case runs over a UNIX socketpair, which does not read ahead: there it is as
+	 * without. (Over TCP, the limit the README names: read-ahead takes the plaintext into
+	 * OpenSSL, which never returns it, and the program must not be woken for it again.)
 	 */
 	EXPECT_EQ(runs[1].status, 0) << runs[1].err;
-	EXPECT_EQ(runs[1].out, "lines 2\nplain none\nempty wakeups 0\n");
+	EXPECT_EQ(runs[1].out, runs[0].out);
 }
 
 TEST(Readiness, AnSslBioTheShimCannotFollowReadsAsWithoutIt)
@@ -293,6 +294,13 @@ TEST(RawSocket, AConnectionOverABioPairReadsAsOpenSslReadsIt)
 	RecordProperty("fault", "a BIO pair the program fills from the socket as the pair's read request asks: "
 				"read-ahead there asked for the pair's whole buffer");
 	expectBothWays(bothWaysOf("raw_socket_cases", { "bio-pair" }, { "--burst", "20" }), "first request 5\nlines 20\n");
+}
+
+TEST(RawSocket, AUnixSocketClosedWithRecordsUnreadResetsThePeer)
+{
+	RecordProperty("fault", "a server over a UNIX socketpair reads 10 bytes of three records and closes: "
+				"read ahead, the close was an end of file and the client died by SIGPIPE");
+	expectBothWays(bothWaysOf("raw_socket_cases", withIdentity("unix-close")), "read -1 error 5 errno 104\n");
 }
 
 TEST(RawSocket, ALingeringCloseAfterSslFreeDeliversTheWholeResponse)

@@ -33,6 +33,26 @@ bool countsBytes(int fd) noexcept
 	return getsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowWater, &length) == 0 && lowWater > 1;
 }
 
+/*
+ * A UNIX socket closed with records unread makes the peer's next read fail with
+ * ECONNRESET, while the kernel holds them; read ahead into OpenSSL they made the close an
+ * end of file, and the peer's next write met SIGPIPE (a hunt, over a socketpair). TCP's
+ * reset the shim can send instead (SO_LINGER) has no UNIX form: such a socket does not
+ * read ahead. A pipe is no socket.
+ */
+bool unixSocket(int fd) noexcept
+{
+	int domain = 0;
+	socklen_t length = sizeof(domain);
+	return getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &length) == 0 && domain == AF_UNIX;
+}
+
+/* What the shim's readiness cannot stand for on this socket. */
+bool notFollowed(int fd) noexcept
+{
+	return countsBytes(fd) || unixSocket(fd);
+}
+
 } /* namespace */
 
 bool ReadTuning::init(const OpenSslApi &api) noexcept
@@ -126,7 +146,7 @@ bool ReadTuning::followable(const OpenSslApi &api, const UnseenWaits &unseen, SS
 			return false;
 		connection.noteSocket(fd, st.st_ino);
 	}
-	return !countsBytes(fd) && unseen.follows(connection.ino());
+	return !notFollowed(fd) && unseen.follows(connection.ino());
 }
 
 void ReadTuning::turnOff(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept
@@ -142,7 +162,7 @@ void ReadTuning::unseenChanged(const OpenSslApi &api, const UnseenWaits &unseen,
 	const unsigned generation = unseen.generation();
 	const bool justLearnt = connection.ownBio() == Connection::OwnBio::learnt;
 	if (!unseen.follows(connection.ino()) ||
-	    (justLearnt && (unseen.confined() || countsBytes(connection.fd()))))
+	    (justLearnt && (unseen.confined() || notFollowed(connection.fd()))))
 		turnOff(api, ssl, connection);
 	else if (connection.ownBio() == Connection::OwnBio::settled || judgeOwnBio(api, ssl, connection))
 		connection.setUnseenSeen(generation);
