@@ -68,6 +68,7 @@ struct OpenSslApi {
 	decltype(&::SSL_set_shutdown) SSL_set_shutdown = nullptr;
 	decltype(&::CRYPTO_get_ex_new_index) CRYPTO_get_ex_new_index = nullptr;
 	decltype(&::SSL_get_ex_data) SSL_get_ex_data = nullptr;
+	decltype(&::CRYPTO_get_ex_data) CRYPTO_get_ex_data = nullptr;
 	decltype(&::SSL_set_ex_data) SSL_set_ex_data = nullptr;
 
 	/* Write coalescing: a filter BIO between OpenSSL and its socket BIO. */

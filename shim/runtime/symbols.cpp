@@ -236,6 +236,7 @@ bool resolveOpenSsl(OpenSslApi *api) noexcept
 	RESOLVE(SSL_set_shutdown);
 	RESOLVE(CRYPTO_get_ex_new_index);
 	RESOLVE(SSL_get_ex_data);
+	RESOLVE(CRYPTO_get_ex_data);
 	RESOLVE(SSL_set_ex_data);
 
 	RESOLVE(SSL_get_wbio);

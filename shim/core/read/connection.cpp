@@ -41,23 +41,30 @@ void freeConnection(void * /*parent*/, void *ptr, CRYPTO_EX_DATA * /*ad*/, int /
 	delete connection;
 }
 
+const OpenSslApi *g_api = nullptr;
+
 /*
  * SSL_dup copies a new SSL's ex_data: without this the copy shared the original's state,
- * and freeing both freed it twice. The copy makes its own when it needs one.
+ * and freeing both freed it twice. The copy keeps the state of its own that SSL_dup's
+ * SSL_new gave it (through libssl's PLT), or has none until it needs one.
  */
-#if OPENSSL_VERSION_NUMBER >= 0x30000000L
-int noConnectionForACopy(CRYPTO_EX_DATA * /*to*/, const CRYPTO_EX_DATA * /*from*/, void **state,
-			 int /*idx*/, long /*argl*/, void * /*argp*/)
+void *copysOwn(CRYPTO_EX_DATA *to, int idx) noexcept
 {
-	*state = nullptr;
+	return g_api && g_api->CRYPTO_get_ex_data ? g_api->CRYPTO_get_ex_data(to, idx) : nullptr;
+}
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+int keepTheCopysOwn(CRYPTO_EX_DATA *to, const CRYPTO_EX_DATA * /*from*/, void **state, int idx,
+		    long /*argl*/, void * /*argp*/)
+{
+	*state = copysOwn(to, idx);
 	return 1;
 }
 #else
 /* 1.1.1 declares the copy's slot as void *, the same pointer to it. */
-int noConnectionForACopy(CRYPTO_EX_DATA * /*to*/, const CRYPTO_EX_DATA * /*from*/, void *state,
-			 int /*idx*/, long /*argl*/, void * /*argp*/)
+int keepTheCopysOwn(CRYPTO_EX_DATA *to, const CRYPTO_EX_DATA * /*from*/, void *state, int idx,
+		    long /*argl*/, void * /*argp*/)
 {
-	*static_cast<void **>(state) = nullptr;
+	*static_cast<void **>(state) = copysOwn(to, idx);
 	return 1;
 }
 #endif
@@ -142,8 +149,9 @@ void Connection::afterCall(BufferedFds &buffered, bool progressed, bool wantsRea
 bool ConnectionSlot::init(const OpenSslApi &api, BufferedFds *buffered) noexcept
 {
 	/* SSL_get_ex_new_index() is a macro over this. */
+	g_api = &api;
 	index_ = api.CRYPTO_get_ex_new_index(CRYPTO_EX_INDEX_SSL, 0, buffered, nullptr,
-					     noConnectionForACopy, freeConnection);
+					     keepTheCopysOwn, freeConnection);
 	return index_ >= 0;
 }
 
