@@ -146,7 +146,8 @@ int sslBioCase(const char *port)
 		failed += (i % 2 ? BIO_write(bio, text.data(), n) : SSL_write(ssl, text.data(), n)) != n;
 	}
 	std::printf("failed writes %d\n", failed);
-	BIO_free(bio);
+	/* The SSL BIO took a reference to the SSL's socket BIO as its next: the chain goes. */
+	BIO_free_all(bio);
 	finish(ssl, fd);
 	return 0;
 }
