@@ -241,21 +241,25 @@ int lingeringClose(SSL_CTX *server)
 
 int unixClose(SSL_CTX *server)
 {
-	int pair[2];
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
+	int pair[2], written[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0 || pipe(written) != 0)
 		fail("socketpair");
 	const pid_t child = fork();
 	if (child == 0) {
 		close(pair[0]);
+		close(written[1]);
 		SSL *ssl = SSL_new(server);
 		SSL_set_fd(ssl, pair[1]);
 		char some[10];
-		if (SSL_accept(ssl) != 1 || SSL_write(ssl, "go", 2) != 2 || SSL_read(ssl, some, sizeof(some)) <= 0)
+		/* Reads once the client wrote all three records: they are all in its socket. */
+		if (SSL_accept(ssl) != 1 || SSL_write(ssl, "go", 2) != 2 || read(written[0], some, 1) != 1 ||
+		    SSL_read(ssl, some, sizeof(some)) <= 0)
 			_exit(2);
 		close(pair[1]);
 		_exit(0);
 	}
 	close(pair[1]);
+	close(written[0]);
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	SSL *ssl = SSL_new(ctx);
 	SSL_set_fd(ssl, pair[0]);
@@ -266,6 +270,9 @@ int unixClose(SSL_CTX *server)
 	for (int i = 0; i < 3; i++)
 		if (SSL_write(ssl, record.data(), static_cast<int>(record.size())) <= 0)
 			fail("SSL_write");
+	if (write(written[1], "w", 1) != 1)
+		fail("write");
+	close(written[1]);
 	int status = -1;
 	waitpid(child, &status, 0);
 	errno = 0;
