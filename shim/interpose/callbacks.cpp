@@ -74,7 +74,9 @@ TLSTUNE_EXPORT auto SSL_set_record_padding_callback(SSL *ssl, PaddingCallback cb
 
 TLSTUNE_EXPORT const BIO_METHOD *BIO_f_ssl(void)
 {
-	observed(true);
+	/* Once: BIO_new_ssl asks for the method for every connection, and nothing is held since. */
+	if (!process().recordCallbacks.load(std::memory_order_relaxed))
+		observed(true);
 	process().unseen.noteSslBio();
 	const OpenSslApi &api = openssl().api;
 	return api.BIO_f_ssl ? api.BIO_f_ssl() : nullptr;

@@ -33,6 +33,9 @@ int singleThreaded(bool needsOneThread, Call call)
 	if (result == 0 || errno != EINVAL || !needsOneThread)
 		return result;
 	Process &p = process();
+	/* A vfork child shares the parent's memory (the kernel's EINVAL is for that): hands off. */
+	if (p.inVforkChild())
+		return result;
 	const int savedErrno = errno;
 	p.held.encryptAll();
 	p.coalescer.flushAll();

@@ -96,7 +96,8 @@ TLSTUNE_EXPORT long SSL_ctrl(SSL *s, int cmd, long larg, void *parg)
 	/* SSL_clear_mode: a connection that reads ahead stops if it takes away OpenSSL's retries. */
 	if (cmd == SSL_CTRL_CLEAR_MODE && (larg & SSL_MODE_AUTO_RETRY)) {
 		const OpenSsl &o = openssl();
-		Connection *connection = o.tracking ? o.slot.of(o.api, s) : nullptr;
+		/* Only a connection reading ahead has anything to stop: no state is made for the others. */
+		Connection *connection = o.tracking && o.api.SSL_get_read_ahead(s) ? o.slot.of(o.api, s) : nullptr;
 		if (connection)
 			ReadTuning::retryModeCleared(o.api, s, *connection);
 	}
