@@ -51,6 +51,13 @@
  *                     against tls_server --burst 3: reads one line, blocks SIGUSR1 and
  *                     raises it, then waits with a mask that lets it in. Prints "ppoll R
  *                     handler ran|did not run in the wait".
+ *   wait-arguments PORT
+ *                     against tls_server --burst 3: reads one line, then waits on the
+ *                     socket, whose next lines OpenSSL or the kernel holds, with arguments
+ *                     the kernel judges: select with 5 s (prints whether the time left it
+ *                     wrote back is below 5 s), select, pselect, ppoll and epoll_pwait2
+ *                     with invalid timeouts, poll and ppoll with a pollfd array in a page
+ *                     the process may not read. Prints one line each: the result and errno.
  *   stoptls --cert C --key K
  *                     a forked server sends 2 lines, close_notify, then "PLAIN\n" without TLS
  *                     on the same socket (FTP's CCC). Reads the lines until SSL_read says
@@ -106,6 +113,7 @@
 #include <sys/syscall.h>
 #include <thread>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -469,6 +477,67 @@ int maskedWait(const char *port, const std::string &how)
 	const int error = errno;
 	std::printf("%s %d%s%s handler %s in the wait\n", how.c_str(), ready, ready < 0 ? " " : "", ready < 0 ? std::strerror(error) : "",
 		    g_handled ? "ran" : "did not run");
+	return 0;
+}
+
+/* "NAME R" and, when R < 0, errno's name: what a wait answered. */
+void printWait(const char *name, int ready, int error)
+{
+	std::printf("%s %d%s%s\n", name, ready, ready < 0 ? " " : "", ready < 0 ? strerrorname_np(error) : "");
+}
+
+/*
+ * Waits on a connection with unread lines, with arguments the kernel refuses or writes
+ * back: the answer must be the kernel's, whether OpenSSL or the socket holds the lines.
+ */
+int waitArguments(const char *port)
+{
+	FirstLineRead client(port);
+	fd_set readable;
+	auto onlyTheSocket = [&] {
+		FD_ZERO(&readable);
+		FD_SET(client.fd, &readable);
+		return &readable;
+	};
+
+	struct timeval fiveSeconds = { 5, 0 };
+	int ready = select(client.fd + 1, onlyTheSocket(), nullptr, nullptr, &fiveSeconds);
+	const bool below = fiveSeconds.tv_sec == 4 && fiveSeconds.tv_usec > 0;
+	std::printf("select %d time left %s\n", ready, below ? "below 5 s" : "not below 5 s");
+
+	for (struct timeval invalid : { timeval{ -1, 0 }, timeval{ 0, -1 } }) {
+		ready = select(client.fd + 1, onlyTheSocket(), nullptr, nullptr, &invalid);
+		printWait("select invalid", ready, errno);
+	}
+	const struct timespec badNanoseconds = { 0, 1000000000 };
+	ready = pselect(client.fd + 1, onlyTheSocket(), nullptr, nullptr, &badNanoseconds, nullptr);
+	printWait("pselect invalid", ready, errno);
+	struct pollfd watched = { client.fd, POLLIN, 0 };
+	const struct timespec negative = { -1, 0 };
+	ready = ppoll(&watched, 1, &negative, nullptr);
+	printWait("ppoll invalid", ready, errno);
+	const int epfd = epoll_create1(EPOLL_CLOEXEC);
+	struct epoll_event interest = {};
+	interest.events = EPOLLIN;
+	epoll_ctl(epfd, EPOLL_CTL_ADD, client.fd, &interest);
+	struct epoll_event event;
+	ready = epoll_pwait2(epfd, &event, 1, &badNanoseconds, nullptr);
+	/* A kernel before 5.11 has no epoll_pwait2: its ENOSYS is the answer both ways. */
+	printWait("epoll_pwait2 invalid", ready, errno);
+	close(epfd);
+
+	void *page = mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (page == MAP_FAILED)
+		fail("mmap");
+	ready = poll(static_cast<struct pollfd *>(page), 1, 0);
+	printWait("poll unreadable", ready, errno);
+	const struct timespec zero = { 0, 0 };
+	ready = ppoll(static_cast<struct pollfd *>(page), 1, &zero, nullptr);
+	printWait("ppoll unreadable", ready, errno);
+	munmap(page, 4096);
+
+	ready = poll(&watched, 1, 5000);
+	std::printf("poll %d\n", ready);
 	return 0;
 }
 
@@ -870,6 +939,8 @@ int main(int argc, char **argv)
 		return readBio(argv[3], argv[2]);
 	if (which == "masked-wait" && argc > 3)
 		return maskedWait(argv[3], argv[2]);
+	if (which == "wait-arguments" && argc > 2)
+		return waitArguments(argv[2]);
 	if (which == "blocking-peek" && argc > 2)
 		return blockingPeek(argv[2]);
 	if (which == "rearm" && argc > 2)

@@ -4,6 +4,7 @@
  */
 
 #include <cstdarg>
+#include <ctime>
 #include <sys/ioctl.h>
 
 #include "core/read/wait_merge.h"
@@ -32,6 +33,25 @@ void beforeWait(Process &p)
 bool nothingToWaitFor() noexcept
 {
 	return !ConnectionSlot::anyMade();
+}
+
+/* A timeout the kernel refuses (EINVAL) goes to it as it is: the shim's probe would hide it. */
+template <typename Timeout>
+bool nothingToWaitFor(const Timeout *timeout) noexcept
+{
+	return nothingToWaitFor() || refusedTimeout(timeout);
+}
+
+struct timespec elapsedSince(const struct timespec &start) noexcept
+{
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	struct timespec elapsed = { now.tv_sec - start.tv_sec, now.tv_nsec - start.tv_nsec };
+	if (elapsed.tv_nsec < 0) {
+		elapsed.tv_sec--;
+		elapsed.tv_nsec += 1000000000;
+	}
+	return elapsed;
 }
 
 /* The merged wait, out of line: the wrappers' gate and the real call stay a few instructions. */
@@ -69,7 +89,7 @@ TLSTUNE_EXPORT int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout, size
 TLSTUNE_EXPORT int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
 			 const sigset_t *sigmask)
 {
-	if (nothingToWaitFor())
+	if (nothingToWaitFor(timeout))
 		return process().libc.ppoll(fds, nfds, timeout, sigmask);
 	return mergedWait([=](Process &p) {
 		return pollMerged(p.buffered, p.epoll, fds, nfds, [&](bool zero) {
@@ -81,7 +101,7 @@ TLSTUNE_EXPORT int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec 
 TLSTUNE_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
 			       const sigset_t *sigmask, size_t fdslen)
 {
-	if (nothingToWaitFor())
+	if (nothingToWaitFor(timeout))
 		return process().libc.ppoll_chk(fds, nfds, timeout, sigmask, fdslen);
 	return mergedWait([=](Process &p) {
 		return pollMerged(p.buffered, p.epoll, fds, nfds, [&](bool zero) {
@@ -93,12 +113,22 @@ TLSTUNE_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct tim
 TLSTUNE_EXPORT int select(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
 			  struct timeval *timeout)
 {
-	if (nothingToWaitFor())
+	if (nothingToWaitFor(timeout))
 		return process().libc.select(nfds, readfds, writefds, exceptfds, timeout);
 	return mergedWait([=](Process &p) {
 		return selectMerged(p.buffered, p.epoll, nfds, readfds, [&](bool zero) {
+			if (!zero)
+				return p.libc.select(nfds, readfds, writefds, exceptfds, timeout);
 			struct timeval zeroTime = { 0, 0 };
-			return p.libc.select(nfds, readfds, writefds, exceptfds, zero ? &zeroTime : timeout);
+			if (!timeout)
+				return p.libc.select(nfds, readfds, writefds, exceptfds, &zeroTime);
+			/* Linux's select writes back the time left: of the program's timeout, not the probe's. */
+			struct timespec start;
+			clock_gettime(CLOCK_MONOTONIC, &start);
+			const int ready = p.libc.select(nfds, readfds, writefds, exceptfds, &zeroTime);
+			if (ready >= 0)
+				*timeout = timeLeft(*timeout, elapsedSince(start));
+			return ready;
 		});
 	});
 }
@@ -106,7 +136,7 @@ TLSTUNE_EXPORT int select(int nfds, fd_set *readfds, fd_set *writefds, fd_set *e
 TLSTUNE_EXPORT int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
 			   const struct timespec *timeout, const sigset_t *sigmask)
 {
-	if (nothingToWaitFor())
+	if (nothingToWaitFor(timeout))
 		return process().libc.pselect(nfds, readfds, writefds, exceptfds, timeout, sigmask);
 	return mergedWait([=](Process &p) {
 		return selectMerged(p.buffered, p.epoll, nfds, readfds, [&](bool zero) {
@@ -187,7 +217,7 @@ TLSTUNE_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxeve
 		errno = ENOSYS;
 		return -1;
 	}
-	if (nothingToWaitFor())
+	if (nothingToWaitFor(timeout))
 		return process().libc.epoll_pwait2(epfd, events, maxevents, timeout, sigmask);
 	return mergedWait([=](Process &p) {
 		return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents, [&](bool zero) {

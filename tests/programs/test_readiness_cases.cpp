@@ -95,6 +95,34 @@ TEST(Readiness, ABlockingPeekAnswersAtOnceWhileOpenSslHoldsRecords)
 	expectBothWays(bothWays({ "blocking-peek" }, { "--burst", "3" }), "blocking peek 1\n");
 }
 
+/*
+ * The shim answered such waits from what OpenSSL holds with a probe of its own: the
+ * program's timeout was neither judged nor written back, and its pollfd array was read
+ * before the kernel could refuse it (a fault in the shim where the kernel says EFAULT).
+ */
+TEST(Readiness, WaitsJudgeTheirArgumentsAsTheKernelDoes)
+{
+	RecordProperty("fault", "select's time left, invalid timeouts, an unreadable pollfd array, records unread");
+	std::vector<Captured> runs = bothWays({ "wait-arguments" }, { "--burst", "3" });
+	/* A kernel before 5.11 has no epoll_pwait2: ENOSYS both ways, the same answer. */
+	const std::string noCall = "epoll_pwait2 invalid -1 ENOSYS";
+	for (Captured &run : runs) {
+		const std::size_t at = run.out.find(noCall);
+		if (at != std::string::npos)
+			run.out.replace(at, noCall.size(), "epoll_pwait2 invalid -1 EINVAL");
+	}
+	expectBothWays(runs,
+		       "select 1 time left below 5 s\n"
+		       "select invalid -1 EINVAL\n"
+		       "select invalid -1 EINVAL\n"
+		       "pselect invalid -1 EINVAL\n"
+		       "ppoll invalid -1 EINVAL\n"
+		       "epoll_pwait2 invalid -1 EINVAL\n"
+		       "poll unreadable -1 EFAULT\n"
+		       "ppoll unreadable -1 EFAULT\n"
+		       "poll 1\n");
+}
+
 /* The probe the shim makes when a connection holds records ran with the program's mask: EINTR. */
 TEST(Readiness, WaitsWithASignalMaskAnswerTheHeldSocketBeforeASignalTheMaskLetsIn)
 {

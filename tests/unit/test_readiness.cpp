@@ -293,6 +293,75 @@ TEST(PollMerged, PassesTheProgramsTimeoutWhenNothingIsBuffered)
 	EXPECT_FALSE(zero);
 }
 
+/*
+ * A poll for another socket while one is buffered: the kernel reads the array first (a
+ * pointer it cannot read is its EFAULT, not a fault in the shim), then the wait is the
+ * program's own when nothing is ready.
+ */
+TEST(PollMerged, LetsTheKernelReadTheArrayFirst)
+{
+	RecordProperty("fault", "poll with an unreadable pollfd array while a connection holds records");
+	SocketPair pair, other;
+	BufferedFds buffered;
+	buffered.set(&kOwner, pair.fds[0], inodeOf(pair.fds[0]), true);
+	const long page = sysconf(_SC_PAGESIZE);
+	void *unreadable = mmap(nullptr, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(unreadable, MAP_FAILED);
+	auto *fds = static_cast<struct pollfd *>(unreadable);
+	std::vector<bool> asked;
+	int n = pollMerged(buffered, noSets(), fds, 1, [&](bool z) {
+		asked.push_back(z);
+		return poll(fds, 1, 0);
+	});
+	const int error = errno;
+	EXPECT_EQ(n, -1);
+	EXPECT_EQ(error, EFAULT);
+	EXPECT_EQ(asked, std::vector<bool>({ true }));
+	munmap(unreadable, page);
+
+	struct pollfd quiet = { other.fds[0], POLLIN, 0 };
+	asked.clear();
+	n = pollMerged(buffered, noSets(), &quiet, 1, [&](bool z) {
+		asked.push_back(z);
+		return 0;
+	});
+	EXPECT_EQ(n, 0);
+	EXPECT_EQ(asked, std::vector<bool>({ true, false })) << "the probe, then the program's own wait";
+}
+
+TEST(WaitTimeouts, RefusedAsTheKernelRefusesThem)
+{
+	const struct timespec fine = { 1, 999999999 }, negative = { -1, 0 }, badNanoseconds = { 0, 1000000000 },
+			      negativeNanoseconds = { 0, -1 };
+	EXPECT_FALSE(refusedTimeout(static_cast<const struct timespec *>(nullptr)));
+	EXPECT_FALSE(refusedTimeout(&fine));
+	EXPECT_TRUE(refusedTimeout(&negative));
+	EXPECT_TRUE(refusedTimeout(&badNanoseconds));
+	EXPECT_TRUE(refusedTimeout(&negativeNanoseconds));
+	const struct timeval carried = { 0, 2000000 }, negativeSeconds = { -1, 0 }, negativeMicros = { 0, -1 };
+	EXPECT_FALSE(refusedTimeout(&carried)) << "glibc carries whole seconds of tv_usec over";
+	EXPECT_TRUE(refusedTimeout(&negativeSeconds));
+	EXPECT_TRUE(refusedTimeout(&negativeMicros));
+}
+
+TEST(WaitTimeouts, SelectsTimeLeftIsWhatTheKernelWritesBack)
+{
+	auto left = [](struct timeval asked, long long elapsedNs) {
+		const struct timespec elapsed = { static_cast<time_t>(elapsedNs / 1000000000),
+						  static_cast<long>(elapsedNs % 1000000000) };
+		const struct timeval t = timeLeft(asked, elapsed);
+		return static_cast<long long>(t.tv_sec) * 1000000 + t.tv_usec;
+	};
+	EXPECT_EQ(left({ 5, 0 }, 2500), 4999997) << "truncated to microseconds, as the kernel's";
+	EXPECT_EQ(left({ 5, 0 }, 0), 4999999) << "a wait takes time";
+	EXPECT_EQ(left({ 0, 2000000 }, 1000), 1999999) << "tv_usec carried over";
+	EXPECT_EQ(left({ 0, 10 }, 20000), 0) << "never below zero";
+	EXPECT_EQ(left({ 0, 0 }, 1000), 0);
+	const struct timeval forever = timeLeft({ 1LL << 50, 7 }, { 1, 0 });
+	EXPECT_EQ(forever.tv_sec, 1LL << 50);
+	EXPECT_EQ(forever.tv_usec, 7);
+}
+
 TEST(PollMerged, ReportsABufferedSocketReadableAtOnce)
 {
 	SocketPair pair;

@@ -4,6 +4,23 @@
 
 namespace tlstune {
 
+struct timeval timeLeft(struct timeval asked, const struct timespec &elapsed) noexcept
+{
+	constexpr long long kMicros = 1000000;
+	/* A wait of some 30,000 years or more: nothing of it has gone. */
+	if (asked.tv_sec >= static_cast<time_t>(1000000000000LL))
+		return asked;
+	const long long askedUs = static_cast<long long>(asked.tv_sec) * kMicros + asked.tv_usec;
+	/* Nanoseconds rounded up: the kernel's answer is truncated to whole microseconds below. */
+	const long long elapsedNs = static_cast<long long>(elapsed.tv_sec) * 1000000000LL + elapsed.tv_nsec;
+	const long long elapsedUs = elapsedNs <= 0 ? 1 : (elapsedNs + 999) / 1000;
+	const long long left = askedUs > elapsedUs ? askedUs - elapsedUs : 0;
+	struct timeval result;
+	result.tv_sec = static_cast<time_t>(left / kMicros);
+	result.tv_usec = static_cast<suseconds_t>(left % kMicros);
+	return result;
+}
+
 int mergeEpollEvent(struct epoll_event *events, int ready, int maxevents,
 		    const EpollRegistration &registration, bool *delivered) noexcept
 {

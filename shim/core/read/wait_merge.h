@@ -36,35 +36,48 @@ inline bool heldReadable(const BufferedFds &buffered, EpollSets &sets, int fd) n
  * leaves ppoll's signal mask out: a held connection is ready, and the kernel answers ready
  * fds before a signal the mask lets in (which stays pending); with the mask, the probe
  * met the signal and said EINTR.
+ *
+ * The probe comes first, so that the kernel reads the program's array before the shim
+ * does: a pointer it cannot read is the kernel's EFAULT, never a fault in the shim. A wait
+ * for none of the held connections that finds nothing ready then waits as the program asked.
  */
 template <typename RealPoll>
 int pollMerged(const BufferedFds &buffered, EpollSets &sets, struct pollfd *fds, nfds_t nfds, RealPoll realPoll)
 {
 	if (buffered.empty())
 		return realPoll(false);
-	constexpr short kReadable = POLLIN | POLLRDNORM;
-	auto bufferedAt = [&](nfds_t i) {
-		return (fds[i].events & kReadable) && heldReadable(buffered, sets, fds[i].fd);
-	};
-
-	bool any = false;
-	for (nfds_t i = 0; i < nfds && !any; i++)
-		any = bufferedAt(i);
-	if (!any)
-		return realPoll(false);
-
 	int ready = realPoll(true);
 	if (ready < 0)
 		return ready;
-	ready = 0;
+	constexpr short kReadable = POLLIN | POLLRDNORM;
+	bool any = false;
 	for (nfds_t i = 0; i < nfds; i++) {
-		if (bufferedAt(i))
-			fds[i].revents |= fds[i].events & kReadable;
-		if (fds[i].revents)
-			ready++;
+		if (!(fds[i].events & kReadable) || !heldReadable(buffered, sets, fds[i].fd))
+			continue;
+		any = true;
+		ready += fds[i].revents == 0;
+		fds[i].revents |= fds[i].events & kReadable;
 	}
-	return ready;
+	return any || ready > 0 ? ready : realPoll(false);
 }
+
+/* The kernel refuses such a timeout with EINVAL before it looks at anything else. */
+inline bool refusedTimeout(const struct timespec *timeout) noexcept
+{
+	return timeout && (timeout->tv_sec < 0 || timeout->tv_nsec < 0 || timeout->tv_nsec >= 1000000000);
+}
+
+/* glibc's select refuses negative fields; it carries whole seconds of tv_usec over. */
+inline bool refusedTimeout(const struct timeval *timeout) noexcept
+{
+	return timeout && (timeout->tv_sec < 0 || timeout->tv_usec < 0);
+}
+
+/*
+ * What Linux's select writes back into its timeout: the time left, here of `asked` after
+ * `elapsed` (at least a nanosecond, as any real wait takes), never below zero.
+ */
+struct timeval timeLeft(struct timeval asked, const struct timespec &elapsed) noexcept;
 
 /* realSelect(zeroTimeout) runs the real select/pselect over the same sets (the mask as for ppoll). */
 template <typename RealSelect>
