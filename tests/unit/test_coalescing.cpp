@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/write/coalescer.h"
+#include "core/write/coalescing_bio.h"
 #include "core/write/pending_writes.h"
 
 using namespace tlstune;
@@ -493,3 +494,80 @@ TEST_F(TcpPair, EveryWayOutHandsTheHeldBytesToTheKernelAtOnce)
 	}
 }
 
+
+namespace {
+
+int g_kernelTlsAsks = 0;
+
+/* Counts the asks for kernel TLS that reach the socket BIO. */
+long countKernelTlsAsks(BIO *, int operation, const char *, size_t, int command, long, int result, size_t *)
+{
+	if (operation == BIO_CB_CTRL && command == BIO_CTRL_GET_KTLS_SEND)
+		g_kernelTlsAsks++;
+	/* Before the call, go on; after it, its own result. */
+	return (operation & BIO_CB_RETURN) ? result : 1;
+}
+
+/* The write path of the real libssl, as runtime/symbols.cpp resolves it. */
+OpenSslApi linkedWritePath()
+{
+	OpenSslApi api;
+	api.SSL_get_wbio = ::SSL_get_wbio;
+	api.SSL_set0_wbio = ::SSL_set0_wbio;
+	api.BIO_get_new_index = ::BIO_get_new_index;
+	api.BIO_meth_new = ::BIO_meth_new;
+	api.BIO_meth_set_write = ::BIO_meth_set_write;
+	api.BIO_meth_set_read = ::BIO_meth_set_read;
+	api.BIO_meth_set_ctrl = ::BIO_meth_set_ctrl;
+	api.BIO_meth_set_destroy = ::BIO_meth_set_destroy;
+	api.BIO_new = ::BIO_new;
+	api.BIO_up_ref = ::BIO_up_ref;
+	api.BIO_push = ::BIO_push;
+	api.BIO_next = ::BIO_next;
+	api.BIO_get_data = ::BIO_get_data;
+	api.BIO_set_data = ::BIO_set_data;
+	api.BIO_set_init = ::BIO_set_init;
+	api.BIO_write = ::BIO_write;
+	api.BIO_read = ::BIO_read;
+	api.BIO_ctrl = ::BIO_ctrl;
+	api.BIO_set_flags = ::BIO_set_flags;
+	api.BIO_clear_flags = ::BIO_clear_flags;
+	api.BIO_copy_next_retry = ::BIO_copy_next_retry;
+	api.BIO_method_type = ::BIO_method_type;
+	return api;
+}
+
+} /* namespace */
+
+/*
+ * libssl 3 asks its write BIO for kernel TLS at every record (ten times a request in
+ * nginx's HTTP/2). The filter goes only over a socket BIO without it, so it answers "no"
+ * itself until a BIO_set_ktls has passed it; from then on the socket BIO answers.
+ */
+TEST_F(Pair, TheFilterAnswersForKernelTlsUntilOneIsSetThroughIt)
+{
+	const OpenSslApi api = linkedWritePath();
+	Coalescer coalescer(1024, std::chrono::milliseconds(100), kCalls);
+	CoalescingBio filter;
+	ASSERT_TRUE(filter.init(api, &coalescer));
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	SSL *ssl = SSL_new(ctx);
+	ASSERT_EQ(SSL_set_fd(ssl, fds_[0]), 1);
+	BIO *socket = SSL_get_wbio(ssl);
+	BIO_set_callback_ex(socket, countKernelTlsAsks); /* unseen by the filter: its api has no getter */
+	ASSERT_NE(filter.attached(api, ssl), nullptr);
+	BIO *top = SSL_get_wbio(ssl);
+	ASSERT_NE(top, socket) << "the filter is on top";
+	g_kernelTlsAsks = 0;
+
+	EXPECT_EQ(BIO_ctrl(top, BIO_CTRL_GET_KTLS_SEND, 0, nullptr), 0);
+	EXPECT_EQ(g_kernelTlsAsks, 0) << "answered by the filter";
+
+	/* BIO_set_ktls (libssl's internal ctrl 72) with key material of zeros: a socketpair refuses it. */
+	alignas(16) unsigned char noKeys[512] = {};
+	BIO_ctrl(top, 72, 1, noKeys);
+	EXPECT_EQ(BIO_ctrl(top, BIO_CTRL_GET_KTLS_SEND, 0, nullptr), 0);
+	EXPECT_EQ(g_kernelTlsAsks, 1) << "once kernel TLS may be on, the socket BIO answers";
+	SSL_free(ssl);
+	SSL_CTX_free(ctx);
+}

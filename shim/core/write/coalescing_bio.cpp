@@ -1,5 +1,6 @@
 #include "coalescing_bio.h"
 
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <pthread.h>
@@ -161,9 +162,27 @@ int filterRead(BIO *bio, char *data, int length)
 	return n;
 }
 
+#ifdef BIO_CTRL_GET_KTLS_SEND
+/*
+ * A filter goes only over a socket BIO without kernel TLS (attached), which only a
+ * BIO_set_ktls through a filter turns on: until one has passed, every answer is "no".
+ * libssl 3 asks at every record it writes, ten times a request in nginx's HTTP/2 (issue
+ * 24), and each ask went down to the socket BIO.
+ */
+std::atomic<bool> g_kernelTlsSet{false};
+/* libssl's BIO_set_ktls (internal; bio.h names the number in a comment, 3.0 to 3.5). */
+constexpr int kSetKernelTls = 72;
+#endif
+
 long filterCtrl(BIO *bio, int command, long number, void *pointer)
 {
 	const OpenSslApi &api = *g_api;
+#ifdef BIO_CTRL_GET_KTLS_SEND
+	if (command == BIO_CTRL_GET_KTLS_SEND && !g_kernelTlsSet.load(std::memory_order_relaxed))
+		return 0;
+	if (command == kSetKernelTls)
+		g_kernelTlsSet.store(true, std::memory_order_relaxed);
+#endif
 	BIO *next = api.BIO_next(bio);
 	PendingWrites *writes = writesOf(bio);
 	switch (command) {
