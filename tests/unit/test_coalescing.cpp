@@ -546,9 +546,10 @@ OpenSslApi linkedWritePath()
  */
 TEST_F(Pair, TheFilterAnswersForKernelTlsUntilOneIsSetThroughIt)
 {
-	const OpenSslApi api = linkedWritePath();
-	Coalescer coalescer(1024, std::chrono::milliseconds(100), kCalls);
-	CoalescingBio filter;
+	/* As in the shim, the filter's method and its api live as long as the process. */
+	static const OpenSslApi api = linkedWritePath();
+	static Coalescer coalescer(1024, std::chrono::milliseconds(100), kCalls);
+	static CoalescingBio filter;
 	ASSERT_TRUE(filter.init(api, &coalescer));
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	SSL *ssl = SSL_new(ctx);
