@@ -4,7 +4,7 @@
  */
 
 #include <cstdarg>
-#include <ctime>
+#include <chrono>
 #include <sys/ioctl.h>
 
 #include "core/read/wait_merge.h"
@@ -37,21 +37,9 @@ bool nothingToWaitFor() noexcept
 
 /* A timeout the kernel refuses (EINVAL) goes to it as it is: the shim's probe would hide it. */
 template <typename Timeout>
-bool nothingToWaitFor(const Timeout *timeout) noexcept
+bool straightToTheKernel(const Timeout *timeout) noexcept
 {
 	return nothingToWaitFor() || refusedTimeout(timeout);
-}
-
-struct timespec elapsedSince(const struct timespec &start) noexcept
-{
-	struct timespec now;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	struct timespec elapsed = { now.tv_sec - start.tv_sec, now.tv_nsec - start.tv_nsec };
-	if (elapsed.tv_nsec < 0) {
-		elapsed.tv_sec--;
-		elapsed.tv_nsec += 1000000000;
-	}
-	return elapsed;
 }
 
 /* The merged wait, out of line: the wrappers' gate and the real call stay a few instructions. */
@@ -89,7 +77,7 @@ TLSTUNE_EXPORT int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout, size
 TLSTUNE_EXPORT int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
 			 const sigset_t *sigmask)
 {
-	if (nothingToWaitFor(timeout))
+	if (straightToTheKernel(timeout))
 		return process().libc.ppoll(fds, nfds, timeout, sigmask);
 	return mergedWait([=](Process &p) {
 		return pollMerged(p.buffered, p.epoll, fds, nfds, [&](bool zero) {
@@ -101,7 +89,7 @@ TLSTUNE_EXPORT int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec 
 TLSTUNE_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct timespec *timeout,
 			       const sigset_t *sigmask, size_t fdslen)
 {
-	if (nothingToWaitFor(timeout))
+	if (straightToTheKernel(timeout))
 		return process().libc.ppoll_chk(fds, nfds, timeout, sigmask, fdslen);
 	return mergedWait([=](Process &p) {
 		return pollMerged(p.buffered, p.epoll, fds, nfds, [&](bool zero) {
@@ -113,7 +101,7 @@ TLSTUNE_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct tim
 TLSTUNE_EXPORT int select(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
 			  struct timeval *timeout)
 {
-	if (nothingToWaitFor(timeout))
+	if (straightToTheKernel(timeout))
 		return process().libc.select(nfds, readfds, writefds, exceptfds, timeout);
 	return mergedWait([=](Process &p) {
 		return selectMerged(p.buffered, p.epoll, nfds, readfds, [&](bool zero) {
@@ -123,11 +111,10 @@ TLSTUNE_EXPORT int select(int nfds, fd_set *readfds, fd_set *writefds, fd_set *e
 			if (!timeout)
 				return p.libc.select(nfds, readfds, writefds, exceptfds, &zeroTime);
 			/* Linux's select writes back the time left: of the program's timeout, not the probe's. */
-			struct timespec start;
-			clock_gettime(CLOCK_MONOTONIC, &start);
+			const auto start = std::chrono::steady_clock::now();
 			const int ready = p.libc.select(nfds, readfds, writefds, exceptfds, &zeroTime);
 			if (ready >= 0)
-				*timeout = timeLeft(*timeout, elapsedSince(start));
+				*timeout = timeLeft(*timeout, std::chrono::steady_clock::now() - start);
 			return ready;
 		});
 	});
@@ -136,7 +123,7 @@ TLSTUNE_EXPORT int select(int nfds, fd_set *readfds, fd_set *writefds, fd_set *e
 TLSTUNE_EXPORT int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfds,
 			   const struct timespec *timeout, const sigset_t *sigmask)
 {
-	if (nothingToWaitFor(timeout))
+	if (straightToTheKernel(timeout))
 		return process().libc.pselect(nfds, readfds, writefds, exceptfds, timeout, sigmask);
 	return mergedWait([=](Process &p) {
 		return selectMerged(p.buffered, p.epoll, nfds, readfds, [&](bool zero) {
@@ -217,7 +204,7 @@ TLSTUNE_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxeve
 		errno = ENOSYS;
 		return -1;
 	}
-	if (nothingToWaitFor(timeout))
+	if (straightToTheKernel(timeout))
 		return process().libc.epoll_pwait2(epfd, events, maxevents, timeout, sigmask);
 	return mergedWait([=](Process &p) {
 		return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents, [&](bool zero) {

@@ -347,9 +347,7 @@ TEST(WaitTimeouts, RefusedAsTheKernelRefusesThem)
 TEST(WaitTimeouts, SelectsTimeLeftIsWhatTheKernelWritesBack)
 {
 	auto left = [](struct timeval asked, long long elapsedNs) {
-		const struct timespec elapsed = { static_cast<time_t>(elapsedNs / 1000000000),
-						  static_cast<long>(elapsedNs % 1000000000) };
-		const struct timeval t = timeLeft(asked, elapsed);
+		const struct timeval t = timeLeft(asked, std::chrono::nanoseconds(elapsedNs));
 		return static_cast<long long>(t.tv_sec) * 1000000 + t.tv_usec;
 	};
 	EXPECT_EQ(left({ 5, 0 }, 2500), 4999997) << "truncated to microseconds, as the kernel's";
@@ -357,7 +355,7 @@ TEST(WaitTimeouts, SelectsTimeLeftIsWhatTheKernelWritesBack)
 	EXPECT_EQ(left({ 0, 2000000 }, 1000), 1999999) << "tv_usec carried over";
 	EXPECT_EQ(left({ 0, 10 }, 20000), 0) << "never below zero";
 	EXPECT_EQ(left({ 0, 0 }, 1000), 0);
-	const struct timeval forever = timeLeft({ 1LL << 50, 7 }, { 1, 0 });
+	const struct timeval forever = timeLeft({ 1LL << 50, 7 }, std::chrono::seconds(1));
 	EXPECT_EQ(forever.tv_sec, 1LL << 50);
 	EXPECT_EQ(forever.tv_usec, 7);
 }

@@ -4,7 +4,7 @@
 
 namespace tlstune {
 
-struct timeval timeLeft(struct timeval asked, const struct timespec &elapsed) noexcept
+struct timeval timeLeft(struct timeval asked, std::chrono::nanoseconds elapsed) noexcept
 {
 	constexpr long long kMicros = 1000000;
 	/* A wait of some 30,000 years or more: nothing of it has gone. */
@@ -12,7 +12,7 @@ struct timeval timeLeft(struct timeval asked, const struct timespec &elapsed) no
 		return asked;
 	const long long askedUs = static_cast<long long>(asked.tv_sec) * kMicros + asked.tv_usec;
 	/* Nanoseconds rounded up: the kernel's answer is truncated to whole microseconds below. */
-	const long long elapsedNs = static_cast<long long>(elapsed.tv_sec) * 1000000000LL + elapsed.tv_nsec;
+	const long long elapsedNs = elapsed.count();
 	const long long elapsedUs = elapsedNs <= 0 ? 1 : (elapsedNs + 999) / 1000;
 	const long long left = askedUs > elapsedUs ? askedUs - elapsedUs : 0;
 	struct timeval result;

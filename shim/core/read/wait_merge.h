@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <poll.h>
 #include <sys/socket.h>
@@ -77,7 +78,7 @@ inline bool refusedTimeout(const struct timeval *timeout) noexcept
  * What Linux's select writes back into its timeout: the time left, here of `asked` after
  * `elapsed` (at least a nanosecond, as any real wait takes), never below zero.
  */
-struct timeval timeLeft(struct timeval asked, const struct timespec &elapsed) noexcept;
+struct timeval timeLeft(struct timeval asked, std::chrono::nanoseconds elapsed) noexcept;
 
 /* realSelect(zeroTimeout) runs the real select/pselect over the same sets (the mask as for ppoll). */
 template <typename RealSelect>
