@@ -4,8 +4,10 @@
  * Usage: raw_socket_cases CASE [ARGS]
  *   empty-recv PORT   against tls_server --burst 20: reads one line, then asks the socket
  *                     for 0 bytes, recv(MSG_DONTWAIT), then recv blocking (the kernel answers
- *                     0 at once while it has bytes), then polls before each other line.
- *                     Prints "empty recv R R", then "lines 20" or "poll timed out after N
+ *                     0 at once while it has bytes), then peeks with MSG_TRUNC and no
+ *                     buffer (a count: TCP copies nothing), then polls before each other
+ *                     line. Prints "empty recv R R", "counted without a buffer some" (or
+ *                     what the peek returned), then "lines 20" or "poll timed out after N
  *                     lines" (exit 3).
  *   callback-read PORT
  *                     against tls_server --burst 20: a message callback reads one byte of
@@ -62,6 +64,9 @@ int emptyRecv(const char *port)
 	const ssize_t blocking = recv(fd, &byte, 0, 0);
 	alarm(0);
 	std::printf("empty recv %zd %zd\n", quick, blocking);
+	/* TCP with MSG_TRUNC copies nothing: a peek that only counts may pass no buffer. */
+	const ssize_t counted = recv(fd, nullptr, 4096, MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT);
+	std::printf("counted without a buffer %s\n", counted > 0 ? "some" : std::to_string(counted).c_str());
 	if (!pollThenReadTo20(ssl, fd, 1))
 		return 3;
 	SSL_free(ssl);

@@ -32,6 +32,14 @@
  *                     closes its copy last, so the end is a FIN). The kernel
  *                     resets a connection closed with unread data. Prints "server saw
  *                     reset" or "server saw fin".
+ *   half-record --cert C --key K
+ *                     a forked TCP server sends half of a record of 1,000 bytes, and the
+ *                     rest only once it has read 2 bytes from the client. The client
+ *                     (non-blocking) polls and reads until OpenSSL holds the half
+ *                     (SSL_read: WANT_READ, SSL_has_pending: 1), writes
+ *                     "a", polls again for 300 ms (nothing comes: the server waits for
+ *                     "b"), writes "b", then reads the record. Prints "poll after a write
+ *                     R" and "read 1000".
  *   nested [poll|select] PORT
  *                     against tls_server --burst 20: the connection in an epoll set (level-
  *                     triggered), that set inside another; before each line the program
@@ -75,7 +83,10 @@
  *   read-ahead-setting PORT
  *                     against tls_server --burst 20: prints what SSL_get_read_ahead and
  *                     SSL_CTX_get_read_ahead answer before and after the handshake and a
- *                     read, and after the program sets them itself.
+ *                     read, and after the program sets them itself; and whether
+ *                     SSL_get_mode, SSL_set_mode and SSL_clear_mode answer with
+ *                     SSL_MODE_RELEASE_BUFFERS after the read, and after the program sets
+ *                     and clears it.
  *   reconnect PORT PORT2
  *                     against two tls_server --burst 20 (the first is reset when the
  *                     program drops its unread lines, so the second serves): an epoll loop
@@ -303,6 +314,83 @@ int pipes(SSL_CTX *server, bool pty)
 	waitpid(child, &status, 0);
 	SSL_free(ssl);
 	SSL_CTX_free(ctx);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+/* The server of half-record: the record's bytes come from a memory BIO, sent in two parts. */
+[[noreturn]] void serveHalves(SSL_CTX *server, int listener)
+{
+	const int fd = accept(listener, nullptr, nullptr);
+	SSL *ssl = SSL_new(server);
+	SSL_set_fd(ssl, fd);
+	if (fd < 0 || SSL_accept(ssl) != 1)
+		_exit(2);
+	BIO *record = BIO_new(BIO_s_mem());
+	SSL_set0_wbio(ssl, record);
+	const std::string data(1000, 'h');
+	if (SSL_write(ssl, data.data(), static_cast<int>(data.size())) != static_cast<int>(data.size()))
+		_exit(2);
+	char *bytes = nullptr;
+	const long length = BIO_get_mem_data(record, &bytes);
+	const long half = length / 2;
+	if (send(fd, bytes, static_cast<size_t>(half), 0) != half)
+		_exit(2);
+	char got[2];
+	for (int n = 0; n < 2;) {
+		const int r = SSL_read(ssl, got + n, 2 - n);
+		if (r <= 0)
+			_exit(2);
+		n += r;
+	}
+	if (send(fd, bytes + half, static_cast<size_t>(length - half), 0) != length - half)
+		_exit(2);
+	char end;
+	while (recv(fd, &end, 1, 0) > 0) {
+	}
+	_exit(0);
+}
+
+int halfRecord(SSL_CTX *server)
+{
+	int port = 0;
+	const int listener = listenOn(0, &port);
+	std::fflush(stdout);
+	const pid_t child = fork();
+	if (child == 0)
+		serveHalves(server, listener);
+	close(listener);
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	const int fd = connectTo("127.0.0.1", std::to_string(port));
+	SSL *ssl = connectTls(ctx, fd);
+	setNonBlocking(fd);
+	struct pollfd pfd = { fd, POLLIN, 0 };
+	char buffer[2000];
+	/* Session tickets may come first: until OpenSSL holds part of the record. */
+	for (;;) {
+		if (poll(&pfd, 1, kPollMs) != 1 || SSL_read(ssl, buffer, sizeof(buffer)) > 0)
+			fail("half a record: not WANT_READ");
+		if (SSL_has_pending(ssl))
+			break;
+	}
+	if (SSL_write(ssl, "a", 1) != 1)
+		fail("SSL_write");
+	std::printf("poll after a write %d\n", poll(&pfd, 1, 300));
+	if (SSL_write(ssl, "b", 1) != 1)
+		fail("SSL_write");
+	int total = 0;
+	while (total < 1000 && poll(&pfd, 1, kPollMs) == 1) {
+		const int n = SSL_read(ssl, buffer, sizeof(buffer));
+		if (n > 0)
+			total += n;
+		else if (SSL_get_error(ssl, n) != SSL_ERROR_WANT_READ)
+			break;
+	}
+	std::printf("read %d\n", total);
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	int status = 0;
+	waitpid(child, &status, 0);
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
@@ -683,6 +771,12 @@ int readAheadSetting(const char *port)
 		fail("the first line never came");
 	std::printf("after a read %d, context %ld\n", SSL_get_read_ahead(ssl),
 		    static_cast<long>(SSL_CTX_get_read_ahead(ctx)));
+	const auto released = [ssl](long mode) { return (mode & SSL_MODE_RELEASE_BUFFERS) != 0; };
+	std::printf("release buffers %d\n", released(SSL_get_mode(ssl)));
+	const bool other = released(SSL_set_mode(ssl, SSL_MODE_AUTO_RETRY));
+	std::printf("set %d, then %d\n", other, released(SSL_set_mode(ssl, SSL_MODE_RELEASE_BUFFERS)));
+	const bool cleared = released(SSL_clear_mode(ssl, SSL_MODE_RELEASE_BUFFERS));
+	std::printf("cleared %d, then %d\n", cleared, released(SSL_get_mode(ssl)));
 	SSL_set_read_ahead(ssl, 1);
 	std::printf("set by the program %d\n", SSL_get_read_ahead(ssl));
 	SSL_set_read_ahead(ssl, 0);
@@ -949,10 +1043,12 @@ int main(int argc, char **argv)
 		return reconnect(argv[2], argv[3]);
 	if (which == "duplicate" && argc > 3)
 		return anotherFd(argv[3], argv[2]);
-	if (which == "pipes" || which == "pty" || which == "stoptls" || which == "close-unread") {
+	if (which == "pipes" || which == "pty" || which == "stoptls" || which == "close-unread" ||
+	    which == "half-record") {
 		SSL_CTX *server = serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", ""));
 		int status = which == "pipes" || which == "pty" ? pipes(server, which == "pty")
 			     : which == "stoptls"                  ? stoptls(server)
+			     : which == "half-record"              ? halfRecord(server)
 								   : closeUnread(server, argc > 2 ? argv[2] : "");
 		SSL_CTX_free(server);
 		return status;

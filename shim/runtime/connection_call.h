@@ -150,6 +150,15 @@ constexpr int failedResult() noexcept
 		       : -1;
 }
 
+/* SSL_write and its kin: a write that succeeds made no progress in reading a record. */
+template <typename Function>
+constexpr bool writes() noexcept
+{
+	return std::is_same<Function, decltype(&::SSL_write)>::value ||
+	       std::is_same<Function, decltype(&::SSL_write_ex)>::value ||
+	       std::is_same<Function, OpenSslApi::WriteEx2>::value;
+}
+
 /*
  * Runs the program's call on ssl with the connection marked as this thread's current one
  * (so its socket reads are attributed to it), then records whether OpenSSL now holds data
@@ -179,7 +188,11 @@ int onConnection(SSL *ssl, Function OpenSslApi::*function, Args... args)
 	int result = real(ssl, args...);
 	if (scope.outermost()) {
 		int savedErrno = errno;
-		connection->afterCall(process().buffered, result > 0,
+		/*
+		 * A write that succeeds while OpenSSL holds part of a record leaves it waiting for
+		 * the rest: the socket's readiness stands for it (a poll loop spun on it).
+		 */
+		connection->afterCall(process().buffered, result > 0 && !writes<Function>(),
 				      o.api.SSL_want(ssl) == SSL_READING, holdsData(o.api, ssl));
 		errno = savedErrno;
 	}

@@ -171,8 +171,16 @@ TEST(Readiness, ReadAheadAnswersWhatTheProgramSet)
 {
 	RecordProperty("fault", "SSL_get_read_ahead answered 1 where the program set nothing");
 	expectBothWays(bothWays({ "read-ahead-setting" }, { "--burst", "20" }),
-		       "context 0\nnew 0\nafter a read 0, context 0\nset by the program 1\n"
+		       "context 0\nnew 0\nafter a read 0, context 0\nrelease buffers 0\nset 0, then 1\n"
+		       "cleared 0, then 0\nset by the program 1\n"
 		       "cleared by the program 0\ncontext set by the program 1\n");
+}
+
+TEST(Readiness, AWriteWhileOpenSslHoldsHalfARecordLeavesTheSocketsReadinessToTheKernel)
+{
+	RecordProperty("fault", "half a record held, SSL_write, poll: readable at once (a poll loop that answers each "
+				"WANT_READ with a write spun)");
+	expectBothWays(bothWays(withIdentity("half-record")), "poll after a write 0\nread 1000\n");
 }
 
 TEST(Readiness, ADrainAfterShutdownWaitsForTheFinAsWithoutTheShim)
@@ -306,8 +314,10 @@ TEST(UnseenWaits, TlsOverARawModePseudoTerminalIsReadableAndLosesNothing)
 /* Programs that touch their socket, or another fd, around OpenSSL calls: examples/raw_socket_cases. */
 TEST(RawSocket, AReadOfNoBytesAnswersZeroWhileOpenSslHoldsRecords)
 {
-	RecordProperty("fault", "recv of 0 bytes, MSG_DONTWAIT and blocking, then poll before each read");
-	expectBothWays(bothWaysOf("raw_socket_cases", { "empty-recv" }, { "--burst", "20" }), "empty recv 0 0\nlines 20\n");
+	RecordProperty("fault", "recv of 0 bytes, MSG_DONTWAIT and blocking, a MSG_PEEK|MSG_TRUNC count without a buffer "
+				"(the shim wrote into it: SIGSEGV), then poll before each read");
+	expectBothWays(bothWaysOf("raw_socket_cases", { "empty-recv" }, { "--burst", "20" }),
+		       "empty recv 0 0\ncounted without a buffer some\nlines 20\n");
 }
 
 TEST(RawSocket, ACallbackReadingAPipeInsideOpenSslCallsLeavesTheConnectionsSocket)

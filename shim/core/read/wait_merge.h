@@ -149,7 +149,9 @@ inline ssize_t peekBuffered(const BufferedFds &buffered, int fd, void *buffer, s
 		return n;
 	if (n > 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) || !buffered.holds(fd))
 		return n;
-	static_cast<unsigned char *>(buffer)[0] = 0x17;
+	/* MSG_TRUNC: TCP copies nothing, and the buffer may be null (the peek only counts). */
+	if (!(flags & MSG_TRUNC))
+		static_cast<unsigned char *>(buffer)[0] = 0x17;
 	return 1;
 }
 
