@@ -49,6 +49,14 @@
  *   fclose            20 short lines, then the socket closed by fclose(fdopen(fd)) (glibc
  *                     closes the stream's fd itself): prints "closed"
  *   daemon            20 short lines, daemon(1, 1), then 20 more from the child
+ *   clone             20 short lines, then a child made by clone() (a copy of the process,
+ *                     without fork's handlers) writes 20 more and exits; the parent waits
+ *                     for it and leaves
+ *   raw-fork          the same, the child made by syscall(SYS_fork)
+ *   spawn             20 short lines, then posix_spawn of a shell that writes "raw" to the
+ *                     inherited socket itself; the parent waits for it and closes: the
+ *                     peer gets the 20 lines, then bytes that are no record
+ *   popen             the same, the shell started by popen
  *   write-ex2         20 times: 50 short lines by SSL_write, then one by SSL_write_ex2
  *                     (OpenSSL 3.3+; prints "no SSL_write_ex2" where libssl lacks it)
  */
@@ -58,7 +66,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
+#include <spawn.h>
 #include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/socket.h>
@@ -331,6 +342,67 @@ int daemonCase(const char *port)
 	return 0;
 }
 
+/* clone and raw-fork: the child goes on with the connection, the parent leaves it alone. */
+SSL *childSsl = nullptr;
+int childFd = -1;
+
+[[noreturn]] int writeOnInChild(void *)
+{
+	writeLines(childSsl, 20, 20);
+	std::exit(0);
+}
+
+int copiedProcess(const char *port, const std::string &how)
+{
+	SSL_CTX *ctx = client();
+	childSsl = connectSsl(ctx, port, &childFd);
+	writeLines(childSsl, 0, 20);
+	pid_t child = -1;
+	if (how == "clone") {
+		static char stack[256 * 1024];
+		child = clone(writeOnInChild, stack + sizeof(stack), SIGCHLD, nullptr);
+	} else {
+		child = static_cast<pid_t>(syscall(SYS_fork));
+		if (child == 0)
+			writeOnInChild(nullptr);
+	}
+	int status = 0;
+	if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		fail("the child");
+	return 0;
+}
+
+/* spawn and popen: a program started on the inherited socket writes to it at once. */
+int spawned(const char *port, const std::string &how)
+{
+	SSL_CTX *ctx = client();
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	writeLines(ssl, 0, 20);
+	if (how == "spawn") {
+		posix_spawn_file_actions_t actions;
+		posix_spawn_file_actions_init(&actions);
+		posix_spawn_file_actions_adddup2(&actions, fd, 3);
+		const char *argv[] = { "sh", "-c", "printf raw >&3", nullptr };
+		pid_t child = -1;
+		int status = 0;
+		if (posix_spawn(&child, "/bin/sh", &actions, nullptr, const_cast<char **>(argv), environ) != 0 ||
+		    waitpid(child, &status, 0) != child)
+			fail("posix_spawn");
+		posix_spawn_file_actions_destroy(&actions);
+	} else {
+		fcntl(fd, F_SETFD, 0);
+		const std::string command = "printf raw >&" + std::to_string(fd);
+		FILE *shell = popen(command.c_str(), "r");
+		if (!shell || pclose(shell) != 0)
+			fail("popen");
+	}
+	close(fd);
+	SSL_free(ssl);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 int reuseCase(const char *port)
 {
 	SSL_CTX *ctx = client();
@@ -504,6 +576,10 @@ int main(int argc, char **argv)
 		return sigpipeCase(argv[1]);
 	if (how == "reuse")
 		return reuseCase(argv[1]);
+	if (how == "clone" || how == "raw-fork")
+		return copiedProcess(argv[1], how);
+	if (how == "spawn" || how == "popen")
+		return spawned(argv[1], how);
 	if (how == "daemon")
 		return daemonCase(argv[1]);
 	if (how == "closefrom" || how == "raw-close")

@@ -102,6 +102,23 @@ TLSTUNE_EXPORT __attribute__((no_sanitize("address"))) long syscall(long number,
 	/* The process image ends here, as in _exit: what is held goes to the kernel first. */
 	if (number == SYS_exit_group)
 		p.drainBeforeImageEnds();
+	/*
+	 * A copy of the process that returns here in both (no stack of its own, no CLONE_VM):
+	 * a fork glibc does not see, so the shim runs its fork handlers (interpose/spawn.cpp).
+	 */
+	if ((number == SYS_fork || (number == SYS_clone && !(arguments[0] & CLONE_VM) && arguments[1] == 0)) &&
+	    !p.inVforkChild()) {
+		lockForFork();
+		const long child = p.libc.syscall(number, arguments[0], arguments[1], arguments[2], arguments[3],
+						  arguments[4], arguments[5]);
+		const int savedErrno = errno;
+		if (child == 0)
+			unlockInChild();
+		else
+			unlockInParent();
+		errno = savedErrno;
+		return child;
+	}
 	const long result = p.libc.syscall(number, arguments[0], arguments[1], arguments[2], arguments[3],
 					   arguments[4], arguments[5]);
 	/* libuv makes its ring this way (core/read/unseen_waits.h). */

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
 #include <sys/socket.h>
@@ -69,6 +70,13 @@ struct LibcApi {
 	int (*unshare)(int) = nullptr;
 	int (*setns)(int, int) = nullptr;
 	long (*syscall)(long, long, long, long, long, long, long) = nullptr;
+
+	int (*clone)(int (*)(void *), void *, int, void *, pid_t *, void *, pid_t *) = nullptr;
+	int (*posix_spawn)(pid_t *, const char *, const posix_spawn_file_actions_t *,
+			   const posix_spawnattr_t *, char *const[], char *const[]) = nullptr;
+	int (*posix_spawnp)(pid_t *, const char *, const posix_spawn_file_actions_t *,
+			    const posix_spawnattr_t *, char *const[], char *const[]) = nullptr;
+	FILE *(*popen)(const char *, const char *) = nullptr;
 };
 
 } /* namespace tlstune */

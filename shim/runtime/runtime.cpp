@@ -75,6 +75,8 @@ void noteUsesOpenSsl() noexcept
 			  static_cast<int>(getpid()), describeConfig(p.config).c_str());
 }
 
+} /* namespace */
+
 void lockForFork()
 {
 	/*
@@ -115,6 +117,9 @@ void unlockInChild()
 	process().caCache.unlockAfterFork();
 	process().held.unlockInChild();
 }
+
+
+namespace {
 
 
 int libcPoll(struct pollfd *fds, unsigned long nfds, int timeout)

@@ -125,4 +125,13 @@ struct Crypto {
 };
 const Crypto &crypto() noexcept;
 
+/*
+ * The shim's pthread_atfork handlers: what is held goes to the kernel, and the locks are
+ * taken around the copy. A child made past glibc's fork() (clone, syscall(SYS_fork)) runs
+ * none, so the shim runs them around it itself (interpose/spawn.cpp).
+ */
+void lockForFork();
+void unlockInParent();
+void unlockInChild();
+
 } /* namespace tlstune */

@@ -159,6 +159,10 @@ void resolveLibc(LibcApi *libc) noexcept
 	next(&libc->unshare, "unshare");
 	next(&libc->setns, "setns");
 	next(&libc->syscall, "syscall");
+	next(&libc->clone, "clone");
+	next(&libc->posix_spawn, "posix_spawn");
+	next(&libc->posix_spawnp, "posix_spawnp");
+	next(&libc->popen, "popen");
 }
 
 bool resolveOpenSsl(OpenSslApi *api) noexcept

@@ -1,0 +1,104 @@
+/*
+ * Processes made past glibc's fork(), which run no pthread_atfork handler. A child of
+ * clone() or syscall(SYS_fork) without CLONE_VM has a copy of what the shim holds and of
+ * its locks; a program started by posix_spawn or popen (glibc's vfork-like clone inside)
+ * may write to an inherited socket at once. Without the shim, every byte the program wrote
+ * before was the kernel's already (a hunt: a clone child's 10 lines were lost, and a
+ * spawned child's raw bytes overtook held lines), so the fork handlers run around the
+ * first two and what is held goes to the kernel before the others.
+ */
+
+#include <cerrno>
+#include <cstdarg>
+#include <sched.h>
+
+#include "interpose/export.h"
+#include "runtime/runtime.h"
+
+using namespace tlstune;
+
+namespace {
+
+struct CloneStart {
+	int (*fn)(void *);
+	void *arg;
+};
+
+/* The child's first code: it runs on the copy of the parent's memory, locks taken. */
+int startChild(void *start)
+{
+	unlockInChild();
+	const CloneStart *what = static_cast<const CloneStart *>(start);
+	return what->fn(what->arg);
+}
+
+/* Before a spawned program may write on an inherited socket: what is held is the kernel's. */
+void handOver() noexcept
+{
+	Process &p = process();
+	if (p.coalescer.idle() || p.inVforkChild())
+		return;
+	const int savedErrno = errno;
+	p.held.encryptAll();
+	p.coalescer.flushAll();
+	errno = savedErrno;
+}
+
+} /* namespace */
+
+/*
+ * The three optional arguments are read whatever the flags say, as glibc's clone reads
+ * them: the last from the caller's stack, past what a call without them passed.
+ */
+TLSTUNE_EXPORT __attribute__((no_sanitize("address"))) int clone(int (*fn)(void *), void *stack, int flags,
+								  void *arg, ...)
+{
+	va_list rest;
+	va_start(rest, arg);
+	pid_t *parentTid = va_arg(rest, pid_t *);
+	void *tls = va_arg(rest, void *);
+	pid_t *childTid = va_arg(rest, pid_t *);
+	va_end(rest);
+	Process &p = process();
+	if (!p.libc.clone) {
+		errno = ENOSYS;
+		return -1;
+	}
+	/* A thread, or vfork's borrower of this memory: nothing is copied. */
+	if ((flags & CLONE_VM) || p.inVforkChild())
+		return p.libc.clone(fn, stack, flags, arg, parentTid, tls, childTid);
+	CloneStart start = { fn, arg };
+	lockForFork();
+	const int child = p.libc.clone(startChild, stack, flags, &start, parentTid, tls, childTid);
+	const int savedErrno = errno;
+	unlockInParent();
+	errno = savedErrno;
+	return child;
+}
+
+TLSTUNE_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *actions,
+			       const posix_spawnattr_t *attributes, char *const argv[], char *const envp[])
+{
+	handOver();
+	const auto real = process().libc.posix_spawn;
+	return real ? real(pid, path, actions, attributes, argv, envp) : ENOSYS;
+}
+
+TLSTUNE_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *actions,
+				const posix_spawnattr_t *attributes, char *const argv[], char *const envp[])
+{
+	handOver();
+	const auto real = process().libc.posix_spawnp;
+	return real ? real(pid, file, actions, attributes, argv, envp) : ENOSYS;
+}
+
+TLSTUNE_EXPORT FILE *popen(const char *command, const char *type)
+{
+	handOver();
+	const auto real = process().libc.popen;
+	if (!real) {
+		errno = ENOSYS;
+		return nullptr;
+	}
+	return real(command, type);
+}
