@@ -49,6 +49,8 @@
  *   fclose            20 short lines, then the socket closed by fclose(fdopen(fd)) (glibc
  *                     closes the stream's fd itself): prints "closed"
  *   daemon            20 short lines, daemon(1, 1), then 20 more from the child
+ *   shut-write        SIGPIPE ignored; 5 short lines, shutdown(fd, SHUT_WR), then 3 more:
+ *                     prints each write's result, SSL_get_error and errno
  *   clone             20 short lines, then a child made by clone() (a copy of the process,
  *                     without fork's handlers) writes 20 more and exits; the parent waits
  *                     for it and leaves
@@ -342,6 +344,27 @@ int daemonCase(const char *port)
 	return 0;
 }
 
+int shutWrite(const char *port)
+{
+	signal(SIGPIPE, SIG_IGN);
+	SSL_CTX *ctx = client();
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	writeLines(ssl, 0, 5);
+	if (shutdown(fd, SHUT_WR) != 0)
+		fail("shutdown");
+	for (int i = 0; i < 3; i++) {
+		errno = 0;
+		const int n = SSL_write(ssl, "line\n", 5);
+		const int error = SSL_get_error(ssl, n);
+		std::printf("write %d error %d errno %d\n", n, error, errno);
+	}
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 /* clone and raw-fork: the child goes on with the connection, the parent leaves it alone. */
 SSL *childSsl = nullptr;
 int childFd = -1;
@@ -576,6 +599,8 @@ int main(int argc, char **argv)
 		return sigpipeCase(argv[1]);
 	if (how == "reuse")
 		return reuseCase(argv[1]);
+	if (how == "shut-write")
+		return shutWrite(argv[1]);
 	if (how == "clone" || how == "raw-fork")
 		return copiedProcess(argv[1], how);
 	if (how == "spawn" || how == "popen")

@@ -188,9 +188,12 @@ TLSTUNE_EXPORT int fclose(FILE *stream)
 TLSTUNE_EXPORT int shutdown(int fd, int how)
 {
 	Process &p = process();
-	if (how != SHUT_RD && knownFds().mayKnow(fd) && tracking(p)) {
-		p.held.encryptAll();
-		p.coalescer.shuttingDown(fd);
-	}
-	return p.libc.shutdown(fd, how);
+	if (how == SHUT_RD || !knownFds().mayKnow(fd) || !tracking(p))
+		return p.libc.shutdown(fd, how);
+	p.held.encryptAll();
+	p.coalescer.shuttingDown(fd);
+	const int result = p.libc.shutdown(fd, how);
+	if (result == 0)
+		p.coalescer.shutForWriting(fd);
+	return result;
 }

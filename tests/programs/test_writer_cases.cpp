@@ -243,6 +243,13 @@ TEST(Writers, ADaemonsChildWritesOnAfterTheParentLeft)
 	expectTheSameBothWays("daemon", {}, "", 0, 1);
 }
 
+TEST(Writers, WritesAfterTheProgramShutItsSendingSideFailAsTheKernelFailsThem)
+{
+	RecordProperty("fault", "shutdown(SHUT_WR), then short writes: held and reported written");
+	expectTheSameBothWays("shut-write", {},
+			      "write -1 error 5 errno 32\nwrite -1 error 5 errno 32\nwrite -1 error 5 errno 32\n", 0, 1);
+}
+
 TEST(Writers, AChildOfCloneWritesOnAfterWhatTheParentWrote)
 {
 	RecordProperty("fault", "clone() runs no fork handler: the child's 20 lines were lost (held, never sent)");

@@ -365,6 +365,18 @@ void Coalescer::shuttingDown(int fd)
 	errno = savedErrno;
 }
 
+void Coalescer::shutForWriting(int fd)
+{
+	if (entryCount_.load(std::memory_order_relaxed) == 0 || ShimLock::heldHere())
+		return;
+	const int savedErrno = errno;
+	ShimLock lock(registry_);
+	auto range = byFd_.equal_range(fd);
+	for (auto it = range.first; it != range.second; ++it)
+		it->second->fail(EPIPE);
+	errno = savedErrno;
+}
+
 void Coalescer::handOver(PendingWrites *writes)
 {
 	/* Bounded (kDrainTimeoutMs): a cancelled thread hands the bytes over first. */

@@ -172,6 +172,12 @@ public:
 
 	/* fd's sending side is about to be shut down: its bytes go to the kernel first. */
 	void shuttingDown(int fd);
+	/*
+	 * fd's sending side is shut: its connections' writes fail as the kernel fails them
+	 * (EPIPE), none is held (a hunt: three writes after shutdown(SHUT_WR) were reported
+	 * written, and SIGPIPE came at the fourth).
+	 */
+	void shutForWriting(int fd);
 
 	/* At exit, _exit or exec: what is pending goes to the kernel. */
 	void drainAll();
