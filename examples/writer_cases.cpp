@@ -51,6 +51,10 @@
  *   daemon            20 short lines, daemon(1, 1), then 20 more from the child
  *   shut-write        SIGPIPE ignored; 5 short lines, shutdown(fd, SHUT_WR), then 3 more:
  *                     prints each write's result, SSL_get_error and errno
+ *   longjmp-wait      300 rounds of 20 short lines, then a wait (select, poll, ppoll and
+ *                     epoll_wait in turn) on an idle pipe that a SIGALRM handler (a one-shot
+ *                     timer of 30 us) leaves by siglongjmp; then close_notify. Prints
+ *                     "rounds 300"
  *   clone             20 short lines, then a child made by clone() (a copy of the process,
  *                     without fork's handlers) writes 20 more and exits; the parent waits
  *                     for it and leaves
@@ -71,6 +75,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
+#include <setjmp.h>
+#include <sys/epoll.h>
+#include <sys/time.h>
 #include <spawn.h>
 #include <sys/resource.h>
 #include <sys/select.h>
@@ -365,6 +372,57 @@ int shutWrite(const char *port)
 	return 0;
 }
 
+sigjmp_buf leaveWait;
+
+void jumpOut(int)
+{
+	siglongjmp(leaveWait, 1);
+}
+
+int longjmpWait(const char *port)
+{
+	SSL_CTX *ctx = client();
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	int idle[2];
+	const int set = epoll_create1(EPOLL_CLOEXEC);
+	if (pipe(idle) != 0 || set < 0)
+		fail("pipe");
+	struct epoll_event interest = {};
+	interest.events = EPOLLIN;
+	epoll_ctl(set, EPOLL_CTL_ADD, idle[0], &interest);
+	signal(SIGALRM, jumpOut);
+	volatile int round = 0;
+	for (; round < 300; round++) {
+		writeLines(ssl, round * 20, 20);
+		if (sigsetjmp(leaveWait, 1))
+			continue;
+		const struct itimerval once = { { 0, 0 }, { 0, 30 } };
+		setitimer(ITIMER_REAL, &once, nullptr);
+		struct pollfd both[2] = { { idle[0], POLLIN, 0 }, { fd, POLLIN, 0 } };
+		fd_set readable;
+		FD_ZERO(&readable);
+		FD_SET(idle[0], &readable);
+		struct epoll_event event;
+		switch (round % 4) {
+		case 0:
+			select(idle[0] + 1, &readable, nullptr, nullptr, nullptr);
+			break;
+		case 1:
+			poll(both, 2, -1);
+			break;
+		case 2:
+			ppoll(both, 2, nullptr, nullptr);
+			break;
+		default:
+			epoll_wait(set, &event, 1, -1);
+		}
+	}
+	std::printf("rounds %d\n", round);
+	endConnection(ssl, fd, ctx);
+	return 0;
+}
+
 /* clone and raw-fork: the child goes on with the connection, the parent leaves it alone. */
 SSL *childSsl = nullptr;
 int childFd = -1;
@@ -599,6 +657,8 @@ int main(int argc, char **argv)
 		return sigpipeCase(argv[1]);
 	if (how == "reuse")
 		return reuseCase(argv[1]);
+	if (how == "longjmp-wait")
+		return longjmpWait(argv[1]);
 	if (how == "shut-write")
 		return shutWrite(argv[1]);
 	if (how == "clone" || how == "raw-fork")

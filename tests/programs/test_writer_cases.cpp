@@ -250,6 +250,13 @@ TEST(Writers, WritesAfterTheProgramShutItsSendingSideFailAsTheKernelFailsThem)
 			      "write -1 error 5 errno 32\nwrite -1 error 5 errno 32\nwrite -1 error 5 errno 32\n", 0, 1);
 }
 
+TEST(Writers, AHandlerThatLeavesAWaitBySiglongjmpLeavesNoLockOfTheShimsHeld)
+{
+	RecordProperty("fault", "short lines, then a wait a SIGALRM handler leaves by siglongjmp: the next write hung "
+				"on a lock the shim's flush before the wait had taken");
+	expectTheSameBothWays("longjmp-wait", {}, "rounds 300\n", 0, 1);
+}
+
 TEST(Writers, AChildOfCloneWritesOnAfterWhatTheParentWrote)
 {
 	RecordProperty("fault", "clone() runs no fork handler: the child's 20 lines were lost (held, never sent)");

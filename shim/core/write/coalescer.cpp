@@ -309,6 +309,11 @@ void Coalescer::flushDirty()
 	if (ShimLock::heldHere())
 		return;
 	const int savedErrno = errno;
+	/*
+	 * From a program's thread before its wait: a handler that leaves the wait's wrapper by
+	 * siglongjmp must not leave these locks held (a hunt: the next write hung on them).
+	 */
+	SignalsBlocked quiet;
 	/* A listed connection is not freed while this lock is held: release() unlists first. */
 	ShimLock listed(dirtyListMutex_);
 	std::size_t kept = 0;

@@ -270,6 +270,8 @@ void HeldRegistry::encryptAll() noexcept
 {
 	if (encrypting || held_.load(std::memory_order_relaxed) == 0)
 		return;
+	/* As Coalescer::flushDirty: no siglongjmp out of a handler may leave the lock held. */
+	SignalsBlocked quiet;
 	Guard lock(mutex_, std::try_to_lock);
 	if (!lock.owns_lock())
 		return;
