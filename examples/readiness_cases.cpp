@@ -24,14 +24,16 @@
  *                     in one segment): reads one line, then asks the socket as connection
  *                     pools do whether the peer is still there: recv(MSG_PEEK|MSG_DONTWAIT)
  *                     and FIONREAD. Prints "peek R" and "fionread positive|zero".
- *   close-unread [free-first|forked] --cert C --key K
+ *   close-unread [free-first|forked|written-last|one-record] --cert C --key K
  *                     a forked TCP server sends 20 lines at once, then waits for the
  *                     client's end with recv(); the client reads one line and closes the
  *                     socket with the other 19 unread, then frees the SSL (free-first:
  *                     frees it, then closes; forked: a forked child reads the 19 and
- *                     closes its copy last, so the end is a FIN). The kernel
- *                     resets a connection closed with unread data. Prints "server saw
- *                     reset" or "server saw fin".
+ *                     closes its copy last, so the end is a FIN; written-last: writes a
+ *                     line just before the close; one-record: the 20 lines come in one
+ *                     record, of which the client reads 10 bytes, so the kernel holds
+ *                     nothing unread). The kernel resets a connection closed with unread
+ *                     data. Prints "server saw reset" or "server saw fin".
  *   half-record --cert C --key K
  *                     a forked TCP server sends half of a record of 1,000 bytes, and the
  *                     rest only once it has read 2 bytes from the client. The client
@@ -413,15 +415,20 @@ int closeUnread(SSL_CTX *server, const std::string &how)
 		std::string lines;
 		for (int i = 0; i < 20; i++)
 			lines += "line " + std::to_string(i) + "\n";
-		/* One record per line, all in one segment. */
-		for (size_t at = 0; at < lines.size();) {
+		/* One record per line, all in one segment; one-record: all lines in one record. */
+		if (how == "one-record" && SSL_write(ssl, lines.data(), static_cast<int>(lines.size())) <= 0)
+			_exit(2);
+		for (size_t at = how == "one-record" ? lines.size() : 0; at < lines.size();) {
 			const size_t end = lines.find('\n', at) + 1;
 			if (SSL_write(ssl, lines.data() + at, static_cast<int>(end - at)) <= 0)
 				_exit(2);
 			at = end;
 		}
+		/* Past what the client wrote last (written-last), to its end. */
 		char byte;
-		const ssize_t n = recv(fd, &byte, 1, 0);
+		ssize_t n = 0;
+		while ((n = recv(fd, &byte, 1, 0)) > 0) {
+		}
 		const char *seen = n == 0 ? "fin" : n < 0 && errno == ECONNRESET ? "reset" : "other";
 		if (write(result[1], seen, std::strlen(seen)) < 0)
 			_exit(2);
@@ -433,8 +440,18 @@ int closeUnread(SSL_CTX *server, const std::string &how)
 	const int fd = connectTo("127.0.0.1", std::to_string(port));
 	SSL *ssl = connectTls(ctx, fd);
 	std::string line;
-	for (int i = 0; i < 1 && pollThenRead(ssl, fd, &line);)
-		i += line.find("line 0") == 0;
+	if (how == "one-record") {
+		char part[10];
+		struct pollfd readable = { fd, POLLIN, 0 };
+		while (poll(&readable, 1, kPollMs) == 1 && SSL_read(ssl, part, sizeof(part)) <= 0) {
+		}
+	} else {
+		for (int i = 0; i < 1 && pollThenRead(ssl, fd, &line);)
+			i += line.find("line 0") == 0;
+	}
+	/* The program's last bytes, not yet acknowledged by the peer at the close. */
+	if (how == "written-last" && SSL_write(ssl, "bye\n", 4) != 4)
+		fail("SSL_write");
 	pid_t reader = -1;
 	if (how == "forked") {
 		std::fflush(stdout);

@@ -34,10 +34,15 @@ template <typename Function, typename... Args>
 ssize_t forwardRead(Function LibcApi::*function, int fd, bool peek, size_t asked, Args... args)
 {
 	ssize_t n = forward(function, fd, asked, args...);
-	if (n < 0 && !peek && (errno == EAGAIN || errno == EWOULDBLOCK) && !CallScope::active()) {
-		int savedErrno = errno;
-		process().buffered.quieted(fd);
-		errno = savedErrno;
+	if (!peek && !CallScope::active()) {
+		Process &p = process();
+		/* Records a freed SSL left unread there: the kernel would have given them to this read. */
+		p.buffered.readByProgram(fd);
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			const int savedErrno = errno;
+			p.buffered.quieted(fd);
+			errno = savedErrno;
+		}
 	}
 	return n;
 }

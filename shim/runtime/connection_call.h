@@ -192,8 +192,10 @@ int onConnection(SSL *ssl, Function OpenSslApi::*function, Args... args)
 		 * A write that succeeds while OpenSSL holds part of a record leaves it waiting for
 		 * the rest: the socket's readiness stands for it (a poll loop spun on it).
 		 */
+		const bool pending = holdsData(o.api, ssl);
 		connection->afterCall(process().buffered, result > 0 && !writes<Function>(),
-				      o.api.SSL_want(ssl) == SSL_READING, holdsData(o.api, ssl));
+				      o.api.SSL_want(ssl) == SSL_READING, pending,
+				      pending && (!o.api.SSL_pending || o.api.SSL_pending(ssl) == 0));
 		errno = savedErrno;
 	}
 	return result;

@@ -287,7 +287,12 @@ bool Process::inVforkChild() const noexcept
 
 void Process::drainBeforeImageEnds(ImageEnd end) noexcept
 {
-	if (coalescer.idle() || inVforkChild())
+	if (inVforkChild())
+		return;
+	/* Its sockets close with the process: records OpenSSL holds unread reset them. */
+	if (end == ImageEnd::Never)
+		buffered.imageEnds();
+	if (coalescer.idle())
 		return;
 	const int savedErrno = errno;
 	/* Not after exit's atexit handlers: OpenSSL may be cleaned up (see encryptBeforeExit). */

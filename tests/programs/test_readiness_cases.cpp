@@ -222,7 +222,16 @@ TEST_P(ClosingUnread, ResetsTheConnectionAsTheKernelDoes)
 	expectBothWays(bothWays(arguments), "server saw reset\n");
 }
 
-INSTANTIATE_TEST_SUITE_P(Readiness, ClosingUnread, ::testing::Values("close-first", "free-first"));
+/* written-last: the peer had not acknowledged the last line at the close; a FIN came, to keep it. */
+INSTANTIATE_TEST_SUITE_P(Readiness, ClosingUnread, ::testing::Values("close-first", "free-first", "written-last"));
+
+TEST(Readiness, AConnectionClosedWithPartOfARecordsPlaintextUnreadEndsWithAFin)
+{
+	RecordProperty("fault", "one record, 10 bytes of it read, SSL_free, close: the shim reset the connection "
+				"although the kernel held nothing unread");
+	expectBothWays(bothWays({ "close-unread", "one-record", "--cert", certificate().cert, "--key", certificate().key }),
+		       "server saw fin\n");
+}
 
 TEST(Readiness, AConnectionAForkedChildReadsToTheEndIsNotReset)
 {

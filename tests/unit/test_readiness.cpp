@@ -161,6 +161,49 @@ TEST(BufferedFds, ADuplicateIsReadableWhileTheConnectionHoldsDataUntilItIsClosed
 	buffered.closed(duplicate, duplicate);
 	EXPECT_FALSE(buffered.holds(duplicate)) << "its number may name another file now";
 	buffered.forget(&kOwner);
+	EXPECT_FALSE(buffered.idle()) << "the freed connection's records stay unread until the socket's close";
+	buffered.closing(socket, socket);
+	EXPECT_TRUE(buffered.idle());
+}
+
+/* Whether the socket's close will be abortive (SO_LINGER 0): the kernel's reset. */
+bool resetsAtClose(int fd)
+{
+	struct linger setting = {};
+	socklen_t length = sizeof(setting);
+	return getsockopt(fd, SOL_SOCKET, SO_LINGER, &setting, &length) == 0 && setting.l_onoff && !setting.l_linger;
+}
+
+TEST(BufferedFds, AFreedConnectionsRecordsResetTheSocketAtItsCloseUnlessTheProgramReadsItFirst)
+{
+	SocketPair pair;
+	BufferedFds buffered;
+	const int socket = pair.fds[0];
+	buffered.set(&kOwner, socket, inodeOf(socket), true);
+	buffered.forget(&kOwner);
+	EXPECT_FALSE(resetsAtClose(socket)) << "not at SSL_free: the program may drain the socket first";
+	EXPECT_FALSE(buffered.holds(socket)) << "the records went with the SSL";
+	buffered.readByProgram(socket);
+	buffered.closing(socket, socket);
+	EXPECT_FALSE(resetsAtClose(socket)) << "a read of the program's would have taken them from the kernel";
+
+	buffered.set(&kOwner, socket, inodeOf(socket), true);
+	buffered.forget(&kOwner);
+	buffered.closing(socket, socket);
+	EXPECT_TRUE(resetsAtClose(socket)) << "closed with them unread";
+	EXPECT_TRUE(buffered.idle());
+}
+
+TEST(BufferedFds, PlaintextOfTheRecordBeingReadIsNoReasonForAReset)
+{
+	SocketPair pair;
+	BufferedFds buffered;
+	const int socket = pair.fds[0];
+	buffered.set(&kOwner, socket, inodeOf(socket), true, 0, false);
+	EXPECT_TRUE(buffered.holds(socket)) << "readable: OpenSSL holds plaintext";
+	buffered.closing(socket, socket);
+	EXPECT_FALSE(resetsAtClose(socket)) << "without read-ahead the kernel would hold nothing of it";
+	buffered.forget(&kOwner);
 	EXPECT_TRUE(buffered.idle());
 }
 

@@ -30,7 +30,7 @@ RateLimit heldLines;
 }
 
 void BufferedFds::set(const void *owner, int fd, ino_t ino, bool buffered,
-		      unsigned long long arrival) noexcept
+		      unsigned long long arrival, bool records) noexcept
 {
 	bool added = false;
 	if (buffered)
@@ -47,9 +47,10 @@ void BufferedFds::set(const void *owner, int fd, ino_t ino, bool buffered,
 			it->fd = fd;
 			it->ino = ino;
 			it->arrival = arrival;
+			it->records = records;
 		} else {
 			try {
-				entries_.push_back({ owner, fd, ino, arrival });
+				entries_.push_back({ owner, fd, ino, arrival, records });
 				added = true;
 			} catch (const std::bad_alloc &) {
 				/* Out of memory: this connection goes without readiness help. */
@@ -65,26 +66,12 @@ void BufferedFds::set(const void *owner, int fd, ino_t ino, bool buffered,
 
 namespace {
 
-/*
- * Whether the peer has acknowledged every byte the program wrote on fd. A reset throws
- * away what it has not: where the program would have drained the socket before its close
- * (a lingering close after SSL_free), the kernel would have sent a FIN and delivered them.
- */
-bool everythingAcknowledged(int fd) noexcept
-{
-	uint32_t memory[SK_MEMINFO_VARS] = {};
-	socklen_t length = sizeof(memory);
-	return getsockopt(fd, SOL_SOCKET, SO_MEMINFO, memory, &length) == 0 &&
-	       length >= sizeof(uint32_t) * (SK_MEMINFO_WMEM_QUEUED + 1) && memory[SK_MEMINFO_WMEM_QUEUED] == 0;
-}
-
-/* The kernel's reset for a close with unread data, unless it would lose a byte written. */
+/* The kernel's reset for a close with unread data: SO_LINGER 0 (a pipe: ENOTSOCK, nothing). */
 void resetAtClose(int fd) noexcept
 {
 	const int savedErrno = errno;
 	const struct linger abortive = { 1, 0 };
-	if (everythingAcknowledged(fd)) /* a pipe: ENOTSOCK */
-		setsockopt(fd, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive));
+	setsockopt(fd, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive));
 	errno = savedErrno;
 }
 
@@ -94,31 +81,67 @@ void BufferedFds::forget(const void *owner) noexcept
 {
 	if (empty())
 		return;
-	int unread = -1;
-	{
-		std::lock_guard<std::mutex> lock(mutex_);
-		auto it = std::find_if(entries_.begin(), entries_.end(),
-				       [owner](const Entry &e) { return e.owner == owner; });
-		if (it == entries_.end())
-			return;
-		if (!it->shared)
-			unread = it->fd;
-		entries_.erase(it);
-		publishCount();
+	std::lock_guard<std::mutex> lock(mutex_);
+	auto it = std::find_if(entries_.begin(), entries_.end(),
+			       [owner](const Entry &e) { return e.owner == owner; });
+	if (it == entries_.end())
+		return;
+	/*
+	 * Not reset here: the program may drain the socket before its close (a lingering
+	 * close after SSL_free), and a reset now would throw away what the peer has not
+	 * acknowledged yet (a hunt: 150 of 200 KiB lost).
+	 */
+	if (it->records && !it->shared) {
+		try {
+			unread_.push_back(it->fd);
+			unreadCount_.store(unread_.size(), std::memory_order_relaxed);
+		} catch (const std::bad_alloc &) {
+			resetAtClose(it->fd); /* out of memory: the reset now, as the close would */
+		}
 	}
-	if (unread >= 0)
-		resetAtClose(unread);
+	entries_.erase(it);
+	publishCount();
 }
 
-void BufferedFds::closing(int first, int last) const noexcept
+void BufferedFds::forgetUnread(int first, int last) noexcept
 {
-	if (empty())
+	std::lock_guard<std::mutex> lock(mutex_);
+	unread_.erase(std::remove_if(unread_.begin(), unread_.end(),
+				     [&](int fd) { return fd >= first && fd <= last; }),
+		      unread_.end());
+	unreadCount_.store(unread_.size(), std::memory_order_relaxed);
+}
+
+void BufferedFds::closing(int first, int last) noexcept
+{
+	if (idle())
 		return;
 	std::lock_guard<std::mutex> lock(mutex_);
 	for (const Entry &entry : entries_) {
-		if (entry.fd >= first && entry.fd <= last && !entry.shared)
+		if (entry.fd >= first && entry.fd <= last && entry.records && !entry.shared)
 			resetAtClose(entry.fd);
 	}
+	const auto closed = std::remove_if(unread_.begin(), unread_.end(), [&](int fd) {
+		if (fd < first || fd > last)
+			return false;
+		resetAtClose(fd);
+		return true;
+	});
+	unread_.erase(closed, unread_.end());
+	unreadCount_.store(unread_.size(), std::memory_order_relaxed);
+}
+
+void BufferedFds::imageEnds() const noexcept
+{
+	if (idle())
+		return;
+	std::lock_guard<std::mutex> lock(mutex_);
+	for (const Entry &entry : entries_) {
+		if (entry.records && !entry.shared)
+			resetAtClose(entry.fd);
+	}
+	for (int fd : unread_)
+		resetAtClose(fd);
 }
 
 const BufferedFds::Entry *BufferedFds::find(int fd) const noexcept
@@ -199,6 +222,10 @@ void BufferedFds::closed(int first, int last) noexcept
 					 }),
 			  duplicates_.end());
 	duplicateCount_.store(duplicates_.size(), std::memory_order_relaxed);
+	unread_.erase(std::remove_if(unread_.begin(), unread_.end(),
+				     [&](int fd) { return fd >= first && fd <= last; }),
+		      unread_.end());
+	unreadCount_.store(unread_.size(), std::memory_order_relaxed);
 	publishCount();
 	closings_.fetch_add(1, std::memory_order_relaxed);
 }

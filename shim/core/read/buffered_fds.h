@@ -31,21 +31,42 @@ bool streamInode(int fd, ino_t *ino) noexcept;
 class BufferedFds {
 public:
 	bool empty() const noexcept { return count_.load(std::memory_order_relaxed) == 0; }
-	/* No entry and no duplicate: closes need not be told. */
+	/* No entry, no duplicate and nothing left unread by a freed SSL: closes need not be told. */
 	bool idle() const noexcept
 	{
-		return empty() && duplicateCount_.load(std::memory_order_relaxed) == 0;
+		return empty() && duplicateCount_.load(std::memory_order_relaxed) == 0 &&
+		       unreadCount_.load(std::memory_order_relaxed) == 0;
 	}
 
 	/*
 	 * Records whether owner (one connection) holds buffered data for the socket fd.
 	 * arrival counts the calls that left newly read data in OpenSSL: each is one edge an
 	 * edge-triggered epoll registration of the socket may be told of (EpollSets).
+	 * records: among what it holds are records the kernel would hold without read-ahead
+	 * (not only the plaintext of the record the program is reading).
 	 */
 	void set(const void *owner, int fd, ino_t ino, bool buffered,
-		 unsigned long long arrival = 0) noexcept;
-	/* The connection is freed: what it held stays unread (closing), and its entry goes. */
+		 unsigned long long arrival = 0, bool records = true) noexcept;
+	/*
+	 * The connection is freed: its entry goes, and records it held stay unread. Without
+	 * read-ahead the kernel would hold them, until the program reads the socket itself
+	 * (a lingering close drains it) or closes it: then closing() resets the connection.
+	 */
 	void forget(const void *owner) noexcept;
+	/*
+	 * The program read fd itself, outside OpenSSL: records a freed SSL left unread there
+	 * are what the kernel would have given it (one load while there are none).
+	 */
+	void readByProgram(int fd) noexcept
+	{
+		if (unreadCount_.load(std::memory_order_relaxed) != 0)
+			forgetUnread(fd, fd);
+	}
+	/*
+	 * The process ends (exit, _exit): its sockets close with it, and those whose records
+	 * OpenSSL holds unread are reset, as the kernel resets them.
+	 */
+	void imageEnds() const noexcept;
 
 	/* True when fd has buffered data. */
 	bool holds(int fd) const noexcept;
@@ -78,14 +99,15 @@ public:
 	void duplicated(int fd, ino_t ino) noexcept;
 
 	/*
-	 * The program is about to close fds first..last, or the connection holding data goes
-	 * (forget): the kernel resets a connection closed with data unread in its socket, and
-	 * that data sits in OpenSSL instead, so the close would send a FIN. Each socket among
-	 * them holding data gets SO_LINGER 0, the abortive close that sends the kernel's reset
-	 * when its last descriptor closes; not one a fork shared (the other process's own reads
-	 * decide its end, as without the shim).
+	 * The program is about to close fds first..last: the kernel resets a connection closed
+	 * with data unread in its socket, and that data sits in OpenSSL instead (or was lost
+	 * with a freed SSL), so the close would send a FIN. Each socket among them holding
+	 * records gets SO_LINGER 0, the abortive close that sends the kernel's reset when its
+	 * last descriptor closes, whatever its peer has acknowledged (the kernel's reset throws
+	 * that away too); not one a fork shared (the other process's own reads decide its end,
+	 * as without the shim).
 	 */
-	void closing(int first, int last) const noexcept;
+	void closing(int first, int last) noexcept;
 	/*
 	 * The program closed fds first..last (close, dup2 onto it, close_range): their numbers
 	 * may now name other files, which must not inherit the readiness.
@@ -111,6 +133,8 @@ public:
 		mutex_.lock();
 		for (Entry &entry : entries_)
 			entry.shared = true;
+		unread_.clear(); /* the other process's reads may take them now */
+		unreadCount_.store(0, std::memory_order_relaxed);
 	}
 	void unlockAfterFork() noexcept { mutex_.unlock(); }
 
@@ -120,6 +144,7 @@ private:
 		int fd;
 		ino_t ino;
 		unsigned long long arrival;
+		bool records;
 		/*
 		 * Made before a fork: the other process may go on with the socket and read all of
 		 * it, so a close here must not reset it (closing).
@@ -128,6 +153,7 @@ private:
 	};
 
 	const Entry *find(int fd) const noexcept;
+	void forgetUnread(int first, int last) noexcept;
 	/* The inode registered for fd, if any. */
 	bool lookup(int fd, ino_t *ino) const noexcept;
 	void publishCount() noexcept { count_.store(entries_.size(), std::memory_order_relaxed); }
@@ -138,6 +164,9 @@ private:
 	std::vector<std::pair<int, ino_t>> duplicates_;
 	std::atomic<std::size_t> count_{0};
 	std::atomic<std::size_t> duplicateCount_{0};
+	/* Sockets whose freed SSL left records unread: reset at their close (forget). */
+	std::vector<int> unread_;
+	std::atomic<std::size_t> unreadCount_{0};
 	std::atomic<unsigned> closings_{0};
 };
 

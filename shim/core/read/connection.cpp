@@ -122,7 +122,7 @@ void Connection::rebind(BufferedFds &buffered, int fd) noexcept
 }
 
 void Connection::afterCall(BufferedFds &buffered, bool progressed, bool wantsRead,
-			   bool hasPending) noexcept
+			   bool hasPending, bool recordsHeld) noexcept
 {
 	if (wantsRead)
 		partial_ = true;
@@ -139,11 +139,12 @@ void Connection::afterCall(BufferedFds &buffered, bool progressed, bool wantsRea
 	if (arrived)
 		arrivals_ = arrivalCount.fetch_add(1, std::memory_order_relaxed) + 1;
 	const unsigned closings = buffered.closings();
-	if (now == buffered_ && !arrived && (!now || closings == closings_))
+	if (now == buffered_ && !arrived && (!now || (closings == closings_ && recordsHeld == recordsHeld_)))
 		return;
 	buffered_ = now;
+	recordsHeld_ = recordsHeld;
 	closings_ = closings;
-	buffered.set(this, fd_, ino_, now, arrivals_);
+	buffered.set(this, fd_, ino_, now, arrivals_, recordsHeld);
 }
 
 bool ConnectionSlot::init(const OpenSslApi &api, BufferedFds *buffered) noexcept

@@ -33,11 +33,14 @@ public:
 	void noteSocket(int fd, ino_t ino) noexcept;
 
 	/*
-	 * After the program's outermost call on this SSL returned. progressed: it returned
-	 * > 0; wantsRead: OpenSSL stopped waiting for the socket; hasPending: records or
-	 * decrypted bytes are buffered (SSL_has_pending, unlike SSL_pending, counts both).
+	 * After the program's outermost call on this SSL returned. progressed: it read
+	 * (returned > 0, not a write); wantsRead: OpenSSL stopped waiting for the socket;
+	 * hasPending: records or decrypted bytes are buffered (SSL_has_pending, unlike
+	 * SSL_pending, counts both); recordsHeld: among them records not yet decrypted (no
+	 * plaintext is pending), which without read-ahead the kernel would hold.
 	 */
-	void afterCall(BufferedFds &buffered, bool progressed, bool wantsRead, bool hasPending) noexcept;
+	void afterCall(BufferedFds &buffered, bool progressed, bool wantsRead, bool hasPending,
+		       bool recordsHeld = true) noexcept;
 
 	/*
 	 * The program gave the SSL another fd to read (SSL_set_fd, SSL_set_rfd, SSL_set_bio,
@@ -118,6 +121,7 @@ private:
 	 */
 	bool partial_ = false;
 	bool buffered_ = false;
+	bool recordsHeld_ = false; /* what buffered_ was registered with */
 	unsigned closings_ = 0; /* BufferedFds::closings() when buffered_ was registered */
 	/*
 	 * Edge-triggered epoll promises one event per arrival. A call that read bytes from the
