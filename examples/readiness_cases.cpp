@@ -9,10 +9,11 @@
  *                     Prints "lines 20", or "poll timed out after N lines" and exits 3.
  *   duplicate HOW PORT
  *                     the same, but the connection keeps its fd and the program waits on a
- *                     duplicate: HOW is dup, fcntl (F_DUPFD_CLOEXEC), dup2-select (dup2
- *                     to fd 100, waited on with select) or scm-rights (a copy sent to
- *                     itself over a socketpair, as a process that hands connections to
- *                     another would). Prints the same.
+ *                     duplicate: HOW is dup, dup-first (a dup made before the process's
+ *                     first SSL), fcntl (F_DUPFD_CLOEXEC), dup2-select (dup2 to fd 100,
+ *                     waited on with select) or scm-rights (a copy sent to itself over a
+ *                     socketpair, as a process that hands connections to another would).
+ *                     Prints the same.
  *   pipes --cert C --key K
  *                     TLS over a pipe pair (SSL_set_rfd/SSL_set_wfd) with a forked server
  *                     that sends 5 lines at once, then waits for "bye". Prints "lines 5"
@@ -186,14 +187,17 @@ int anotherFd(const char *port, const std::string &how)
 {
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	int fd = connectTo("127.0.0.1", port);
+	/* Before the process's first SSL. */
+	int watched = how == "dup-first" ? dup(fd) : -1;
 	SSL *ssl = connectTls(ctx, fd);
 	std::string line;
 	int lines = 0;
 	if (!pollThenRead(ssl, fd, &line))
 		fail("the first line never came");
 	lines++;
-	int watched = -1;
-	if (how == "moved" || how == "dup")
+	if (how == "dup-first") {
+		/* made above */
+	} else if (how == "moved" || how == "dup")
 		watched = dup(fd);
 	else if (how == "fcntl")
 		watched = fcntl(fd, F_DUPFD_CLOEXEC, 0);
@@ -202,7 +206,7 @@ int anotherFd(const char *port, const std::string &how)
 	else if (how == "scm-rights")
 		watched = passedThroughScmRights(fd);
 	else
-		fail("HOW: dup, fcntl, dup2-select or scm-rights");
+		fail("HOW: dup, dup-first, fcntl, dup2-select or scm-rights");
 	if (how == "moved") {
 		SSL_set_fd(ssl, watched);
 		close(fd);

@@ -25,10 +25,23 @@ __attribute__((noinline)) inline void noteDuplicateOf(Process &p, int from, int 
 	errno = savedErrno;
 }
 
+/* Before the first connection: the number, for that connection to look at (BufferedFds). */
+__attribute__((noinline)) inline void noteEarlyDuplicate(Process &p, int from, int to) noexcept
+{
+	p.buffered.duplicatedEarly(to);
+	/* The first connection was made meanwhile, maybe after it looked: this one looks itself. */
+	if (p.stats.connections.load(std::memory_order_seq_cst) != 0)
+		noteDuplicateOf(p, from, to);
+}
+
 inline void noteDuplicate(Process &p, int from, int to) noexcept
 {
-	if (to >= 0 && p.stats.connections.load(std::memory_order_relaxed) != 0)
+	if (to < 0)
+		return;
+	if (p.stats.connections.load(std::memory_order_relaxed) != 0)
 		noteDuplicateOf(p, from, to);
+	else
+		noteEarlyDuplicate(p, from, to);
 }
 
 /* Each descriptor an SCM_RIGHTS message carries. */
@@ -55,8 +68,6 @@ void forEachPassed(const struct msghdr *msg, Each each) noexcept
  */
 inline void noteReceivedDescriptors(Process &p, const struct msghdr *msg) noexcept
 {
-	if (p.stats.connections.load(std::memory_order_relaxed) == 0 || p.inVforkChild())
-		return;
 	forEachPassed(msg, [&p](int fd) { noteDuplicate(p, fd, fd); });
 }
 

@@ -189,6 +189,23 @@ void BufferedFds::duplicated(int fd, ino_t ino) noexcept
 	duplicateCount_.store(duplicates_.size(), std::memory_order_relaxed);
 }
 
+void BufferedFds::adoptEarlyDuplicates() noexcept
+{
+	const std::size_t count = std::min(earlyCount_.load(std::memory_order_seq_cst), kEarlyDuplicates);
+	const int savedErrno = errno;
+	for (std::size_t i = 0; i < count; i++) {
+		const int number = early_[i].load(std::memory_order_seq_cst);
+		ino_t ino;
+		/* Whatever the number names now: every fd of a stream sees what is held for it. */
+		if (number > 0 && streamInode(number - 1, &ino))
+			duplicated(number - 1, ino);
+	}
+	errno = savedErrno;
+	if (earlyCount_.load(std::memory_order_relaxed) > kEarlyDuplicates)
+		logLine(LogLevel::Debug, "more than %zu duplicates before the first connection: waits on the later "
+			"ones see only the kernel's readiness", kEarlyDuplicates);
+}
+
 bool BufferedFds::holds(int fd) const noexcept
 {
 	ino_t ignored;

@@ -97,6 +97,25 @@ public:
 	 * wait on any fd of a socket sees the kernel's (issue 12).
 	 */
 	void duplicated(int fd, ino_t ino) noexcept;
+	/*
+	 * A duplicate made before the process's first connection (dup, dup2, fcntl F_DUPFD, a
+	 * descriptor received): remembered by number, with no stat (a process without TLS pays
+	 * an increment and a store), up to kEarlyDuplicates; a hunt's program dup'ed its socket
+	 * before its first SSL_new and polled the copy, which stalled.
+	 */
+	void duplicatedEarly(int fd) noexcept
+	{
+		const std::size_t at = earlyCount_.fetch_add(1, std::memory_order_seq_cst);
+		if (at < kEarlyDuplicates)
+			early_[at].store(fd + 1, std::memory_order_seq_cst);
+	}
+	/*
+	 * The process made its first connection (after counting it): the early duplicates
+	 * that name streams now are followed as later ones are. A duplicate made meanwhile is
+	 * seen here or by its maker's look at the count of connections after its store.
+	 */
+	void adoptEarlyDuplicates() noexcept;
+	static constexpr std::size_t kEarlyDuplicates = 64;
 
 	/*
 	 * The program is about to close fds first..last: the kernel resets a connection closed
@@ -164,6 +183,9 @@ private:
 	std::vector<std::pair<int, ino_t>> duplicates_;
 	std::atomic<std::size_t> count_{0};
 	std::atomic<std::size_t> duplicateCount_{0};
+	/* duplicatedEarly's numbers, plus one (0: not stored yet). */
+	std::atomic<int> early_[kEarlyDuplicates] = {};
+	std::atomic<std::size_t> earlyCount_{0};
 	/* Sockets whose freed SSL left records unread: reset at their close (forget). */
 	std::vector<int> unread_;
 	std::atomic<std::size_t> unreadCount_{0};
