@@ -358,7 +358,8 @@ void Coalescer::closing(int first, int last)
 	errno = savedErrno;
 }
 
-void Coalescer::shuttingDown(int fd)
+template <typename Visit>
+void Coalescer::forEachOf(int fd, Visit visit)
 {
 	if (entryCount_.load(std::memory_order_relaxed) == 0 || ShimLock::heldHere())
 		return;
@@ -366,20 +367,18 @@ void Coalescer::shuttingDown(int fd)
 	ShimLock lock(registry_);
 	auto range = byFd_.equal_range(fd);
 	for (auto it = range.first; it != range.second; ++it)
-		handOver(it->second);
+		visit(it->second);
 	errno = savedErrno;
+}
+
+void Coalescer::shuttingDown(int fd)
+{
+	forEachOf(fd, [this](PendingWrites *writes) { handOver(writes); });
 }
 
 void Coalescer::shutForWriting(int fd)
 {
-	if (entryCount_.load(std::memory_order_relaxed) == 0 || ShimLock::heldHere())
-		return;
-	const int savedErrno = errno;
-	ShimLock lock(registry_);
-	auto range = byFd_.equal_range(fd);
-	for (auto it = range.first; it != range.second; ++it)
-		it->second->fail(EPIPE);
-	errno = savedErrno;
+	forEachOf(fd, [](PendingWrites *writes) { writes->fail(EPIPE); });
 }
 
 void Coalescer::handOver(PendingWrites *writes)

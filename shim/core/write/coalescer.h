@@ -204,6 +204,10 @@ public:
 	static constexpr int kDrainTimeoutMs = 5000;
 
 private:
+	/* visit(writes) for each connection writing to fd, under the registry's lock. */
+	template <typename Visit>
+	void forEachOf(int fd, Visit visit);
+
 	void flushDirty();
 	bool startFlusher();
 	/* With wakeMutex_ held: whether the flusher has anything to do. */
