@@ -88,22 +88,22 @@ TLSTUNE_EXPORT int SSL_get_key_update_type(const SSL *s)
 
 namespace {
 
-/* SSL_clear_mode of OpenSSL's retries: a connection that reads ahead stops (read_tuning.h). */
-__attribute__((noinline)) void retriesTakenAway(SSL *s)
+/*
+ * SSL_set_mode, SSL_clear_mode, SSL_get_mode: the mode the program set, not the shim's
+ * additions (read_tuning.h), and the shim's read-ahead stops where the program takes away
+ * OpenSSL's retries.
+ */
+__attribute__((noinline)) long modeCall(SSL *s, int cmd, long larg, void *parg)
 {
 	const OpenSsl &o = openssl();
 	/* Only a connection reading ahead has anything to stop: no state is made for the others. */
-	if (!o.tracking || !o.api.SSL_get_read_ahead || !o.api.SSL_get_read_ahead(s))
-		return;
-	if (Connection *connection = o.slot.of(o.api, s))
-		ReadTuning::retryModeCleared(o.api, s, *connection);
-}
-
-/* SSL_set_mode, SSL_clear_mode, SSL_get_mode: the mode the program set, less the shim's bit. */
-__attribute__((noinline)) long programsMode(SSL *s, long larg, long mode)
-{
-	const OpenSsl &o = openssl();
-	if (!((mode | larg) & SSL_MODE_RELEASE_BUFFERS) || !o.tracking)
+	if (cmd == SSL_CTRL_CLEAR_MODE && (larg & SSL_MODE_AUTO_RETRY) && o.tracking &&
+	    o.api.SSL_get_read_ahead && o.api.SSL_get_read_ahead(s)) {
+		if (Connection *connection = o.slot.of(o.api, s))
+			ReadTuning::retryModeCleared(o.api, s, *connection);
+	}
+	const long mode = query(s, &OpenSslApi::SSL_ctrl, 0, cmd, larg, parg);
+	if (!ReadTuning::releasedAny() || !((mode | larg) & SSL_MODE_RELEASE_BUFFERS) || !o.tracking)
 		return mode;
 	Connection *connection = o.slot.of(o.api, s);
 	return connection ? ReadTuning::programsMode(*connection, larg, mode) : mode;
@@ -118,12 +118,9 @@ __attribute__((noinline)) long programsMode(SSL *s, long larg, long mode)
  */
 TLSTUNE_EXPORT long SSL_ctrl(SSL *s, int cmd, long larg, void *parg)
 {
-	if (cmd == SSL_CTRL_CLEAR_MODE && (larg & SSL_MODE_AUTO_RETRY))
-		retriesTakenAway(s);
-	const long result = query(s, &OpenSslApi::SSL_ctrl, 0, cmd, larg, parg);
-	if ((cmd == SSL_CTRL_MODE || cmd == SSL_CTRL_CLEAR_MODE) && ReadTuning::releasedAny())
-		return programsMode(s, larg, result);
-	return result;
+	if (cmd == SSL_CTRL_MODE || cmd == SSL_CTRL_CLEAR_MODE)
+		return modeCall(s, cmd, larg, parg);
+	return query(s, &OpenSslApi::SSL_ctrl, 0, cmd, larg, parg);
 }
 
 /* uint64_t since 3.0, unsigned long (the same on LP64) in 1.1.1: the headers say which. */
