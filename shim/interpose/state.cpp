@@ -86,31 +86,6 @@ TLSTUNE_EXPORT int SSL_get_key_update_type(const SSL *s)
 	return query(s, &OpenSslApi::SSL_get_key_update_type, SSL_KEY_UPDATE_NONE);
 }
 
-namespace {
-
-/*
- * SSL_set_mode, SSL_clear_mode, SSL_get_mode: the mode the program set, not the shim's
- * additions (read_tuning.h), and the shim's read-ahead stops where the program takes away
- * OpenSSL's retries.
- */
-__attribute__((noinline)) long modeCall(SSL *s, int cmd, long larg, void *parg)
-{
-	const OpenSsl &o = openssl();
-	/* Only a connection reading ahead has anything to stop: no state is made for the others. */
-	if (cmd == SSL_CTRL_CLEAR_MODE && (larg & SSL_MODE_AUTO_RETRY) && o.tracking &&
-	    o.api.SSL_get_read_ahead && o.api.SSL_get_read_ahead(s)) {
-		if (Connection *connection = o.slot.of(o.api, s))
-			ReadTuning::retryModeCleared(o.api, s, *connection);
-	}
-	const long mode = query(s, &OpenSslApi::SSL_ctrl, 0, cmd, larg, parg);
-	if (!ReadTuning::releasedAny() || !((mode | larg) & SSL_MODE_RELEASE_BUFFERS) || !o.tracking)
-		return mode;
-	Connection *connection = o.slot.of(o.api, s);
-	return connection ? ReadTuning::programsMode(*connection, larg, mode) : mode;
-}
-
-} /* namespace */
-
 /*
  * SSL_ctrl (under SSL_set_mode, SSL_set_max_send_fragment, SSL_get_mode, ...) and the
  * option and padding setters read or change what an encryption uses: never beside
@@ -118,8 +93,14 @@ __attribute__((noinline)) long modeCall(SSL *s, int cmd, long larg, void *parg)
  */
 TLSTUNE_EXPORT long SSL_ctrl(SSL *s, int cmd, long larg, void *parg)
 {
-	if (cmd == SSL_CTRL_MODE || cmd == SSL_CTRL_CLEAR_MODE)
-		return modeCall(s, cmd, larg, parg);
+	/* SSL_clear_mode: a connection that reads ahead stops if it takes away OpenSSL's retries. */
+	if (cmd == SSL_CTRL_CLEAR_MODE && (larg & SSL_MODE_AUTO_RETRY)) {
+		const OpenSsl &o = openssl();
+		/* Only a connection reading ahead has anything to stop: no state is made for the others. */
+		Connection *connection = o.tracking && o.api.SSL_get_read_ahead(s) ? o.slot.of(o.api, s) : nullptr;
+		if (connection)
+			ReadTuning::retryModeCleared(o.api, s, *connection);
+	}
 	return query(s, &OpenSslApi::SSL_ctrl, 0, cmd, larg, parg);
 }
 

@@ -70,12 +70,6 @@ public:
 	bool readAheadByShim() const noexcept { return readAheadByShim_; }
 	void setReadAheadByShim(bool on) noexcept { readAheadByShim_ = on; }
 	bool programSetReadAhead() const noexcept { return programSetReadAhead_; }
-	/*
-	 * Whether SSL_MODE_RELEASE_BUFFERS on the SSL is the shim's (read_tuning.h): the
-	 * program's SSL_get_mode does not see it.
-	 */
-	bool releaseByShim() const noexcept { return releaseByShim_; }
-	void setReleaseByShim(bool on) noexcept { releaseByShim_ = on; }
 	/* UnseenWaits::generation() when the connection last asked it (core/read/unseen_waits.h). */
 	unsigned unseenSeen() const noexcept { return unseenSeen_; }
 	void setUnseenSeen(unsigned generation) noexcept { unseenSeen_ = generation; }
@@ -106,7 +100,6 @@ private:
 	bool madeThroughShim_ = false;
 	bool readAheadByShim_ = false;
 	bool programSetReadAhead_ = false;
-	bool releaseByShim_ = false;
 	unsigned unseenSeen_ = 0;
 	OwnBio ownBio_ = OwnBio::settled;
 	size_t largestAsk_ = 0;

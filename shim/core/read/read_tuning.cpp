@@ -100,30 +100,8 @@ void ReadTuning::tuneConnection(const OpenSslApi &api, const Config &config,
 	connection.setUnseenSeen(generation);
 	turnOn(api, config, ssl, connecting);
 	connection.setReadAheadByShim(true);
-	releaseWhenDrained(api, ssl, connection);
 	logLimited(tunedLines, LogLevel::Info, "connection tuned: read-ahead on, read buffer %zu bytes",
 		   config.readBuffer);
-}
-
-void ReadTuning::releaseWhenDrained(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept
-{
-	if (!api.SSL_ctrl || (api.SSL_ctrl(ssl, SSL_CTRL_MODE, 0, nullptr) & SSL_MODE_RELEASE_BUFFERS))
-		return;
-	/* First: a program's SSL_get_mode that finds the bit looks for whose it is. */
-	releasedAny_.store(true, std::memory_order_relaxed);
-	api.SSL_ctrl(ssl, SSL_CTRL_MODE, SSL_MODE_RELEASE_BUFFERS, nullptr);
-	connection.setReleaseByShim(true);
-}
-
-long ReadTuning::programsMode(Connection &connection, long larg, long mode) noexcept
-{
-	if (!connection.releaseByShim())
-		return mode;
-	if (larg & SSL_MODE_RELEASE_BUFFERS) {
-		connection.setReleaseByShim(false);
-		return mode;
-	}
-	return mode & ~static_cast<long>(SSL_MODE_RELEASE_BUFFERS);
 }
 
 bool ReadTuning::retriesItself(const OpenSslApi &api, SSL *ssl) noexcept
@@ -176,11 +154,6 @@ void ReadTuning::turnOff(const OpenSslApi &api, SSL *ssl, Connection &connection
 	/* What OpenSSL holds already it still hands out; it reads no further ahead. */
 	api.SSL_set_read_ahead(ssl, 0);
 	connection.setReadAheadByShim(false);
-	/* The mode is the program's again, as it set it. */
-	if (connection.releaseByShim()) {
-		api.SSL_ctrl(ssl, SSL_CTRL_CLEAR_MODE, SSL_MODE_RELEASE_BUFFERS, nullptr);
-		connection.setReleaseByShim(false);
-	}
 }
 
 void ReadTuning::unseenChanged(const OpenSslApi &api, const UnseenWaits &unseen, SSL *ssl,

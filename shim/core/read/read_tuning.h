@@ -1,7 +1,5 @@
 #pragma once
 
-#include <atomic>
-
 #include <openssl/ssl.h>
 
 #include "core/config.h"
@@ -87,26 +85,7 @@ public:
 	 */
 	static bool readsItsSource(const OpenSslApi &api, SSL *ssl) noexcept;
 
-	/*
-	 * A read buffer of four records kept while a connection idles made a burst cost 1.9x
-	 * the memory it costs without the shim (300 idle clients after 64 KiB each: 77.6 KiB
-	 * per connection against 41.3). So a connection the shim reads ahead for frees its
-	 * buffers when drained, by OpenSSL's own SSL_MODE_RELEASE_BUFFERS (curl, python and
-	 * nginx set it themselves), which the program's SSL_get_mode does not see.
-	 * Whether the shim set the mode on any SSL of the process: one load.
-	 */
-	static bool releasedAny() noexcept { return releasedAny_.load(std::memory_order_relaxed); }
-	/*
-	 * What the program's SSL_set_mode, SSL_clear_mode or SSL_get_mode (SSL_ctrl with larg)
-	 * returns, where OpenSSL returned mode: less the shim's bit. The program setting or
-	 * clearing the bit itself makes it the program's.
-	 */
-	static long programsMode(Connection &connection, long larg, long mode) noexcept;
-
 private:
-	static void releaseWhenDrained(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept;
-	static inline std::atomic<bool> releasedAny_{false};
-
 	static void unseenChanged(const OpenSslApi &api, const UnseenWaits &unseen, SSL *ssl,
 				  Connection &connection) noexcept;
 	/*
