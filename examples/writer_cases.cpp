@@ -63,6 +63,11 @@
  *                     inherited socket itself; the parent waits for it and closes: the
  *                     peer gets the 20 lines, then bytes that are no record
  *   popen             the same, the shell started by popen
+ *   system            the same, the shell started by system
+ *   clone-vfork       20 short lines; then a child made by clone(CLONE_VFORK) without
+ *                     CLONE_VM waits for a byte on a pipe, which another thread writes
+ *                     after 20 short lines of its own (the parent stays in clone until the
+ *                     child ends); prints "child ended"
  *   write-ex2         20 times: 50 short lines by SSL_write, then one by SSL_write_ex2
  *                     (OpenSSL 3.3+; prints "no SSL_write_ex2" where libssl lacks it)
  */
@@ -453,7 +458,44 @@ int copiedProcess(const char *port, const std::string &how)
 	return 0;
 }
 
-/* spawn and popen: a program started on the inherited socket writes to it at once. */
+/* clone-vfork: the child waits for a byte another thread of the parent writes after its lines. */
+int vforkPipe[2];
+
+[[noreturn]] int waitForTheByte(void *)
+{
+	/* Its copy of the writing end closed: a parent that dies ends the read too. */
+	close(vforkPipe[1]);
+	char byte;
+	_exit(read(vforkPipe[0], &byte, 1) == 1 ? 0 : 1);
+}
+
+int cloneVfork(const char *port)
+{
+	SSL_CTX *ctx = client();
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	writeLines(ssl, 0, 20);
+	if (pipe(vforkPipe) != 0)
+		fail("pipe");
+	alarm(30); /* a deadlock ends the case */
+	std::thread writer([ssl] {
+		writeLines(ssl, 20, 20);
+		if (write(vforkPipe[1], "x", 1) != 1)
+			fail("write");
+	});
+	static char stack[256 * 1024];
+	const pid_t child = clone(waitForTheByte, stack + sizeof(stack), CLONE_VFORK | SIGCHLD, nullptr);
+	int status = 0;
+	if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		fail("the child");
+	writer.join();
+	alarm(0);
+	std::printf("child ended\n");
+	endConnection(ssl, fd, ctx);
+	return 0;
+}
+
+/* spawn, popen and system: a program started on the inherited socket writes to it at once. */
 int spawned(const char *port, const std::string &how)
 {
 	SSL_CTX *ctx = client();
@@ -474,9 +516,14 @@ int spawned(const char *port, const std::string &how)
 	} else {
 		fcntl(fd, F_SETFD, 0);
 		const std::string command = "printf raw >&" + std::to_string(fd);
-		FILE *shell = popen(command.c_str(), "r");
-		if (!shell || pclose(shell) != 0)
-			fail("popen");
+		if (how == "system") {
+			if (system(command.c_str()) != 0)
+				fail("system");
+		} else {
+			FILE *shell = popen(command.c_str(), "r");
+			if (!shell || pclose(shell) != 0)
+				fail("popen");
+		}
 	}
 	close(fd);
 	SSL_free(ssl);
@@ -663,8 +710,10 @@ int main(int argc, char **argv)
 		return shutWrite(argv[1]);
 	if (how == "clone" || how == "raw-fork")
 		return copiedProcess(argv[1], how);
-	if (how == "spawn" || how == "popen")
+	if (how == "spawn" || how == "popen" || how == "system")
 		return spawned(argv[1], how);
+	if (how == "clone-vfork")
+		return cloneVfork(argv[1]);
 	if (how == "daemon")
 		return daemonCase(argv[1]);
 	if (how == "closefrom" || how == "raw-close")

@@ -6,6 +6,8 @@
 #include <thread>
 #include <utility>
 
+#include "core/signals_blocked.h"
+
 namespace tlstune {
 
 /*
@@ -22,7 +24,10 @@ bool startShimThread(Function &&function) noexcept
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	bool started = true;
 	try {
-		std::thread(std::forward<Function>(function)).detach();
+		std::thread([run = std::forward<Function>(function)]() mutable {
+			SignalsBlocked::noteNoneEver();
+			run();
+		}).detach();
 	} catch (const std::system_error &) {
 		started = false;
 	}

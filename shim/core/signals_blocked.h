@@ -12,17 +12,34 @@ namespace tlstune {
  */
 class SignalsBlocked {
 public:
-	SignalsBlocked() noexcept
+	/* A thread of the shim's takes none all its life (shim_thread.h): no system call there. */
+	SignalsBlocked() noexcept : changed_(!noneEver())
 	{
+		if (!changed_)
+			return;
 		sigset_t all;
 		sigfillset(&all);
 		pthread_sigmask(SIG_BLOCK, &all, &old_);
 	}
-	~SignalsBlocked() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+	~SignalsBlocked()
+	{
+		if (changed_)
+			pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+	}
 	SignalsBlocked(const SignalsBlocked &) = delete;
 	SignalsBlocked &operator=(const SignalsBlocked &) = delete;
 
+	/* This thread is the shim's, which has every signal blocked for good. */
+	static void noteNoneEver() noexcept { noneEver() = true; }
+
 private:
+	static bool &noneEver() noexcept
+	{
+		static thread_local bool none __attribute__((tls_model("initial-exec"))) = false;
+		return none;
+	}
+
+	bool changed_;
 	sigset_t old_;
 };
 

@@ -106,7 +106,8 @@ TLSTUNE_EXPORT __attribute__((no_sanitize("address"))) long syscall(long number,
 	 * A copy of the process that returns here in both (no stack of its own, no CLONE_VM):
 	 * a fork glibc does not see, so the shim runs its fork handlers (interpose/spawn.cpp).
 	 */
-	if ((number == SYS_fork || (number == SYS_clone && !(arguments[0] & CLONE_VM) && arguments[1] == 0)) &&
+	if ((number == SYS_fork ||
+	     (number == SYS_clone && !(arguments[0] & (CLONE_VM | CLONE_VFORK)) && arguments[1] == 0)) &&
 	    !p.inVforkChild()) {
 		lockForFork();
 		const long child = p.libc.syscall(number, arguments[0], arguments[1], arguments[2], arguments[3],

@@ -24,12 +24,20 @@ struct CloneStart {
 	void *arg;
 };
 
-/* The child's first code: it runs on the copy of the parent's memory, locks taken. */
+/*
+ * The child's first code: it runs on the copy of the parent's memory, locks taken. When
+ * its function returns, glibc ends the child's thread alone (SYS_exit): what it holds goes
+ * out first, and a flusher it started must not keep the process alive (it did, a second).
+ */
 int startChild(void *start)
 {
 	unlockInChild();
 	const CloneStart *what = static_cast<const CloneStart *>(start);
-	return what->fn(what->arg);
+	const int result = what->fn(what->arg);
+	Process &p = process();
+	p.drainBeforeImageEnds();
+	p.coalescer.mainThreadLeft();
+	return result;
 }
 
 /* Before a spawned program may write on an inherited socket: what is held is the kernel's. */
@@ -67,6 +75,16 @@ TLSTUNE_EXPORT __attribute__((no_sanitize("address"))) int clone(int (*fn)(void 
 	/* A thread, or vfork's borrower of this memory: nothing is copied. */
 	if ((flags & CLONE_VM) || p.inVforkChild())
 		return p.libc.clone(fn, stack, flags, arg, parentTid, tls, childTid);
+	/*
+	 * CLONE_VFORK: the parent waits for the child's exec or exit, and the locks would be
+	 * held all that while, against the parent's other threads. Handed over, as for a
+	 * spawned program; the child is taken for a vfork child (its pid is not the one the
+	 * shim knows) and changes nothing of the shim's.
+	 */
+	if (flags & CLONE_VFORK) {
+		handOver();
+		return p.libc.clone(fn, stack, flags, arg, parentTid, tls, childTid);
+	}
 	CloneStart start = { fn, arg };
 	lockForFork();
 	const int child = p.libc.clone(startChild, stack, flags, &start, parentTid, tls, childTid);
@@ -90,6 +108,18 @@ TLSTUNE_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_
 	handOver();
 	const auto real = process().libc.posix_spawnp;
 	return real ? real(pid, file, actions, attributes, argv, envp) : ENOSYS;
+}
+
+/* glibc's system() spawns its shell with its own posix_spawn, past the interposed one. */
+TLSTUNE_EXPORT int system(const char *command)
+{
+	handOver();
+	const auto real = process().libc.system;
+	if (!real) {
+		errno = ENOSYS;
+		return -1;
+	}
+	return real(command);
 }
 
 TLSTUNE_EXPORT FILE *popen(const char *command, const char *type)

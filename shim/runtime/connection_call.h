@@ -190,10 +190,12 @@ int onConnection(SSL *ssl, Function OpenSslApi::*function, Args... args)
 		int savedErrno = errno;
 		/*
 		 * A write that succeeds while OpenSSL holds part of a record leaves it waiting for
-		 * the rest: the socket's readiness stands for it (a poll loop spun on it).
+		 * the rest: the socket's readiness stands for it (a poll loop spun on it). Unless
+		 * the write read the socket (a handshake it ran).
 		 */
 		const bool pending = holdsData(o.api, ssl);
-		connection->afterCall(process().buffered, result > 0 && !writes<Function>(),
+		const bool progressed = result > 0 && (!writes<Function>() || connection->readDuringCall());
+		connection->afterCall(process().buffered, progressed,
 				      o.api.SSL_want(ssl) == SSL_READING, pending,
 				      pending && (!o.api.SSL_pending || o.api.SSL_pending(ssl) == 0));
 		errno = savedErrno;

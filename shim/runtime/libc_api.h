@@ -77,6 +77,7 @@ struct LibcApi {
 	int (*posix_spawnp)(pid_t *, const char *, const posix_spawn_file_actions_t *,
 			    const posix_spawnattr_t *, char *const[], char *const[]) = nullptr;
 	FILE *(*popen)(const char *, const char *) = nullptr;
+	int (*system)(const char *) = nullptr;
 };
 
 } /* namespace tlstune */

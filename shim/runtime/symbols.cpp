@@ -163,6 +163,7 @@ void resolveLibc(LibcApi *libc) noexcept
 	next(&libc->posix_spawn, "posix_spawn");
 	next(&libc->posix_spawnp, "posix_spawnp");
 	next(&libc->popen, "popen");
+	next(&libc->system, "system");
 }
 
 bool resolveOpenSsl(OpenSslApi *api) noexcept

@@ -290,6 +290,23 @@ TEST(Writers, AProgramStartedByPopenOnTheSocketWritesAfterWhatWasWritten)
 	expectTheSameBothWays("popen", {}, "", 0, 1, "writer_cases", { "TLSTUNE_COALESCE_DELAY=100ms" });
 }
 
+TEST(Writers, AProgramStartedBySystemOnTheSocketWritesAfterWhatWasWritten)
+{
+	RecordProperty("fault", "system() of a shell writing to the inherited socket: glibc spawns it past the "
+				"interposed posix_spawn");
+	/* A long delay: what is held is still held when the shell writes (it took 1 ms to start). */
+	expectTheSameBothWays("system", {}, "", 0, 1, "writer_cases", { "TLSTUNE_COALESCE_DELAY=100ms" });
+}
+
+TEST(Writers, ACloneVforkChildWaitingForAnotherThreadOfTheParentEnds)
+{
+	RecordProperty("fault", "clone(CLONE_VFORK) without CLONE_VM: the shim's fork locks were held while the parent "
+				"waited, and the thread the child waited for hung on them");
+	if (threadSanitizerBuild())
+		GTEST_SKIP() << "ThreadSanitizer does not follow a child that starts threads after fork";
+	expectTheSameBothWays("clone-vfork", {}, "child ended\n", 0, 1);
+}
+
 TEST(Writers, AnSslReusedWithSslClearOnANewSocketWorks)
 {
 	RecordProperty("fault", "SSL_clear and a new socket on the closed fd's number");

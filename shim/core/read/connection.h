@@ -53,6 +53,8 @@ public:
 	/* The socket file's inode, 0 until one is known. */
 	ino_t ino() const noexcept { return fd_ >= 0 ? ino_ : 0; }
 	bool buffered() const noexcept { return buffered_; }
+	/* The current call read bytes from the socket (until afterCall). */
+	bool readDuringCall() const noexcept { return readBytes_; }
 
 	/*
 	 * Read tuning (core/read/read_tuning.h): decided once, at the program's own first call on
