@@ -287,10 +287,12 @@ bool Process::inVforkChild() const noexcept
 
 void Process::drainBeforeImageEnds(ImageEnd end) noexcept
 {
-	if (inVforkChild())
-		return;
 	/* Its sockets close with the process: records OpenSSL holds unread reset them. */
-	if (end == ImageEnd::Never)
+	const bool resets = end == ImageEnd::Never && !buffered.idle();
+	/* No system call before that (getpid): a sandbox may forbid it (seccomp, issue 22). */
+	if ((!resets && coalescer.idle()) || inVforkChild())
+		return;
+	if (resets)
 		buffered.imageEnds();
 	if (coalescer.idle())
 		return;

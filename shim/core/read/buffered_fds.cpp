@@ -135,7 +135,13 @@ void BufferedFds::imageEnds() const noexcept
 {
 	if (idle())
 		return;
-	std::lock_guard<std::mutex> lock(mutex_);
+	/*
+	 * Only tried: exit may come from a signal handler that interrupted this thread inside
+	 * the lock, which must not hang it. Then the sockets close with a FIN.
+	 */
+	std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+	if (!lock.owns_lock())
+		return;
 	for (const Entry &entry : entries_) {
 		if (entry.records && !entry.shared)
 			resetAtClose(entry.fd);
