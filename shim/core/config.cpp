@@ -38,8 +38,7 @@ const Option kOptions[] = {
 	    "(made through its SSL_new, read through its SSL_read)." },
 	  Kind::Bool, &Config::readAhead, nullptr, nullptr, nullptr },
 	{ { "TLSTUNE_READ_BUFFER", "bytes from 16KiB to 1MiB, suffix K, KiB, M or MiB", "65655",
-	    "Read buffer length: the default holds four whole 16 KiB TLS records, for clients that "
-	    "release their buffers (below); set, it is every connection's." },
+	    "Read buffer length: the default holds four whole 16 KiB TLS records." },
 	  Kind::Size, nullptr, &Config::readBuffer, nullptr, nullptr },
 	{ { "TLSTUNE_READINESS", "1/true/yes/on or 0/false/no/off", "on",
 	    "Make poll/select/epoll report a connection readable while OpenSSL holds its data. "

@@ -69,9 +69,8 @@ TEST_P(BulkDownload, ReadsWholeRecordsInLargeChunksWithTheShim)
 			       "--connections", "2" });
 	const std::string expected =
 		"received " + std::to_string(kDownload) + " sha256 " + patternSha256(kDownload, 7) + "\n";
-	/* A downloading client, as curl and python: it releases its buffers, and gets four records. */
 	const std::vector<std::string> client = { examplePath("bulk_download"), "127.0.0.1",
-						  server.portText(), "--release-buffers" };
+						  server.portText() };
 
 	TracedRun plain = runTraced(client, false);
 	ASSERT_EQ(plain.status, 0) << plain.out;
@@ -102,24 +101,6 @@ TEST_P(BulkDownload, ReadsWholeRecordsInLargeChunksWithTheShim)
 }
 
 INSTANTIATE_TEST_SUITE_P(Tls, BulkDownload, ::testing::Values("1.2", "1.3"));
-
-/*
- * A connection that keeps its buffers reads ahead into OpenSSL's own size, one record: what
- * it keeps when idle is what it keeps without the shim (issue 24's RSS rows), and it still
- * reads each record whole, with no header read.
- */
-TEST(KeptBuffers, AClientThatKeepsItsBuffersReadsAWholeRecordAtOnce)
-{
-	ExampleServer server({ "--send", std::to_string(kDownload), "--seed", "7", "--tls", "1.2" });
-	TracedRun tuned = runTraced({ examplePath("bulk_download"), "127.0.0.1", server.portText() }, true);
-	ASSERT_EQ(tuned.status, 0) << tuned.out;
-	EXPECT_EQ(tuned.out, "received " + std::to_string(kDownload) + " sha256 " + patternSha256(kDownload, 7) + "\n");
-	const tlstune::SocketTraffic after = tlstune::trafficOnPort(tuned.calls, server.port());
-	EXPECT_LE(after.headerReads, handshakeHeaderReads(1)) << describe(after);
-	for (const auto &size : after.readSizes)
-		EXPECT_LT(size.first, 2 * 16413) << describe(after);
-	EXPECT_EQ(server.process().wait(60000), 0);
-}
 
 TEST(ReadBuffer, TheVariableSetsTheReadSize)
 {

@@ -195,7 +195,7 @@ TEST(Check, ShowsTheHeaderReadsGoAway)
 	Command command;
 	TempDir logs;
 	command.argv = { kCheck, "--library=" + preloadValue(), "--keep-logs", logs.path(), "--",
-			 examplePath("bulk_download"), "127.0.0.1", server.portText(), "--release-buffers" };
+			 examplePath("bulk_download"), "127.0.0.1", server.portText() };
 	if (sanitizerBuild())
 		command.env.push_back("ASAN_OPTIONS=detect_leaks=0");
 	std::string out;

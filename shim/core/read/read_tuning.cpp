@@ -71,18 +71,15 @@ void ReadTuning::noteContextSetting(const OpenSslApi &api, SSL_CTX *ctx) const n
 void ReadTuning::turnOn(const OpenSslApi &api, const Config &config, SSL *ssl, bool connecting) noexcept
 {
 	/*
-	 * Four records, one recv, for a client that releases its buffers (curl, python): it
-	 * downloads (64 reads per MiB with one record), and its buffer is freed when empty.
-	 * Any other connection keeps OpenSSL's size, so that what it keeps after a burst is
-	 * what it keeps without the shim (a buffer of four records kept by 300 idle clients
-	 * cost 77 KiB each against 41, and 61 against 37 by a server's); read-ahead still
-	 * takes what that holds at once. A server that releases its buffers (nginx) makes
-	 * one per burst for thousands of connections. TLSTUNE_READ_BUFFER, when set, is
-	 * every connection's size.
+	 * Four records, one recv. A server that releases its buffers (nginx) makes one per
+	 * burst and keeps thousands of connections: it keeps OpenSSL's size, so a burst costs
+	 * the memory it costs without the shim, and read-ahead still takes what that holds at
+	 * once; unless TLSTUNE_READ_BUFFER names another size. Clients that release theirs
+	 * (curl, python) download: they keep four records (64 reads per MiB with one).
 	 */
 	const long mode = api.SSL_ctrl ? api.SSL_ctrl(ssl, SSL_CTRL_MODE, 0, nullptr) : 0;
 	const bool server = !connecting && api.SSL_is_server && api.SSL_is_server(ssl);
-	if ((!server && (mode & SSL_MODE_RELEASE_BUFFERS)) || config.readBuffer != kDefaultReadBuffer)
+	if (!(server && (mode & SSL_MODE_RELEASE_BUFFERS)) || config.readBuffer != kDefaultReadBuffer)
 		api.SSL_set_default_read_buffer_len(ssl, config.readBuffer);
 	api.SSL_set_read_ahead(ssl, 1);
 }
