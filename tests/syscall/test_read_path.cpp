@@ -62,6 +62,38 @@ TEST(ReleasedBuffers, AClientThatReleasesItsBuffersStillReadsFourRecordsAtOnce)
 
 class BulkDownload : public ::testing::TestWithParam<const char *> {};
 
+/*
+ * A server keeps OpenSSL's own read buffer, one record (issue 24: a server may hold
+ * thousands of idle connections, each keeping what its buffer took): read-ahead still
+ * takes a whole record per recv, where OpenSSL alone reads a header and then a body.
+ * examples/idle_memory in the server role: a forked client sends 1 MiB in one write.
+ */
+TEST(ReadBuffer, AServerReadsAheadIntoOneRecord)
+{
+	const std::vector<std::string> argv = { examplePath("idle_memory"), "--role", "server",
+						"--connections", "1", "--burst", "1048576",
+						"--cert", certificate().cert, "--key", certificate().key };
+	for (const bool withShim : { false, true }) {
+		TracedRun run = runTraced(argv, withShim);
+		ASSERT_EQ(run.status, 0) << run.out;
+		/* The server's socket: the one that read the megabyte. */
+		tlstune::SocketTraffic server;
+		for (const auto &socket : tlstune::tcpTraffic(run.calls)) {
+			if (socket.second.readBytes > server.readBytes)
+				server = socket.second;
+		}
+		ASSERT_GE(server.readBytes, 1048576u) << describe(server);
+		if (!withShim) {
+			EXPECT_GT(server.headerReads, 60u) << describe(server);
+			continue;
+		}
+		/* No header read: read-ahead; no read of two records: OpenSSL's one-record buffer. */
+		EXPECT_LE(server.headerReads, handshakeHeaderReads(1)) << describe(server);
+		EXPECT_LT(server.readSizes.rbegin()->first, 2 * 16413) << describe(server);
+		EXPECT_GT(server.readSizes.rbegin()->first, 16413) << describe(server);
+	}
+}
+
 TEST_P(BulkDownload, ReadsWholeRecordsInLargeChunksWithTheShim)
 {
 	const std::string tls = GetParam();

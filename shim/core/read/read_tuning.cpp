@@ -71,15 +71,13 @@ void ReadTuning::noteContextSetting(const OpenSslApi &api, SSL_CTX *ctx) const n
 void ReadTuning::turnOn(const OpenSslApi &api, const Config &config, SSL *ssl, bool connecting) noexcept
 {
 	/*
-	 * Four records, one recv. A server that releases its buffers (nginx) makes one per
-	 * burst and keeps thousands of connections: it keeps OpenSSL's size, so a burst costs
-	 * the memory it costs without the shim, and read-ahead still takes what that holds at
-	 * once; unless TLSTUNE_READ_BUFFER names another size. Clients that release theirs
-	 * (curl, python) download: they keep four records (64 reads per MiB with one).
+	 * Four records, one recv, for a client: it downloads (64 reads per MiB with one). A
+	 * server keeps OpenSSL's own size, one record: it may hold thousands of connections,
+	 * and a burst then costs what it costs without the shim, while read-ahead still takes
+	 * what that buffer holds at once; unless TLSTUNE_READ_BUFFER names another size.
 	 */
-	const long mode = api.SSL_ctrl ? api.SSL_ctrl(ssl, SSL_CTRL_MODE, 0, nullptr) : 0;
 	const bool server = !connecting && api.SSL_is_server && api.SSL_is_server(ssl);
-	if (!(server && (mode & SSL_MODE_RELEASE_BUFFERS)) || config.readBuffer != kDefaultReadBuffer)
+	if (!server || config.readBuffer != kDefaultReadBuffer)
 		api.SSL_set_default_read_buffer_len(ssl, config.readBuffer);
 	api.SSL_set_read_ahead(ssl, 1);
 }
