@@ -48,6 +48,22 @@ TEST(StraceLog, JoinsUnfinishedCalls)
 	EXPECT_EQ(calls[1].result, 65652);
 }
 
+/* strace pads a resumed call's result to its column: two processes reading at once. */
+TEST(StraceLog, ReadsTheResultOfAPaddedResumedCall)
+{
+	auto calls = parse(
+		"7234  read(4<TCP:[127.0.0.1:1->127.0.0.1:2]>,  <unfinished ...>\n"
+		"7235  write(4<TCP:[127.0.0.1:2->127.0.0.1:1]>, \"\"..., 297) = 297\n"
+		"7234  <... read resumed>\"\"..., 5)       = 5\n"
+		"7234  read(4<TCP:[127.0.0.1:1->127.0.0.1:2]>, 0x55d0, 16401) = -1 EAGAIN (Resource temporarily unavailable)\n");
+	ASSERT_EQ(calls.size(), 3u);
+	EXPECT_EQ(calls[1].name, "read");
+	EXPECT_EQ(calls[1].requested, 5);
+	EXPECT_EQ(calls[1].result, 5);
+	EXPECT_EQ(calls[2].requested, 16401);
+	EXPECT_EQ(calls[2].result, -1);
+}
+
 TEST(StraceLog, SummarisesTheSocketsOfOnePort)
 {
 	auto calls = parse(

@@ -52,11 +52,15 @@ bool parseCall(const std::string &text, Syscall *call)
 		return false;
 	at += 2;
 
-	/* The result: the last ") = N" on the line (a buffer could contain the text). */
-	std::string::size_type equals = text.rfind(") = ");
-	if (equals == std::string::npos)
+	/*
+	 * The result: the last ") = N" on the line (a buffer could contain the text). A
+	 * resumed call's is padded to strace's column: "<... read resumed>..., 5)       = 5".
+	 */
+	const std::string::size_type equals = text.rfind(" = ");
+	const std::string::size_type close = equals == std::string::npos ? equals : text.find_last_not_of(' ', equals);
+	if (close == std::string::npos || text[close] != ')')
 		return false;
-	call->result = std::strtoll(text.c_str() + equals + 4, nullptr, 10);
+	call->result = std::strtoll(text.c_str() + equals + 3, nullptr, 10);
 
 	if (among(call->name, kSized)) {
 		/*
