@@ -21,9 +21,9 @@
  *                   "accepted N" (what SSL_write had accepted) and calls _exit(0)
  *   unshare-user    twenty short lines, unshare(CLONE_NEWUSER) (one thread only, the kernel
  *                   says), twenty more, close_notify; prints what unshare returned
- *   exit-while-writing exit|_exit
+ *   exit-while-writing exit|_exit|exec
  *                   a child's thread writes 100-byte lines while its main thread, once 100
- *                   are accepted, leaves by exit or _exit; the parent prints "accepted N"
+ *                   are accepted, leaves by exit, _exit or an exec of /bin/true; the parent prints "accepted N"
  *                   (what SSL_write had accepted, in shared memory) once the child is gone
  */
 
@@ -179,7 +179,7 @@ int alarmCase(const char *port)
 	fail("no alarm");
 }
 
-int exitWhileWritingCase(const char *port, bool plainExit)
+int exitWhileWritingCase(const char *port, const std::string &way)
 {
 	/* Shared with the parent, which reads it once the child is gone. */
 	auto *accepted = static_cast<std::atomic<long> *>(
@@ -206,7 +206,9 @@ int exitWhileWritingCase(const char *port, bool plainExit)
 		/* No sleep: it leaves while the writer is in full flow. */
 		while (accepted->load() < 100 * 100)
 			sched_yield();
-		if (plainExit)
+		if (way == "exec")
+			execl("/bin/true", "true", static_cast<char *>(nullptr));
+		if (way == "exit")
 			exit(0);
 		_exit(0);
 	}
@@ -250,6 +252,6 @@ int main(int argc, char **argv)
 	if (how == "alarm-exit")
 		return alarmCase(argv[1]);
 	if (how == "exit-while-writing" && argc > 3)
-		return exitWhileWritingCase(argv[1], std::string(argv[3]) == "exit");
+		return exitWhileWritingCase(argv[1], argv[3]);
 	fail("unknown case");
 }

@@ -299,11 +299,13 @@ void Process::drainBeforeImageEnds(ImageEnd end) noexcept
 	const int savedErrno = errno;
 	/* Not after exit's atexit handlers: OpenSSL may be cleaned up (see encryptBeforeExit). */
 	const bool plaintext = held.holding();
-	/* Other threads write on until the image ends: what they write then goes straight out. */
-	if (end == ImageEnd::Never) {
-		held.stopHolding();
-		coalescer.stopHolding();
-	}
+	/*
+	 * Other threads write on until the image ends: what they write then goes straight out.
+	 * An exec too (a thread that kept writing through one lost what it wrote after this
+	 * drain); one that fails leaves the process writing straight out from then on.
+	 */
+	held.stopHolding();
+	coalescer.stopHolding();
 	if (plaintext)
 		held.encryptAtImageEnd(end == ImageEnd::MayReturn);
 	coalescer.drainAll();
