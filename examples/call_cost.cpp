@@ -5,6 +5,8 @@
  * Usage: call_cost CASE [CALLS], CASE:
  *   close-epoll   close of /dev/null in a process that has an epoll set (and no TLS)
  *   dup-close     dup of /dev/null and close of the copy, the same process
+ *   dup-close-tls the same in a process with a TLS connection (an SSL made first), where
+ *                 the shim asks whether each copy is of a socket
  *   epoll-ctl     EPOLL_CTL_ADD then EPOLL_CTL_DEL of an eventfd
  *   epoll-ctl-tls the same in a process with a TLS connection (an SSL made first), where
  *                 the shim records each registration
@@ -87,9 +89,10 @@ int main(int argc, char **argv)
 		fail("epoll_ctl");
 	const bool sslCase = how.compare(0, 4, "ssl-") == 0;
 	/* A connection the shim follows: from then on it records the sets' registrations. */
-	SSL_CTX *context = how == "epoll-ctl-tls" ? SSL_CTX_new(TLS_client_method()) : nullptr;
+	const bool tlsCase = how == "epoll-ctl-tls" || how == "dup-close-tls";
+	SSL_CTX *context = tlsCase ? SSL_CTX_new(TLS_client_method()) : nullptr;
 	SSL *connection = context ? SSL_new(context) : nullptr;
-	if (how == "epoll-ctl-tls" && !connection)
+	if (tlsCase && !connection)
 		fail("SSL_new");
 	/* The case chosen once, outside the timed part: comparing names per call cost more than a call. */
 	static int setFd, idleFd, nullFd, copyFd;
@@ -98,7 +101,7 @@ int main(int argc, char **argv)
 	void (*call)() = nullptr;
 	if (how == "close-epoll")
 		call = [] { close(copyFd); };
-	else if (how == "dup-close")
+	else if (how == "dup-close" || how == "dup-close-tls")
 		call = [] { close(dup(nullFd)); };
 	else if (how == "epoll-ctl" || how == "epoll-ctl-tls")
 		call = [] {

@@ -16,11 +16,10 @@ namespace tlstune {
  */
 __attribute__((noinline)) inline void noteDuplicateOf(Process &p, int from, int to) noexcept
 {
-	if (p.inVforkChild())
-		return;
 	const int savedErrno = errno;
 	ino_t ino;
-	if (streamInode(from, &ino))
+	/* The stat first: a duplicate of a regular file costs no getpid (inVforkChild). */
+	if (streamInode(from, &ino) && !p.inVforkChild())
 		p.buffered.duplicated(to, ino);
 	errno = savedErrno;
 }
@@ -40,7 +39,7 @@ inline void noteDuplicate(Process &p, int from, int to) noexcept
 		return;
 	if (p.stats.connections.load(std::memory_order_relaxed) != 0)
 		noteDuplicateOf(p, from, to);
-	else
+	else if (!p.buffered.earlyDuplicatesFull())
 		noteEarlyDuplicate(p, from, to);
 }
 

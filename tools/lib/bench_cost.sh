@@ -78,7 +78,9 @@ cost_rows() {
 	done <<'ROWS'
 close-epoll|`close` of a regular file, in a process with an epoll set
 dup-close|`dup` of a regular file and `close` of the copy
+dup-close-tls|the same in a process with a TLS connection
 epoll-ctl|`EPOLL_CTL_ADD` and `EPOLL_CTL_DEL` of an eventfd
+epoll-ctl-tls|the same in a process with a TLS connection
 epoll-wait|`epoll_wait`, timeout 0, one idle eventfd in the set
 poll|`poll`, timeout 0, one idle eventfd
 ssl-pending|`SSL_pending`, an SSL that never wrote
