@@ -12,6 +12,10 @@
  *                   clock read in a write faults)
  *   seccomp-filter  ten short lines, a filter that refuses sendto, sendmsg, getsockopt,
  *                   clone and clone3 (EPERM), ten more, close_notify and exit
+ *   seccomp-inherited
+ *                   a filter that refuses sendto and sendmsg, then an exec of this program,
+ *                   which connects under it (as under systemd's SystemCallFilter=): twenty
+ *                   short lines, close_notify
  *   emfile-close    twenty short lines, dup until EMFILE, then SSL_free and close
  *   close-all       twenty short lines, close and SSL_free, then close every number up to
  *                   the descriptor limit (what a daemon does before it execs)
@@ -43,6 +47,7 @@
 
 #include <atomic>
 #include <thread>
+#include <vector>
 
 #include "common/example.h"
 
@@ -50,23 +55,28 @@ using namespace example;
 
 namespace {
 
-/* Refuses the calls a preload shim would make for held bytes; allows everything else. */
-void refuseSendsAndThreads()
+/* A seccomp filter that refuses calls (EPERM) and allows everything else. */
+void refuse(std::initializer_list<unsigned> calls)
 {
-	struct sock_filter program[] = {
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendto, 5, 0),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_sendmsg, 4, 0),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_getsockopt, 3, 0),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone, 2, 0),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 1, 0),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-	};
-	struct sock_fprog filter = { static_cast<unsigned short>(sizeof(program) / sizeof(program[0])),
-				     program };
+	std::vector<struct sock_filter> program = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)) };
+	unsigned left = static_cast<unsigned>(calls.size());
+	for (const unsigned call : calls) {
+		/* A match jumps past the checks left and the ALLOW, to the refusal. */
+		program.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, call, static_cast<unsigned char>(left), 0));
+		left--;
+	}
+	program.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+	program.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM));
+	struct sock_fprog filter = { static_cast<unsigned short>(program.size()), program.data() };
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &filter) != 0)
 		fail("seccomp filter");
+}
+
+/* Refuses the calls a preload shim would make for held bytes. */
+void refuseSendsAndThreads()
+{
+	refuse({ SYS_sendto, SYS_sendmsg, SYS_getsockopt, SYS_clone, SYS_clone3 });
 }
 
 /* before short lines, then between(), then after more, close_notify and the close. */
@@ -100,6 +110,14 @@ int seccompCase(const char *port, bool strict, int linesBefore = 0)
 	/* exit_group is not allowed: the thread's own exit ends the process. */
 	syscall(SYS_exit, 0);
 	return 0;
+}
+
+/* Started under a filter its own image never saw installed: the shim's thread starts, its sends fail. */
+int inheritedSeccompCase(const char *port)
+{
+	refuse({ SYS_sendto, SYS_sendmsg });
+	execl("/proc/self/exe", "leaving_writers", port, "seccomp-inherited-run", static_cast<char *>(nullptr));
+	fail("exec");
 }
 
 int unshareCase(const char *port)
@@ -241,6 +259,10 @@ int main(int argc, char **argv)
 	const std::string how = argv[2];
 	if (how == "seccomp-strict" || how == "seccomp-filter")
 		return seccompCase(argv[1], how == "seccomp-strict");
+	if (how == "seccomp-inherited")
+		return inheritedSeccompCase(argv[1]);
+	if (how == "seccomp-inherited-run")
+		return writesAround(argv[1], 10, [] {}, 10);
 	if (how == "seccomp-strict-later")
 		return seccompCase(argv[1], true, 3);
 	if (how == "emfile-close" || how == "close-all")

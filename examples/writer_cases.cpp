@@ -64,6 +64,9 @@
  *                     peer gets the 20 lines, then bytes that are no record
  *   popen             the same, the shell started by popen
  *   system            the same, the shell started by system
+ *   sent-away         a child forked first waits on a socketpair; 20 short lines, then the
+ *                     socket goes to the child with SCM_RIGHTS, which writes "raw" to it
+ *                     and exits; the parent waits for it and closes
  *   clone-vfork       20 short lines; then a child made by clone(CLONE_VFORK) without
  *                     CLONE_VM waits for a byte on a pipe, which another thread writes
  *                     after 20 short lines of its own (the parent stays in clone until the
@@ -76,6 +79,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -531,6 +535,59 @@ int spawned(const char *port, const std::string &how)
 	return 0;
 }
 
+/* The socket handed to another process, which writes to it at once. */
+int sentAway(const char *port)
+{
+	int pair[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair) != 0)
+		fail("socketpair");
+	const pid_t child = fork();
+	if (child < 0)
+		fail("fork");
+	if (child == 0) {
+		close(pair[0]);
+		char byte = 0;
+		char control[CMSG_SPACE(sizeof(int))] = {};
+		struct iovec part = { &byte, 1 };
+		struct msghdr message = {};
+		message.msg_iov = &part;
+		message.msg_iovlen = 1;
+		message.msg_control = control;
+		message.msg_controllen = sizeof(control);
+		struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+		if (recvmsg(pair[1], &message, 0) != 1 || !header || header->cmsg_type != SCM_RIGHTS)
+			_exit(2);
+		int socket = -1;
+		std::memcpy(&socket, CMSG_DATA(header), sizeof(socket));
+		_exit(write(socket, "raw", 3) == 3 ? 0 : 3);
+	}
+	close(pair[1]);
+	SSL_CTX *ctx = client();
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	writeLines(ssl, 0, 20);
+	char byte = 0;
+	char control[CMSG_SPACE(sizeof(int))] = {};
+	struct iovec part = { &byte, 1 };
+	struct msghdr message = {};
+	message.msg_iov = &part;
+	message.msg_iovlen = 1;
+	message.msg_control = control;
+	message.msg_controllen = sizeof(control);
+	struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+	header->cmsg_level = SOL_SOCKET;
+	header->cmsg_type = SCM_RIGHTS;
+	header->cmsg_len = CMSG_LEN(sizeof(int));
+	std::memcpy(CMSG_DATA(header), &fd, sizeof(fd));
+	int status = -1;
+	if (sendmsg(pair[0], &message, 0) != 1 || waitpid(child, &status, 0) != child || status != 0)
+		fail("the child");
+	close(fd);
+	SSL_free(ssl);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 int reuseCase(const char *port)
 {
 	SSL_CTX *ctx = client();
@@ -714,6 +771,8 @@ int main(int argc, char **argv)
 		return spawned(argv[1], how);
 	if (how == "clone-vfork")
 		return cloneVfork(argv[1]);
+	if (how == "sent-away")
+		return sentAway(argv[1]);
 	if (how == "daemon")
 		return daemonCase(argv[1]);
 	if (how == "closefrom" || how == "raw-close")

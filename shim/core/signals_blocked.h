@@ -19,7 +19,8 @@ public:
 			return;
 		sigset_t all;
 		sigfillset(&all);
-		pthread_sigmask(SIG_BLOCK, &all, &old_);
+		/* Refused (a seccomp filter): nothing changed, and old_ holds nothing to restore. */
+		changed_ = pthread_sigmask(SIG_BLOCK, &all, &old_) == 0;
 	}
 	~SignalsBlocked()
 	{

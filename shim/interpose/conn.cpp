@@ -12,8 +12,10 @@ TLSTUNE_EXPORT SSL *SSL_new(SSL_CTX *ctx)
 	if (created && ssl.tracking) {
 		if (Connection *connection = ssl.slot.of(ssl.api, created)) {
 			Process &p = process();
-			if (p.stats.connections.fetch_add(1, std::memory_order_seq_cst) == 0)
+			if (p.stats.connections.fetch_add(1, std::memory_order_seq_cst) == 0) {
+				p.noticeInheritedSandbox();
 				p.buffered.adoptEarlyDuplicates();
+			}
 			if (!ssl.inLibssl(__builtin_return_address(0)))
 				connection->noteMadeThroughShim();
 		}

@@ -45,7 +45,7 @@ inline void noteDuplicate(Process &p, int from, int to) noexcept
 
 /* Each descriptor an SCM_RIGHTS message carries. */
 template <typename Each>
-void forEachPassed(const struct msghdr *msg, Each each) noexcept
+void forEachPassed(const struct msghdr *msg, Each each)
 {
 	for (const struct cmsghdr *header = CMSG_FIRSTHDR(msg); header;
 	     header = CMSG_NXTHDR(const_cast<struct msghdr *>(msg), const_cast<struct cmsghdr *>(header))) {
@@ -88,9 +88,30 @@ inline void noteUnfollowedSocket(Process &p, int fd) noexcept
 	errno = savedErrno;
 }
 
-inline void noteSentDescriptors(Process &p, const struct msghdr *msg) noexcept
+/*
+ * A socket sent away may be written at once by the process that receives it: what is held
+ * for it goes to the kernel first, and nothing more is held for it (a hunt: that process's
+ * raw bytes overtook 780 held ones). Found by number: a copy under another number sent
+ * instead is not (docs/limits.md). Not noexcept: the send may block, a cancellation point
+ * as the sendmsg it comes before.
+ */
+inline void handOverSentSocket(Process &p, int fd)
 {
-	forEachPassed(msg, [&p](int fd) { noteUnfollowedSocket(p, fd); });
+	if (p.coalescer.idle() || p.inVforkChild())
+		return;
+	const int savedErrno = errno;
+	p.coalescer.sendingAway(fd);
+	p.held.encryptAll();
+	p.coalescer.shuttingDown(fd);
+	errno = savedErrno;
+}
+
+inline void noteSentDescriptors(Process &p, const struct msghdr *msg)
+{
+	forEachPassed(msg, [&p](int fd) {
+		noteUnfollowedSocket(p, fd);
+		handOverSentSocket(p, fd);
+	});
 }
 
 } /* namespace tlstune */

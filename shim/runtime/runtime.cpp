@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
 #include <new>
 #include <unistd.h>
 #include <utility>
@@ -333,11 +335,55 @@ void Process::enterSandbox() noexcept
 	unseen.noteConfined();
 	if (!coalescer.holding())
 		return;
+	/* Nothing to hand over (a process that never held: its first connection): no system call. */
+	if (coalescer.idle()) {
+		held.stopHolding();
+		coalescer.stopHoldingIdle();
+		return;
+	}
 	const int savedErrno = errno;
 	held.stopHolding();
 	held.encryptAll();
 	coalescer.stopHolding();
 	logLimited(sandboxLines, LogLevel::Info, "seccomp: small writes are no longer held in this process");
+	errno = savedErrno;
+}
+
+namespace {
+
+/*
+ * The kernel's word (proc(5), "Seccomp:"): 0 none, 1 strict, 2 filter. Read from /proc,
+ * as OpenSSL reads its own files: an open, a read and a close, which a filter that lets
+ * the program load OpenSSL lets through; prctl(PR_GET_SECCOMP) may be refused, even by a
+ * kill. Without /proc: none.
+ */
+bool startedConfined() noexcept
+{
+	const int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	char text[4096];
+	const ssize_t length = process().libc.read(fd, text, sizeof(text) - 1);
+	process().libc.close(fd);
+	if (length <= 0)
+		return false;
+	text[length] = '\0';
+	const char *line = std::strstr(text, "\nSeccomp:");
+	return line && std::strtol(line + std::strlen("\nSeccomp:"), nullptr, 10) != 0;
+}
+
+RateLimit inheritedLines;
+
+} /* namespace */
+
+void Process::noticeInheritedSandbox() noexcept
+{
+	const int savedErrno = errno;
+	if (startedConfined()) {
+		enterSandbox();
+		logLimited(inheritedLines, LogLevel::Info, "started under seccomp: small writes are not held, "
+			   "connections do not read ahead");
+	}
 	errno = savedErrno;
 }
 

@@ -50,6 +50,13 @@ struct Process {
 	 * decided afterwards does not read ahead (issue 23: fstat and getsockopt may be forbidden).
 	 */
 	void enterSandbox() noexcept;
+	/*
+	 * At the process's first connection: a seccomp filter it was started under (installed
+	 * before exec: systemd's SystemCallFilter=, bwrap, a launcher) counts as one it
+	 * installed itself. The shim saw no call for it, and its own calls (send, getsockopt,
+	 * sigprocmask) may be refused where the program's are not.
+	 */
+	void noticeInheritedSandbox() noexcept;
 	/* This is a vfork child (or posix_spawn's): it must change no state of the shim's. */
 	bool inVforkChild() const noexcept;
 

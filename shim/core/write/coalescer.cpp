@@ -376,6 +376,11 @@ void Coalescer::shuttingDown(int fd)
 	forEachOf(fd, [this](PendingWrites *writes) { handOver(writes); });
 }
 
+void Coalescer::sendingAway(int fd)
+{
+	forEachOf(fd, [](PendingWrites *writes) { writes->sendAway(); });
+}
+
 void Coalescer::shutForWriting(int fd)
 {
 	forEachOf(fd, [](PendingWrites *writes) { writes->fail(EPIPE); });

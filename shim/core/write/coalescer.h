@@ -140,6 +140,8 @@ public:
 		holding_.store(false, std::memory_order_relaxed);
 		flushDirty();
 	}
+	/* The same where nothing was ever held (idle): nothing to flush. */
+	void stopHoldingIdle() noexcept { holding_.store(false, std::memory_order_relaxed); }
 	bool holding() const noexcept { return holding_.load(std::memory_order_relaxed); }
 
 	/* The program is about to wait: every connection's bytes go out, without blocking. */
@@ -172,6 +174,8 @@ public:
 
 	/* fd's sending side is about to be shut down: its bytes go to the kernel first. */
 	void shuttingDown(int fd);
+	/* fd is about to be sent to another process: nothing more is held for it. */
+	void sendingAway(int fd);
 	/*
 	 * fd's sending side is shut: its connections' writes fail as the kernel fails them
 	 * (EPIPE), none is held (a hunt: three writes after shutdown(SHUT_WR) were reported

@@ -157,6 +157,12 @@ public:
 	 * WANT_WRITE, as without the shim) instead of piling up here.
 	 */
 	bool stalled() const noexcept { return stalled_.load(std::memory_order_relaxed); }
+	/*
+	 * The socket was sent to another process (SCM_RIGHTS), which may write to it at once:
+	 * from then on nothing is held for it (rule 2: the shim cannot see that writer).
+	 */
+	void sendAway() noexcept { sentAway_.store(true, std::memory_order_relaxed); }
+	bool sentAway() const noexcept { return sentAway_.load(std::memory_order_relaxed); }
 	/* Bytes waiting: BIO_CTRL_WPENDING. */
 	std::size_t pending() noexcept;
 
@@ -219,6 +225,7 @@ private:
 	std::vector<unsigned char> spare_; /* the owner's other buffer, while bytes_ is out */
 	std::atomic<bool> dirty_{false};
 	std::atomic<bool> stalled_{false};
+	std::atomic<bool> sentAway_{false};
 	/* Written under mutex_; read without it by error(), once per held write. */
 	std::atomic<int> error_{0};
 	bool listed_ = false;
