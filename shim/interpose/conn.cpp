@@ -12,10 +12,8 @@ TLSTUNE_EXPORT SSL *SSL_new(SSL_CTX *ctx)
 	if (created && ssl.tracking) {
 		if (Connection *connection = ssl.slot.of(ssl.api, created)) {
 			Process &p = process();
-			if (p.stats.connections.fetch_add(1, std::memory_order_seq_cst) == 0) {
-				p.noticeInheritedSandbox();
+			if (p.stats.connections.fetch_add(1, std::memory_order_seq_cst) == 0)
 				p.buffered.adoptEarlyDuplicates();
-			}
 			if (!ssl.inLibssl(__builtin_return_address(0)))
 				connection->noteMadeThroughShim();
 		}

@@ -51,12 +51,10 @@ struct Process {
 	 */
 	void enterSandbox() noexcept;
 	/*
-	 * At the process's first connection: a seccomp filter it was started under (installed
-	 * before exec: systemd's SystemCallFilter=, bwrap, a launcher) counts as one it
-	 * installed itself. The shim saw no call for it, and its own calls (send, getsockopt,
-	 * sigprocmask) may be refused where the program's are not.
+	 * A send of the shim's was refused (sendOrWrite): from now on nothing is held, and no
+	 * connection decided later reads ahead (its calls may be refused too).
 	 */
-	void noticeInheritedSandbox() noexcept;
+	void sendRefused() noexcept;
 	/* This is a vfork child (or posix_spawn's): it must change no state of the shim's. */
 	bool inVforkChild() const noexcept;
 
