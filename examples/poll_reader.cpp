@@ -20,7 +20,7 @@
  * read-ahead may already hold in OpenSSL's buffers) and the parent exits with its status.
  *
  * With --high-fd N the socket is moved to fd N first (raising RLIMIT_NOFILE as needed), to
- * run above FD_SETSIZE with poll and epoll.
+ * run above FD_SETSIZE (select's sets are allocated for it).
  *
  * Usage: poll_reader HOST PORT --lines N [--wait poll|poll_chk|ppoll|ppoll_chk|select|pselect|
  *                    epoll|epoll_pwait]
@@ -32,6 +32,8 @@
  */
 
 #include <cerrno>
+#include <algorithm>
+#include <vector>
 #include <csignal>
 #include <cstring>
 #include <poll.h>
@@ -72,10 +74,12 @@ bool waitFor(const std::string &how, int fd, bool forWrite, int timeoutMs, bool 
 	*hangup = false;
 	const bool forever = timeoutMs < 0;
 	if (how == "select" || how == "pselect") {
-		fd_set set;
-		FD_ZERO(&set);
-		FD_SET(fd, &set);
-		fd_set *readable = forWrite ? nullptr : &set, *writable = forWrite ? &set : nullptr;
+		/* Sized for fd, as programs with fds above FD_SETSIZE allocate their sets. */
+		const size_t bits = 8 * sizeof(unsigned long);
+		std::vector<unsigned long> words(std::max(sizeof(fd_set) / sizeof(unsigned long), fd / bits + 1));
+		words[fd / bits] |= 1UL << (fd % bits);
+		fd_set *set = reinterpret_cast<fd_set *>(words.data());
+		fd_set *readable = forWrite ? nullptr : set, *writable = forWrite ? set : nullptr;
 		if (how == "select") {
 			struct timeval tv = { timeoutMs / 1000, (timeoutMs % 1000) * 1000 };
 			return failed(select(fd + 1, readable, writable, nullptr, forever ? nullptr : &tv),

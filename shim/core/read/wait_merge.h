@@ -3,6 +3,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/epoll.h>
@@ -84,10 +86,13 @@ struct timeval timeLeft(struct timeval asked, std::chrono::nanoseconds elapsed) 
 template <typename RealSelect>
 int selectMerged(const BufferedFds &buffered, EpollSets &sets, int nfds, fd_set *readfds, RealSelect realSelect)
 {
-	if (buffered.empty())
+	if (buffered.empty() || nfds <= 0)
 		return realSelect(false);
-	/* Only the fixed-size fd_set is ours to read; above FD_SETSIZE the program is alone. */
-	const int limit = nfds < FD_SETSIZE ? nfds : FD_SETSIZE;
+	/*
+	 * The bits nfds names, and no more: programs allocate howmany(nfds, NFDBITS) words
+	 * (OpenSSH, perl; a whole fd_set copied from the end of a page faulted), and above
+	 * FD_SETSIZE they allocate the sets themselves (a connection on fd 1500 stalled).
+	 */
 	auto isSet = [](const fd_set *set, int fd) {
 		return (__FDS_BITS(set)[fd / __NFDBITS] & (static_cast<__fd_mask>(1) << (fd % __NFDBITS))) != 0;
 	};
@@ -97,25 +102,30 @@ int selectMerged(const BufferedFds &buffered, EpollSets &sets, int nfds, fd_set 
 
 	bool any = false;
 	if (readfds) {
-		for (int fd = 0; fd < limit && !any; fd++)
+		for (int fd = 0; fd < nfds && !any; fd++)
 			any = isSet(readfds, fd) && heldReadable(buffered, sets, fd);
 	}
 	if (!any)
 		return realSelect(false);
 
-	/*
-	 * The words nfds names, and no more: programs allocate howmany(nfds, NFDBITS) of them
-	 * (OpenSSH, perl), and a whole fd_set copied from the end of a page faults.
-	 */
-	fd_set wanted;
-	FD_ZERO(&wanted);
-	const std::size_t words = static_cast<std::size_t>((limit + __NFDBITS - 1) / __NFDBITS);
-	std::memcpy(&wanted, readfds, words * sizeof(__fd_mask));
+	const std::size_t words = (static_cast<std::size_t>(nfds) + __NFDBITS - 1) / __NFDBITS;
+	fd_set fixed;
+	std::unique_ptr<__fd_mask[]> large;
+	fd_set *wanted = &fixed;
+	int limit = nfds;
+	if (words > sizeof(fixed) / sizeof(__fd_mask)) {
+		large.reset(new (std::nothrow) __fd_mask[words]);
+		if (large)
+			wanted = reinterpret_cast<fd_set *>(large.get());
+		else
+			limit = FD_SETSIZE; /* out of memory: the fds a fixed set holds */
+	}
+	std::memcpy(wanted, readfds, ((static_cast<std::size_t>(limit) + __NFDBITS - 1) / __NFDBITS) * sizeof(__fd_mask));
 	int ready = realSelect(true);
 	if (ready < 0)
 		return ready;
 	for (int fd = 0; fd < limit; fd++) {
-		if (isSet(&wanted, fd) && !isSet(readfds, fd) && heldReadable(buffered, sets, fd)) {
+		if (isSet(wanted, fd) && !isSet(readfds, fd) && heldReadable(buffered, sets, fd)) {
 			add(readfds, fd);
 			ready++;
 		}
