@@ -22,8 +22,13 @@
  * With --high-fd N the socket is moved to fd N first (raising RLIMIT_NOFILE as needed), to
  * run above FD_SETSIZE (select's sets are allocated for it).
  *
+ * With --wait-on-copy HOW it waits, once connected, on a copy of the socket made by dup,
+ * syscall-dup (syscall(SYS_dup)), syscall-fcntl (F_DUPFD_CLOEXEC) or pidfd (pidfd_getfd of
+ * its own pid); the syscall-* waits are made through syscall() instead of libc's wrappers.
+ *
  * Usage: poll_reader HOST PORT --lines N [--wait poll|poll_chk|ppoll|ppoll_chk|select|pselect|
- *                    epoll|epoll_pwait]
+ *                    epoll|epoll_pwait|syscall-poll|syscall-select|syscall-epoll]
+ *                    [--wait-on-copy dup|syscall-dup|syscall-fcntl|pidfd]
  *                    [--stall-ms MS] [--hangup-check] [--reuse-check] [--interrupt]
  *                    [--high-fd N] [--fork-after N]
  * Prints "lines N" and exits 0 once N lines arrived; when one wait sees nothing for
@@ -32,6 +37,8 @@
  */
 
 #include <cerrno>
+#include <fcntl.h>
+#include <sys/syscall.h>
 #include <algorithm>
 #include <vector>
 #include <csignal>
@@ -73,23 +80,26 @@ bool waitFor(const std::string &how, int fd, bool forWrite, int timeoutMs, bool 
 {
 	*hangup = false;
 	const bool forever = timeoutMs < 0;
-	if (how == "select" || how == "pselect") {
+	if (how == "select" || how == "pselect" || how == "syscall-select") {
 		/* Sized for fd, as programs with fds above FD_SETSIZE allocate their sets. */
 		const size_t bits = 8 * sizeof(unsigned long);
 		std::vector<unsigned long> words(std::max(sizeof(fd_set) / sizeof(unsigned long), fd / bits + 1));
 		words[fd / bits] |= 1UL << (fd % bits);
 		fd_set *set = reinterpret_cast<fd_set *>(words.data());
 		fd_set *readable = forWrite ? nullptr : set, *writable = forWrite ? set : nullptr;
-		if (how == "select") {
+		if (how == "select" || how == "syscall-select") {
 			struct timeval tv = { timeoutMs / 1000, (timeoutMs % 1000) * 1000 };
-			return failed(select(fd + 1, readable, writable, nullptr, forever ? nullptr : &tv),
+			struct timeval *timeout = forever ? nullptr : &tv;
+			return failed(how == "select" ? select(fd + 1, readable, writable, nullptr, timeout)
+						      : static_cast<int>(syscall(SYS_select, fd + 1, readable, writable,
+										 nullptr, timeout)),
 				      "select");
 		}
 		struct timespec ts = { timeoutMs / 1000, (timeoutMs % 1000) * 1000000L };
 		return failed(pselect(fd + 1, readable, writable, nullptr, forever ? nullptr : &ts, nullptr),
 			      "pselect");
 	}
-	if (how == "epoll" || how == "epoll_pwait") {
+	if (how == "epoll" || how == "epoll_pwait" || how == "syscall-epoll") {
 		static int epfd = -1;
 		static bool registeredForWrite = false;
 		struct epoll_event event = {};
@@ -103,8 +113,9 @@ bool waitFor(const std::string &how, int fd, bool forWrite, int timeoutMs, bool 
 		}
 		registeredForWrite = forWrite;
 		struct epoll_event out[4];
-		int n = how == "epoll" ? epoll_wait(epfd, out, 4, timeoutMs)
-				       : epoll_pwait(epfd, out, 4, timeoutMs, nullptr);
+		int n = how == "epoll"	       ? epoll_wait(epfd, out, 4, timeoutMs)
+			: how == "epoll_pwait" ? epoll_pwait(epfd, out, 4, timeoutMs, nullptr)
+					       : static_cast<int>(syscall(SYS_epoll_wait, epfd, out, 4, timeoutMs));
 		if (n > 0 && out[0].data.u64 != event.data.u64)
 			fail("epoll returned data that was never registered");
 		return failed(n, "epoll");
@@ -119,6 +130,8 @@ bool waitFor(const std::string &how, int fd, bool forWrite, int timeoutMs, bool 
 		n = __ppoll_chk(&pfd, 1, forever ? nullptr : &ts, nullptr, sizeof(pfd));
 	else if (how == "poll_chk")
 		n = __poll_chk(&pfd, 1, timeoutMs, sizeof(pfd));
+	else if (how == "syscall-poll")
+		n = static_cast<int>(syscall(SYS_poll, &pfd, 1, timeoutMs));
 	else
 		n = poll(&pfd, 1, timeoutMs);
 	*hangup = n > 0 && (pfd.revents & POLLRDHUP);
@@ -161,6 +174,26 @@ int moveTo(int fd, int target)
 	return target;
 }
 
+/* The fd to wait on: fd itself, or a copy made as `how` says. */
+int copyOf(int fd, const std::string &how)
+{
+	int copy = fd;
+	if (how == "dup")
+		copy = dup(fd);
+	else if (how == "syscall-dup")
+		copy = static_cast<int>(syscall(SYS_dup, fd));
+	else if (how == "syscall-fcntl")
+		copy = static_cast<int>(syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 100));
+	else if (how == "pidfd") {
+		const int self = static_cast<int>(syscall(SYS_pidfd_open, getpid(), 0));
+		copy = self < 0 ? -1 : static_cast<int>(syscall(SYS_pidfd_getfd, self, fd, 0));
+	} else if (!how.empty())
+		fail("unknown --wait-on-copy");
+	if (copy < 0)
+		fail("the copy");
+	return copy;
+}
+
 } /* namespace */
 
 int main(int argc, char **argv)
@@ -195,11 +228,12 @@ int main(int argc, char **argv)
 		waitFor(how, fd, error == SSL_ERROR_WANT_WRITE, stallMs, &hangup);
 	}
 
+	const int waited = copyOf(fd, option(argc, argv, "--wait-on-copy", ""));
 	uint64_t lines = 0;
 	int status = 0;
 	char buffer[64];
 	while (lines < wanted && status == 0) {
-		if (SSL_pending(ssl) == 0 && !waitFor(how, fd, false, stallMs, &hangup)) {
+		if (SSL_pending(ssl) == 0 && !waitFor(how, waited, false, stallMs, &hangup)) {
 			std::printf("stalled: %s waited %d ms after %llu lines; OpenSSL holds data: %s\n",
 				    how.c_str(), stallMs, static_cast<unsigned long long>(lines),
 				    SSL_has_pending(ssl) ? "yes" : "no");

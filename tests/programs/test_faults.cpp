@@ -63,6 +63,41 @@ TEST_P(HighFds, ASocketAboveFdSetSizeReadsAndWaitsAsWithoutTheShim)
 INSTANTIATE_TEST_SUITE_P(Faults, HighFds,
 			 ::testing::Values("poll", "ppoll", "epoll", "epoll_pwait", "select", "pselect"));
 
+/* 200 lines in one segment: after the first read, read-ahead holds the rest in OpenSSL. */
+std::string readAll(const std::vector<std::string> &more, bool withShim)
+{
+	ExampleServer server({ "--burst", "200" });
+	std::vector<std::string> argv = { examplePath("poll_reader"), "127.0.0.1", server.portText(), "--lines", "200" };
+	argv.insert(argv.end(), more.begin(), more.end());
+	const Captured run = runProgram(argv, withShim, {}, kTimeoutMs);
+	EXPECT_EQ(run.status, 0) << run.err;
+	return run.out;
+}
+
+class RawWaits : public ::testing::TestWithParam<const char *> {};
+
+/* A wait made through libc's syscall() is the wrapper's wait (a read hunt's stalled). */
+TEST_P(RawWaits, AWaitThroughSyscallSeesWhatOpenSslHolds)
+{
+	RecordProperty("fault", std::string("the wait made by syscall(): ") + GetParam());
+	for (bool withShim : { false, true })
+		EXPECT_EQ(readAll({ "--wait", GetParam() }, withShim), "lines 200\n") << (withShim ? "with" : "without");
+}
+
+INSTANTIATE_TEST_SUITE_P(Faults, RawWaits, ::testing::Values("syscall-poll", "syscall-select", "syscall-epoll"));
+
+class RawCopies : public ::testing::TestWithParam<const char *> {};
+
+/* A copy of the socket made through syscall() or pidfd_getfd is waited on as dup's (a read hunt's stalled). */
+TEST_P(RawCopies, AWaitOnACopyMadePastLibcSeesWhatOpenSslHolds)
+{
+	RecordProperty("fault", std::string("poll on a copy of the socket made by ") + GetParam());
+	for (bool withShim : { false, true })
+		EXPECT_EQ(readAll({ "--wait-on-copy", GetParam() }, withShim), "lines 200\n") << (withShim ? "with" : "without");
+}
+
+INSTANTIATE_TEST_SUITE_P(Faults, RawCopies, ::testing::Values("dup", "syscall-dup", "syscall-fcntl", "pidfd"));
+
 class Forks : public ::testing::TestWithParam<const char *> {};
 
 TEST_P(Forks, AChildForkedWithReadAheadDataReadsTheRest)

@@ -1,0 +1,168 @@
+/*
+ * syscall(2): a call the shim interposes, made through libc's syscall() instead of its
+ * wrapper, is that wrapper's call. Each is routed to the shim's own (a read hunt: a wait
+ * by syscall(SYS_poll), or on a copy made by syscall(SYS_dup), stalled a connection that
+ * read ahead). The waits' results and errno are the wrappers', which are the kernel's.
+ * Left to the kernel: pselect6, whose raw form writes the time left back where glibc's
+ * pselect does not, and every call the shim does not interpose.
+ */
+
+#include <cerrno>
+#include <cstdarg>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "interpose/export.h"
+#include "runtime/duplicates.h"
+#include "runtime/runtime.h"
+
+using namespace tlstune;
+
+namespace {
+
+/* A copy of the process that returns here in both: a fork glibc does not see. */
+long forkedPast(Process &p, long number, const long (&a)[6])
+{
+	lockForFork();
+	const long child = p.libc.syscall(number, a[0], a[1], a[2], a[3], a[4], a[5]);
+	const int savedErrno = errno;
+	if (child == 0)
+		unlockInChild();
+	else
+		unlockInParent();
+	errno = savedErrno;
+	return child;
+}
+
+/* A new descriptor from the kernel (dup, fcntl's F_DUPFD, pidfd_getfd): a copy as dup's. */
+long duplicated(Process &p, long number, const long (&a)[6], int from)
+{
+	const long result = p.libc.syscall(number, a[0], a[1], a[2], a[3], a[4], a[5]);
+	if (result >= 0) {
+		const int savedErrno = errno;
+		noteDuplicate(p, from < 0 ? static_cast<int>(result) : from, static_cast<int>(result));
+		errno = savedErrno;
+	}
+	return result;
+}
+
+template <typename T>
+T *pointer(long argument) noexcept
+{
+	return reinterpret_cast<T *>(argument);
+}
+
+int fd(long argument) noexcept
+{
+	return static_cast<int>(argument);
+}
+
+} /* namespace */
+
+/*
+ * glibc's syscall(2) takes six arguments after the number, whatever the call uses: the
+ * last comes from the caller's stack, past what a call with fewer passed, which
+ * AddressSanitizer would take for an overflow (syscall(SYS_gettid) from a program).
+ */
+TLSTUNE_EXPORT __attribute__((no_sanitize("address"))) long syscall(long number, ...)
+{
+	va_list rest;
+	va_start(rest, number);
+	long a[6];
+	for (long &argument : a)
+		argument = va_arg(rest, long);
+	va_end(rest);
+	Process &p = process();
+	switch (number) {
+	/* Closes: the wrappers hand over what the shim holds for the fds first. */
+	case SYS_close:
+		return close(fd(a[0]));
+	case SYS_close_range:
+		if (!p.libc.close_range)
+			break;
+		return close_range(static_cast<unsigned>(a[0]), static_cast<unsigned>(a[1]), fd(a[2]));
+	case SYS_dup2:
+		return dup2(fd(a[0]), fd(a[1]));
+	case SYS_dup3:
+		return dup3(fd(a[0]), fd(a[1]), fd(a[2]));
+	case SYS_dup:
+		return duplicated(p, number, a, fd(a[0]));
+	case SYS_fcntl:
+		if (a[1] != F_DUPFD && a[1] != F_DUPFD_CLOEXEC)
+			break;
+		return duplicated(p, number, a, fd(a[0]));
+	/* Another process's descriptor, or this one's own: what it names is learnt from it. */
+	case SYS_pidfd_getfd:
+		return duplicated(p, number, a, -1);
+	/* Waits. */
+	case SYS_poll:
+		return poll(pointer<struct pollfd>(a[0]), static_cast<nfds_t>(a[1]), fd(a[2]));
+	case SYS_ppoll:
+		return ppoll(pointer<struct pollfd>(a[0]), static_cast<nfds_t>(a[1]),
+			     pointer<const struct timespec>(a[2]), pointer<const sigset_t>(a[3]));
+	case SYS_select:
+		return select(fd(a[0]), pointer<fd_set>(a[1]), pointer<fd_set>(a[2]), pointer<fd_set>(a[3]),
+			      pointer<struct timeval>(a[4]));
+	case SYS_epoll_wait:
+		return epoll_wait(fd(a[0]), pointer<struct epoll_event>(a[1]), fd(a[2]), fd(a[3]));
+	case SYS_epoll_pwait:
+		return epoll_pwait(fd(a[0]), pointer<struct epoll_event>(a[1]), fd(a[2]), fd(a[3]),
+				   pointer<const sigset_t>(a[4]));
+	case SYS_epoll_pwait2:
+		return epoll_pwait2(fd(a[0]), pointer<struct epoll_event>(a[1]), fd(a[2]),
+				    pointer<const struct timespec>(a[3]), pointer<const sigset_t>(a[4]));
+	case SYS_epoll_ctl:
+		return epoll_ctl(fd(a[0]), fd(a[1]), fd(a[2]), pointer<struct epoll_event>(a[3]));
+	/* Reads, sends and socket changes the shim notes. */
+	case SYS_read:
+		return read(fd(a[0]), pointer<void>(a[1]), static_cast<size_t>(a[2]));
+	case SYS_readv:
+		return readv(fd(a[0]), pointer<const struct iovec>(a[1]), fd(a[2]));
+	case SYS_recvfrom:
+		return recvfrom(fd(a[0]), pointer<void>(a[1]), static_cast<size_t>(a[2]), fd(a[3]),
+				pointer<struct sockaddr>(a[4]), pointer<socklen_t>(a[5]));
+	case SYS_recvmsg:
+		return recvmsg(fd(a[0]), pointer<struct msghdr>(a[1]), fd(a[2]));
+	case SYS_sendmsg:
+		return sendmsg(fd(a[0]), pointer<const struct msghdr>(a[1]), fd(a[2]));
+	case SYS_shutdown:
+		return shutdown(fd(a[0]), fd(a[1]));
+	case SYS_setsockopt:
+		return setsockopt(fd(a[0]), fd(a[1]), fd(a[2]), pointer<const void>(a[3]),
+				  static_cast<socklen_t>(a[4]));
+	/* Sandboxes and ends (interpose/sandbox.cpp, exit.cpp). */
+	case SYS_seccomp:
+		p.enterSandbox();
+		break;
+	/* The process image ends here, as in _exit: what is held goes to the kernel first. */
+	case SYS_exit_group:
+		p.drainBeforeImageEnds();
+		break;
+	/* A copy of the process with no stack of its own and no CLONE_VM (interpose/spawn.cpp). */
+	case SYS_fork:
+		if (!p.inVforkChild())
+			return forkedPast(p, number, a);
+		break;
+	case SYS_clone:
+		if (!(a[0] & (CLONE_VM | CLONE_VFORK)) && a[1] == 0 && !p.inVforkChild())
+			return forkedPast(p, number, a);
+		break;
+	default:
+		break;
+	}
+	const long result = p.libc.syscall(number, a[0], a[1], a[2], a[3], a[4], a[5]);
+	/* libuv makes its ring this way (core/read/unseen_waits.h). */
+	if (number == SYS_io_uring_setup && result >= 0) {
+		const int savedErrno = errno;
+		p.unseen.noteRing();
+		errno = savedErrno;
+	}
+	return result;
+}
