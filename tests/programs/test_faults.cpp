@@ -67,7 +67,8 @@ INSTANTIATE_TEST_SUITE_P(Faults, HighFds,
 std::string readAll(const std::vector<std::string> &more, bool withShim)
 {
 	ExampleServer server({ "--burst", "200" });
-	std::vector<std::string> argv = { examplePath("poll_reader"), "127.0.0.1", server.portText(), "--lines", "200" };
+	std::vector<std::string> argv = { examplePath("poll_reader"), "127.0.0.1", server.portText(), "--lines",
+					  "200" };
 	argv.insert(argv.end(), more.begin(), more.end());
 	const Captured run = runProgram(argv, withShim, {}, kTimeoutMs);
 	EXPECT_EQ(run.status, 0) << run.err;
@@ -81,19 +82,20 @@ TEST_P(RawWaits, AWaitThroughSyscallSeesWhatOpenSslHolds)
 {
 	RecordProperty("fault", std::string("the wait made by syscall(): ") + GetParam());
 	for (bool withShim : { false, true })
-		EXPECT_EQ(readAll({ "--wait", GetParam() }, withShim), "lines 200\n") << (withShim ? "with" : "without");
+		EXPECT_EQ(readAll({ "--wait", GetParam() }, withShim), "lines 200\n") << withShim;
 }
 
-INSTANTIATE_TEST_SUITE_P(Faults, RawWaits, ::testing::Values("syscall-poll", "syscall-select", "syscall-epoll"));
+INSTANTIATE_TEST_SUITE_P(Faults, RawWaits,
+			 ::testing::Values("syscall-poll", "syscall-select", "syscall-epoll"));
 
 class RawCopies : public ::testing::TestWithParam<const char *> {};
 
-/* A copy of the socket made through syscall() or pidfd_getfd is waited on as dup's (a read hunt's stalled). */
+/* A copy made through syscall() or pidfd_getfd is waited on as dup's is (a read hunt's stalled). */
 TEST_P(RawCopies, AWaitOnACopyMadePastLibcSeesWhatOpenSslHolds)
 {
 	RecordProperty("fault", std::string("poll on a copy of the socket made by ") + GetParam());
 	for (bool withShim : { false, true })
-		EXPECT_EQ(readAll({ "--wait-on-copy", GetParam() }, withShim), "lines 200\n") << (withShim ? "with" : "without");
+		EXPECT_EQ(readAll({ "--wait-on-copy", GetParam() }, withShim), "lines 200\n") << withShim;
 }
 
 INSTANTIATE_TEST_SUITE_P(Faults, RawCopies, ::testing::Values("dup", "syscall-dup", "syscall-fcntl", "pidfd"));

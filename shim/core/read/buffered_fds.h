@@ -100,8 +100,9 @@ public:
 	/*
 	 * A duplicate made before the process's first connection (dup, dup2, fcntl F_DUPFD, a
 	 * descriptor received): remembered by number, with no stat (a process without TLS pays
-	 * an increment and a store), up to kEarlyDuplicates, then a load (earlyDuplicatesFull); a hunt's program
-	 * dup'ed its socket before its first SSL_new and polled the copy, which stalled.
+	 * an increment and a store), up to kEarlyDuplicates, then a load (earlyDuplicatesFull);
+	 * a hunt's program dup'ed its socket before its first SSL_new and polled the copy,
+	 * which stalled.
 	 */
 	bool earlyDuplicatesFull() const noexcept
 	{

@@ -120,7 +120,8 @@ int selectMerged(const BufferedFds &buffered, EpollSets &sets, int nfds, fd_set 
 		else
 			limit = FD_SETSIZE; /* out of memory: the fds a fixed set holds */
 	}
-	std::memcpy(wanted, readfds, ((static_cast<std::size_t>(limit) + __NFDBITS - 1) / __NFDBITS) * sizeof(__fd_mask));
+	const std::size_t copied = (static_cast<std::size_t>(limit) + __NFDBITS - 1) / __NFDBITS;
+	std::memcpy(wanted, readfds, copied * sizeof(__fd_mask));
 	int ready = realSelect(true);
 	if (ready < 0)
 		return ready;
