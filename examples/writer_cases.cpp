@@ -96,6 +96,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/descriptors.h"
 #include "common/example.h"
 
 using namespace example;
@@ -546,19 +547,7 @@ int sentAway(const char *port)
 		fail("fork");
 	if (child == 0) {
 		close(pair[0]);
-		char byte = 0;
-		char control[CMSG_SPACE(sizeof(int))] = {};
-		struct iovec part = { &byte, 1 };
-		struct msghdr message = {};
-		message.msg_iov = &part;
-		message.msg_iovlen = 1;
-		message.msg_control = control;
-		message.msg_controllen = sizeof(control);
-		struct cmsghdr *header = CMSG_FIRSTHDR(&message);
-		if (recvmsg(pair[1], &message, 0) != 1 || !header || header->cmsg_type != SCM_RIGHTS)
-			_exit(2);
-		int socket = -1;
-		std::memcpy(&socket, CMSG_DATA(header), sizeof(socket));
+		const int socket = receiveDescriptor(pair[1]);
 		_exit(write(socket, "raw", 3) == 3 ? 0 : 3);
 	}
 	close(pair[1]);
@@ -566,21 +555,9 @@ int sentAway(const char *port)
 	int fd = -1;
 	SSL *ssl = connectSsl(ctx, port, &fd);
 	writeLines(ssl, 0, 20);
-	char byte = 0;
-	char control[CMSG_SPACE(sizeof(int))] = {};
-	struct iovec part = { &byte, 1 };
-	struct msghdr message = {};
-	message.msg_iov = &part;
-	message.msg_iovlen = 1;
-	message.msg_control = control;
-	message.msg_controllen = sizeof(control);
-	struct cmsghdr *header = CMSG_FIRSTHDR(&message);
-	header->cmsg_level = SOL_SOCKET;
-	header->cmsg_type = SCM_RIGHTS;
-	header->cmsg_len = CMSG_LEN(sizeof(int));
-	std::memcpy(CMSG_DATA(header), &fd, sizeof(fd));
+	sendDescriptor(pair[0], fd);
 	int status = -1;
-	if (sendmsg(pair[0], &message, 0) != 1 || waitpid(child, &status, 0) != child || status != 0)
+	if (waitpid(child, &status, 0) != child || status != 0)
 		fail("the child");
 	close(fd);
 	SSL_free(ssl);
