@@ -14,6 +14,7 @@ namespace {
 
 /* A program may make a connection per request. */
 RateLimit tunedLines;
+RateLimit untunedLines;
 RateLimit chunkedLines;
 
 /* TLS's largest record payload: a BIO that asks the kernel for less reads in chunks of its own. */
@@ -68,7 +69,7 @@ void ReadTuning::noteContextSetting(const OpenSslApi &api, SSL_CTX *ctx) const n
 		api.SSL_CTX_set_ex_data(ctx, contextIndex_, &programSetReadAhead);
 }
 
-void ReadTuning::turnOn(const OpenSslApi &api, const Config &config, SSL *ssl, bool connecting) noexcept
+std::size_t ReadTuning::turnOn(const OpenSslApi &api, const Config &config, SSL *ssl, bool connecting) noexcept
 {
 	/*
 	 * Four records, one recv, for a client: it downloads (64 reads per MiB with one). A
@@ -77,9 +78,11 @@ void ReadTuning::turnOn(const OpenSslApi &api, const Config &config, SSL *ssl, b
 	 * what that buffer holds at once; unless TLSTUNE_READ_BUFFER names another size.
 	 */
 	const bool server = !connecting && api.SSL_is_server && api.SSL_is_server(ssl);
-	if (!server || config.readBuffer != kDefaultReadBuffer)
+	const bool sized = !server || config.readBuffer != kDefaultReadBuffer;
+	if (sized)
 		api.SSL_set_default_read_buffer_len(ssl, config.readBuffer);
 	api.SSL_set_read_ahead(ssl, 1);
+	return sized ? config.readBuffer : 0;
 }
 
 void ReadTuning::tuneConnection(const OpenSslApi &api, const Config &config,
@@ -90,16 +93,30 @@ void ReadTuning::tuneConnection(const OpenSslApi &api, const Config &config,
 	/* Read first: a note made while this looks is seen at the next call. */
 	const unsigned generation = unseen.generation();
 	SSL_CTX *ctx = api.SSL_get_SSL_CTX(ssl);
+	/* Why not, for TLSTUNE_LOG=info: a user who sees no read-ahead in the stats asks. */
+	const char *untuned = nullptr;
 	if (connection.programSetReadAhead() || (ctx && api.SSL_CTX_get_ex_data(ctx, contextIndex_)) ||
-	    api.SSL_get_read_ahead(ssl) || !retriesItself(api, ssl) || !readsItsSource(api, ssl) ||
-	    !followable(api, unseen, ssl, connection))
+	    api.SSL_get_read_ahead(ssl))
+		untuned = "the program set read-ahead itself";
+	else if (!retriesItself(api, ssl))
+		untuned = "the program cleared SSL_MODE_AUTO_RETRY";
+	else if (!readsItsSource(api, ssl))
+		untuned = "its read BIO is a filter or a memory BIO";
+	else if (!followable(api, unseen, ssl, connection))
+		untuned = "its waits may go where the shim cannot see (docs/how-it-works.md)";
+	if (untuned) {
+		logLimited(untunedLines, LogLevel::Info, "connection not tuned: %s", untuned);
 		return;
+	}
 	/* A socket learnt later (a BIO of the program's own) is asked about once it is known. */
 	connection.setUnseenSeen(generation);
-	turnOn(api, config, ssl, connecting);
+	const std::size_t buffer = turnOn(api, config, ssl, connecting);
 	connection.setReadAheadByShim(true);
-	logLimited(tunedLines, LogLevel::Info, "connection tuned: read-ahead on, read buffer %zu bytes",
-		   config.readBuffer);
+	if (buffer)
+		logLimited(tunedLines, LogLevel::Info, "connection tuned: read-ahead on, read buffer %zu bytes", buffer);
+	else
+		logLimited(tunedLines, LogLevel::Info, "connection tuned: read-ahead on, OpenSSL's own read buffer "
+			   "(a server)");
 }
 
 bool ReadTuning::retriesItself(const OpenSslApi &api, SSL *ssl) noexcept

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <cstddef>
+
 #include <openssl/ssl.h>
 
 #include "core/config.h"
@@ -36,10 +38,11 @@ public:
 
 	/*
 	 * Read-ahead and the read buffer on ssl, before OpenSSL makes the buffer. connecting:
-	 * the call is SSL_connect, which makes ssl a client whatever its method said.
+	 * the call is SSL_connect, which makes ssl a client whatever its method said. Returns
+	 * the buffer length set, 0 where OpenSSL's own stays (a server's).
 	 */
-	static void turnOn(const OpenSslApi &api, const Config &config, SSL *ssl,
-			   bool connecting = false) noexcept;
+	static std::size_t turnOn(const OpenSslApi &api, const Config &config, SSL *ssl,
+				  bool connecting = false) noexcept;
 
 	/* Before the program's first call on ssl that may read. */
 	void tuneConnection(const OpenSslApi &api, const Config &config, const UnseenWaits &unseen,
