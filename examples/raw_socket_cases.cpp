@@ -21,7 +21,8 @@
  *                     R" (after the handshake: 5, a record's header, without read-ahead) and
  *                     "lines 20".
  *   lingering-close --cert C --key K
- *                     a forked server reads one of 20 pipelined requests, writes 200 KiB to
+ *                     a forked server reads one of 20 pipelined requests (all sent before its
+ *                     first read), writes 200 KiB to
  *                     a client that reads nothing yet (its receive buffer is 32 KiB), sends
  *                     close_notify, frees its SSL, shuts its writing side, drains the socket
  *                     until a poll of 1 s finds nothing (the lingering close of Apache), and
@@ -167,8 +168,11 @@ int bioPair(const char *port)
 
 constexpr int kResponse = 200 * 1024;
 
-/* The server side of lingering-close; done is written once the socket is closed. */
-[[noreturn]] void lingeringServer(SSL_CTX *server, int listener, int done)
+/*
+ * The server side of lingering-close; sent is readable once the client's requests are in
+ * this socket, done is written once the socket is closed.
+ */
+[[noreturn]] void lingeringServer(SSL_CTX *server, int listener, int sent, int done)
 {
 	const int fd = accept(listener, nullptr, nullptr);
 	const int sendBuffer = 1 << 20;
@@ -176,7 +180,9 @@ constexpr int kResponse = 200 * 1024;
 	SSL *ssl = SSL_new(server);
 	SSL_set_fd(ssl, fd);
 	char request[16];
-	if (SSL_accept(ssl) != 1 || SSL_read(ssl, request, 12) != 12)
+	char byte;
+	/* Every request is in the socket before the first read: read-ahead takes them all. */
+	if (SSL_accept(ssl) != 1 || read(sent, &byte, 1) != 1 || SSL_read(ssl, request, 12) != 12)
 		fail("the server's first request");
 	std::vector<char> response(kResponse, 'x');
 	for (int at = 0; at < kResponse;) {
@@ -204,15 +210,16 @@ int lingeringClose(SSL_CTX *server)
 {
 	int port = 0;
 	const int listener = listenOn(0, &port);
-	int closed[2];
-	if (pipe(closed) != 0)
+	int closed[2], sent[2];
+	if (pipe(closed) != 0 || pipe(sent) != 0)
 		fail("pipe");
 	std::fflush(stdout);
 	const pid_t child = fork();
 	if (child == 0)
-		lingeringServer(server, listener, closed[1]);
+		lingeringServer(server, listener, sent[0], closed[1]);
 	close(listener);
 	close(closed[1]);
+	close(sent[0]);
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	const int connection = connectTo("127.0.0.1", std::to_string(port), 32 * 1024);
 	SSL *ssl = connectTls(ctx, connection);
@@ -222,6 +229,11 @@ int lingeringClose(SSL_CTX *server)
 		if (SSL_write(ssl, request, 12) != 12)
 			fail("SSL_write");
 	}
+	/* A wait sends what the writes left held (on loopback the server's socket has it then). */
+	struct pollfd none = { connection, 0, 0 };
+	poll(&none, 1, 0);
+	if (write(sent[1], "x", 1) != 1)
+		fail("write");
 	char byte;
 	if (read(closed[0], &byte, 1) != 1)
 		fail("the server never closed");

@@ -57,6 +57,7 @@ public:
 	 * The program read fd itself, outside OpenSSL: records a freed SSL left unread there
 	 * are what the kernel would have given it (one load while there are none).
 	 */
+	bool anyUnread() const noexcept { return unreadCount_.load(std::memory_order_relaxed) != 0; }
 	void readByProgram(int fd) noexcept
 	{
 		if (unreadCount_.load(std::memory_order_relaxed) != 0)
