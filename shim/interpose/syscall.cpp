@@ -7,6 +7,7 @@
  * pselect does not, and every call the shim does not interpose.
  */
 
+#include <array>
 #include <cerrno>
 #include <cstdarg>
 #include <fcntl.h>
@@ -19,6 +20,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "core/signals_blocked.h"
 #include "interpose/export.h"
 #include "runtime/duplicates.h"
 #include "runtime/runtime.h"
@@ -66,6 +68,114 @@ int fd(long argument) noexcept
 
 } /* namespace */
 
+/* The numbers wrapperCall routes: every other call pays this test alone. */
+constexpr long kRouted[] = { SYS_close, SYS_close_range, SYS_dup, SYS_dup2, SYS_dup3, SYS_fcntl,
+			     SYS_pidfd_getfd, SYS_poll, SYS_ppoll, SYS_select, SYS_epoll_wait,
+			     SYS_epoll_pwait, SYS_epoll_pwait2, SYS_epoll_ctl, SYS_read, SYS_readv,
+			     SYS_recvfrom, SYS_recvmsg, SYS_sendmsg, SYS_shutdown, SYS_setsockopt };
+constexpr long kRoutedBelow = 512;
+
+constexpr std::array<bool, kRoutedBelow> routedTable()
+{
+	std::array<bool, kRoutedBelow> table = {};
+	for (const long number : kRouted)
+		table[static_cast<std::size_t>(number)] = true;
+	return table;
+}
+
+constexpr std::array<bool, kRoutedBelow> kIsRouted = routedTable();
+
+bool routed(long number) noexcept
+{
+	return number >= 0 && number < kRoutedBelow && kIsRouted[static_cast<std::size_t>(number)];
+}
+
+/* The wrapper's call for a number the shim interposes: *result, and true. */
+bool wrapperCall(Process &p, long number, const long (&a)[6], long *result)
+{
+	switch (number) {
+	/* Closes: the wrappers hand over what the shim holds for the fds first. */
+	case SYS_close:
+		*result = close(fd(a[0]));
+		return true;
+	case SYS_close_range:
+		if (!p.libc.close_range)
+			return false;
+		*result = close_range(static_cast<unsigned>(a[0]), static_cast<unsigned>(a[1]), fd(a[2]));
+		return true;
+	case SYS_dup2:
+		*result = dup2(fd(a[0]), fd(a[1]));
+		return true;
+	case SYS_dup3:
+		*result = dup3(fd(a[0]), fd(a[1]), fd(a[2]));
+		return true;
+	case SYS_dup:
+		*result = duplicated(p, number, a, fd(a[0]));
+		return true;
+	case SYS_fcntl:
+		if (a[1] != F_DUPFD && a[1] != F_DUPFD_CLOEXEC)
+			return false;
+		*result = duplicated(p, number, a, fd(a[0]));
+		return true;
+	/* Another process's descriptor, or this one's own: what it names is learnt from it. */
+	case SYS_pidfd_getfd:
+		*result = duplicated(p, number, a, -1);
+		return true;
+	/* Waits. */
+	case SYS_poll:
+		*result = poll(pointer<struct pollfd>(a[0]), static_cast<nfds_t>(a[1]), fd(a[2]));
+		return true;
+	case SYS_ppoll:
+		*result = ppoll(pointer<struct pollfd>(a[0]), static_cast<nfds_t>(a[1]),
+			     pointer<const struct timespec>(a[2]), pointer<const sigset_t>(a[3]));
+		return true;
+	case SYS_select:
+		*result = select(fd(a[0]), pointer<fd_set>(a[1]), pointer<fd_set>(a[2]), pointer<fd_set>(a[3]),
+			      pointer<struct timeval>(a[4]));
+		return true;
+	case SYS_epoll_wait:
+		*result = epoll_wait(fd(a[0]), pointer<struct epoll_event>(a[1]), fd(a[2]), fd(a[3]));
+		return true;
+	case SYS_epoll_pwait:
+		*result = epoll_pwait(fd(a[0]), pointer<struct epoll_event>(a[1]), fd(a[2]), fd(a[3]),
+				   pointer<const sigset_t>(a[4]));
+		return true;
+	case SYS_epoll_pwait2:
+		*result = epoll_pwait2(fd(a[0]), pointer<struct epoll_event>(a[1]), fd(a[2]),
+				    pointer<const struct timespec>(a[3]), pointer<const sigset_t>(a[4]));
+		return true;
+	case SYS_epoll_ctl:
+		*result = epoll_ctl(fd(a[0]), fd(a[1]), fd(a[2]), pointer<struct epoll_event>(a[3]));
+		return true;
+	/* Reads, sends and socket changes the shim notes. */
+	case SYS_read:
+		*result = read(fd(a[0]), pointer<void>(a[1]), static_cast<size_t>(a[2]));
+		return true;
+	case SYS_readv:
+		*result = readv(fd(a[0]), pointer<const struct iovec>(a[1]), fd(a[2]));
+		return true;
+	case SYS_recvfrom:
+		*result = recvfrom(fd(a[0]), pointer<void>(a[1]), static_cast<size_t>(a[2]), fd(a[3]),
+				pointer<struct sockaddr>(a[4]), pointer<socklen_t>(a[5]));
+		return true;
+	case SYS_recvmsg:
+		*result = recvmsg(fd(a[0]), pointer<struct msghdr>(a[1]), fd(a[2]));
+		return true;
+	case SYS_sendmsg:
+		*result = sendmsg(fd(a[0]), pointer<const struct msghdr>(a[1]), fd(a[2]));
+		return true;
+	case SYS_shutdown:
+		*result = shutdown(fd(a[0]), fd(a[1]));
+		return true;
+	case SYS_setsockopt:
+		*result = setsockopt(fd(a[0]), fd(a[1]), fd(a[2]), pointer<const void>(a[3]),
+				  static_cast<socklen_t>(a[4]));
+		return true;
+	default:
+		return false;
+	}
+}
+
 /*
  * glibc's syscall(2) takes six arguments after the number, whatever the call uses: the
  * last comes from the caller's stack, past what a call with fewer passed, which
@@ -80,63 +190,18 @@ TLSTUNE_EXPORT __attribute__((no_sanitize("address"))) long syscall(long number,
 		argument = va_arg(rest, long);
 	va_end(rest);
 	Process &p = process();
+	if (routed(number)) {
+		/*
+		 * syscall() is no cancellation point where the wrappers (read, poll) are one: the
+		 * wrapper runs with cancellation deferred (no system call), so a cancel request
+		 * waits for the program's next point, as it would have.
+		 */
+		CancelDeferred raw;
+		long result = 0;
+		if (wrapperCall(p, number, a, &result))
+			return result;
+	}
 	switch (number) {
-	/* Closes: the wrappers hand over what the shim holds for the fds first. */
-	case SYS_close:
-		return close(fd(a[0]));
-	case SYS_close_range:
-		if (!p.libc.close_range)
-			break;
-		return close_range(static_cast<unsigned>(a[0]), static_cast<unsigned>(a[1]), fd(a[2]));
-	case SYS_dup2:
-		return dup2(fd(a[0]), fd(a[1]));
-	case SYS_dup3:
-		return dup3(fd(a[0]), fd(a[1]), fd(a[2]));
-	case SYS_dup:
-		return duplicated(p, number, a, fd(a[0]));
-	case SYS_fcntl:
-		if (a[1] != F_DUPFD && a[1] != F_DUPFD_CLOEXEC)
-			break;
-		return duplicated(p, number, a, fd(a[0]));
-	/* Another process's descriptor, or this one's own: what it names is learnt from it. */
-	case SYS_pidfd_getfd:
-		return duplicated(p, number, a, -1);
-	/* Waits. */
-	case SYS_poll:
-		return poll(pointer<struct pollfd>(a[0]), static_cast<nfds_t>(a[1]), fd(a[2]));
-	case SYS_ppoll:
-		return ppoll(pointer<struct pollfd>(a[0]), static_cast<nfds_t>(a[1]),
-			     pointer<const struct timespec>(a[2]), pointer<const sigset_t>(a[3]));
-	case SYS_select:
-		return select(fd(a[0]), pointer<fd_set>(a[1]), pointer<fd_set>(a[2]), pointer<fd_set>(a[3]),
-			      pointer<struct timeval>(a[4]));
-	case SYS_epoll_wait:
-		return epoll_wait(fd(a[0]), pointer<struct epoll_event>(a[1]), fd(a[2]), fd(a[3]));
-	case SYS_epoll_pwait:
-		return epoll_pwait(fd(a[0]), pointer<struct epoll_event>(a[1]), fd(a[2]), fd(a[3]),
-				   pointer<const sigset_t>(a[4]));
-	case SYS_epoll_pwait2:
-		return epoll_pwait2(fd(a[0]), pointer<struct epoll_event>(a[1]), fd(a[2]),
-				    pointer<const struct timespec>(a[3]), pointer<const sigset_t>(a[4]));
-	case SYS_epoll_ctl:
-		return epoll_ctl(fd(a[0]), fd(a[1]), fd(a[2]), pointer<struct epoll_event>(a[3]));
-	/* Reads, sends and socket changes the shim notes. */
-	case SYS_read:
-		return read(fd(a[0]), pointer<void>(a[1]), static_cast<size_t>(a[2]));
-	case SYS_readv:
-		return readv(fd(a[0]), pointer<const struct iovec>(a[1]), fd(a[2]));
-	case SYS_recvfrom:
-		return recvfrom(fd(a[0]), pointer<void>(a[1]), static_cast<size_t>(a[2]), fd(a[3]),
-				pointer<struct sockaddr>(a[4]), pointer<socklen_t>(a[5]));
-	case SYS_recvmsg:
-		return recvmsg(fd(a[0]), pointer<struct msghdr>(a[1]), fd(a[2]));
-	case SYS_sendmsg:
-		return sendmsg(fd(a[0]), pointer<const struct msghdr>(a[1]), fd(a[2]));
-	case SYS_shutdown:
-		return shutdown(fd(a[0]), fd(a[1]));
-	case SYS_setsockopt:
-		return setsockopt(fd(a[0]), fd(a[1]), fd(a[2]), pointer<const void>(a[3]),
-				  static_cast<socklen_t>(a[4]));
 	/* Sandboxes and ends (interpose/sandbox.cpp, exit.cpp). */
 	case SYS_seccomp:
 		p.enterSandbox();
