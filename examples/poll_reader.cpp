@@ -27,7 +27,8 @@
  * its own pid); the syscall-* waits are made through syscall() instead of libc's wrappers.
  *
  * Usage: poll_reader HOST PORT --lines N [--wait poll|poll_chk|ppoll|ppoll_chk|select|pselect|
- *                    epoll|epoll_pwait|syscall-poll|syscall-select|syscall-epoll]
+ *                    epoll|epoll_pwait|syscall-poll|syscall-select|syscall-epoll|
+ *                    select-dtablesize]
  *                    [--wait-on-copy dup|syscall-dup|syscall-fcntl|pidfd]
  *                    [--stall-ms MS] [--hangup-check] [--reuse-check] [--interrupt]
  *                    [--high-fd N] [--fork-after N]
@@ -37,6 +38,7 @@
  */
 
 #include <cerrno>
+#include <sys/mman.h>
 #include <fcntl.h>
 #include <sys/syscall.h>
 #include <algorithm>
@@ -80,6 +82,26 @@ bool waitFor(const std::string &how, int fd, bool forWrite, int timeoutMs, bool 
 {
 	*hangup = false;
 	const bool forever = timeoutMs < 0;
+	if (how == "select-dtablesize") {
+		/*
+		 * select(getdtablesize(), ...) on a plain fd_set at the end of a page, the next
+		 * page unmapped: the kernel reads no further than its table holds fds.
+		 */
+		static char *page = nullptr;
+		if (!page) {
+			page = static_cast<char *>(mmap(nullptr, 8192, PROT_READ | PROT_WRITE,
+							MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+			if (page == MAP_FAILED || munmap(page + 4096, 4096) != 0)
+				fail("mmap");
+		}
+		fd_set *set = reinterpret_cast<fd_set *>(page + 4096 - sizeof(fd_set));
+		FD_ZERO(set);
+		FD_SET(fd, set);
+		struct timeval tv = { timeoutMs / 1000, (timeoutMs % 1000) * 1000 };
+		return failed(select(getdtablesize(), forWrite ? nullptr : set, forWrite ? set : nullptr, nullptr,
+				     forever ? nullptr : &tv),
+			      "select");
+	}
 	if (how == "select" || how == "pselect" || how == "syscall-select") {
 		/* Sized for fd, as programs with fds above FD_SETSIZE allocate their sets. */
 		const size_t bits = 8 * sizeof(unsigned long);

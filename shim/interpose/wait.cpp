@@ -47,27 +47,28 @@ bool straightToTheKernel(const Timeout *timeout) noexcept
  * hold them, answers it readable and the program reads them, as a lingering close drains
  * its socket: that counts as the program's read, and its close is a FIN (a reset threw
  * away the 150 KiB of a response the peer had not taken yet, when read-ahead had taken
- * every request in). One load while no freed SSL left any.
+ * every request in). One load while no freed SSL left any; not in a vfork child, which
+ * changes no state of the shim's. poll's array is looked at once the kernel took it.
  */
-void waitsToRead(BufferedFds &buffered, const struct pollfd *fds, nfds_t nfds) noexcept
+void waitedToRead(Process &p, const struct pollfd *fds, nfds_t nfds, int ready) noexcept
 {
-	if (!buffered.anyUnread())
+	if (ready < 0 || !p.buffered.anyUnread() || p.inVforkChild())
 		return;
 	for (nfds_t i = 0; i < nfds; i++) {
 		if (fds[i].events & (POLLIN | POLLRDNORM))
-			buffered.readByProgram(fds[i].fd);
+			p.buffered.readByProgram(fds[i].fd);
 	}
 }
 
-void waitsToRead(BufferedFds &buffered, int nfds, const fd_set *readfds) noexcept
+/* select's set, before the wait changes it: only the bits of the fds left unread. */
+void waitsToRead(Process &p, int nfds, const fd_set *readfds) noexcept
 {
-	if (!readfds || !buffered.anyUnread())
+	if (!readfds || !p.buffered.anyUnread() || p.inVforkChild())
 		return;
-	constexpr int kBits = 8 * static_cast<int>(sizeof(__fd_mask));
-	for (int fd = 0; fd < nfds; fd++) {
-		if (__FDS_BITS(readfds)[fd / kBits] & (static_cast<__fd_mask>(1) << (fd % kBits)))
-			buffered.readByProgram(fd);
-	}
+	p.buffered.waitedToRead([&](int fd) {
+		return fd >= 0 && fd < nfds &&
+		       (__FDS_BITS(readfds)[fd / __NFDBITS] & (static_cast<__fd_mask>(1) << (fd % __NFDBITS))) != 0;
+	});
 }
 
 /* The merged wait, out of line: the wrappers' gate and the real call stay a few instructions. */
@@ -86,9 +87,10 @@ TLSTUNE_EXPORT int poll(struct pollfd *fds, nfds_t nfds, int timeout)
 	if (nothingToWaitFor())
 		return process().libc.poll(fds, nfds, timeout);
 	return mergedWait([=](Process &p) {
-		waitsToRead(p.buffered, fds, nfds);
-		return pollMerged(p.buffered, p.epoll, fds, nfds,
-				  [&](bool zero) { return p.libc.poll(fds, nfds, zero ? 0 : timeout); });
+		const int ready = pollMerged(p.buffered, p.epoll, fds, nfds,
+					     [&](bool zero) { return p.libc.poll(fds, nfds, zero ? 0 : timeout); });
+		waitedToRead(p, fds, nfds, ready);
+		return ready;
 	});
 }
 
@@ -97,10 +99,11 @@ TLSTUNE_EXPORT int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout, size
 	if (nothingToWaitFor())
 		return process().libc.poll_chk(fds, nfds, timeout, fdslen);
 	return mergedWait([=](Process &p) {
-		waitsToRead(p.buffered, fds, nfds);
-		return pollMerged(p.buffered, p.epoll, fds, nfds, [&](bool zero) {
+		const int ready = pollMerged(p.buffered, p.epoll, fds, nfds, [&](bool zero) {
 			return p.libc.poll_chk(fds, nfds, zero ? 0 : timeout, fdslen);
 		});
+		waitedToRead(p, fds, nfds, ready);
+		return ready;
 	});
 }
 
@@ -110,10 +113,11 @@ TLSTUNE_EXPORT int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec 
 	if (straightToTheKernel(timeout))
 		return process().libc.ppoll(fds, nfds, timeout, sigmask);
 	return mergedWait([=](Process &p) {
-		waitsToRead(p.buffered, fds, nfds);
-		return pollMerged(p.buffered, p.epoll, fds, nfds, [&](bool zero) {
+		const int ready = pollMerged(p.buffered, p.epoll, fds, nfds, [&](bool zero) {
 			return p.libc.ppoll(fds, nfds, zero ? &kZeroSpec : timeout, zero ? nullptr : sigmask);
 		});
+		waitedToRead(p, fds, nfds, ready);
+		return ready;
 	});
 }
 
@@ -123,10 +127,11 @@ TLSTUNE_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct tim
 	if (straightToTheKernel(timeout))
 		return process().libc.ppoll_chk(fds, nfds, timeout, sigmask, fdslen);
 	return mergedWait([=](Process &p) {
-		waitsToRead(p.buffered, fds, nfds);
-		return pollMerged(p.buffered, p.epoll, fds, nfds, [&](bool zero) {
+		const int ready = pollMerged(p.buffered, p.epoll, fds, nfds, [&](bool zero) {
 			return p.libc.ppoll_chk(fds, nfds, zero ? &kZeroSpec : timeout, zero ? nullptr : sigmask, fdslen);
 		});
+		waitedToRead(p, fds, nfds, ready);
+		return ready;
 	});
 }
 
@@ -136,7 +141,7 @@ TLSTUNE_EXPORT int select(int nfds, fd_set *readfds, fd_set *writefds, fd_set *e
 	if (straightToTheKernel(timeout))
 		return process().libc.select(nfds, readfds, writefds, exceptfds, timeout);
 	return mergedWait([=](Process &p) {
-		waitsToRead(p.buffered, nfds, readfds);
+		waitsToRead(p, nfds, readfds);
 		return selectMerged(p.buffered, p.epoll, nfds, readfds, [&](bool zero) {
 			if (!zero)
 				return p.libc.select(nfds, readfds, writefds, exceptfds, timeout);
@@ -159,7 +164,7 @@ TLSTUNE_EXPORT int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *
 	if (straightToTheKernel(timeout))
 		return process().libc.pselect(nfds, readfds, writefds, exceptfds, timeout, sigmask);
 	return mergedWait([=](Process &p) {
-		waitsToRead(p.buffered, nfds, readfds);
+		waitsToRead(p, nfds, readfds);
 		return selectMerged(p.buffered, p.epoll, nfds, readfds, [&](bool zero) {
 			return p.libc.pselect(nfds, readfds, writefds, exceptfds,
 					      zero ? &kZeroSpec : timeout, zero ? nullptr : sigmask);
@@ -201,7 +206,7 @@ TLSTUNE_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event
 	if (result != 0 || !ConnectionSlot::anyMade())
 		return result;
 	p.epoll.changed(epfd, op, fd, event);
-	/* A registration to read is a wait to read (waitsToRead). */
+	/* A registration to read is a wait to read (waitedToRead). */
 	if (op != EPOLL_CTL_DEL && event && (event->events & (EPOLLIN | EPOLLRDNORM)))
 		p.buffered.readByProgram(fd);
 	/* The kernel polls the file on MOD and ADD, and wakes the set's waiters: so does the shim. */

@@ -47,9 +47,10 @@ TEST_P(Waits, ASignalInterruptsTheWaitWithEintrAsWithoutTheShim)
 	EXPECT_EQ(interruptedWait(GetParam()), "lines 50\ninterrupted: -1 EINTR\n");
 }
 
+/* select-dtablesize: nfds getdtablesize(), a plain fd_set at a page's end (the shim read past it). */
 INSTANTIATE_TEST_SUITE_P(Faults, Waits,
 			 ::testing::Values("poll", "poll_chk", "ppoll", "ppoll_chk", "select", "pselect",
-					   "epoll", "epoll_pwait"));
+					   "epoll", "epoll_pwait", "select-dtablesize"));
 
 class HighFds : public ::testing::TestWithParam<const char *> {};
 

@@ -180,6 +180,19 @@ bool BufferedFds::lookup(int fd, ino_t *ino) const noexcept
 	return false;
 }
 
+int BufferedFds::highestFd() const noexcept
+{
+	if (empty())
+		return -1;
+	std::lock_guard<std::mutex> lock(mutex_);
+	int highest = -1;
+	for (const Entry &entry : entries_)
+		highest = std::max(highest, entry.fd);
+	for (const auto &duplicate : duplicates_)
+		highest = std::max(highest, duplicate.first);
+	return highest;
+}
+
 void BufferedFds::duplicated(int fd, ino_t ino) noexcept
 {
 	knownFds().note(fd);

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <mutex>
@@ -57,7 +58,17 @@ public:
 	 * The program read fd itself, outside OpenSSL: records a freed SSL left unread there
 	 * are what the kernel would have given it (one load while there are none).
 	 */
+	/* The highest fd a wait may find held: a connection's or a duplicate's (-1: none). */
+	int highestFd() const noexcept;
 	bool anyUnread() const noexcept { return unreadCount_.load(std::memory_order_relaxed) != 0; }
+	/* readByProgram for each fd left unread that waited(fd) names. */
+	template <typename Waited>
+	void waitedToRead(Waited waited) noexcept
+	{
+		std::lock_guard<std::mutex> lock(mutex_);
+		unread_.erase(std::remove_if(unread_.begin(), unread_.end(), waited), unread_.end());
+		unreadCount_.store(unread_.size(), std::memory_order_relaxed);
+	}
 	void readByProgram(int fd) noexcept
 	{
 		if (unreadCount_.load(std::memory_order_relaxed) != 0)

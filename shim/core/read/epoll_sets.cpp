@@ -99,6 +99,17 @@ EpollSets::Set *EpollSets::find(int epfd) noexcept
 	return it == sets_.end() ? nullptr : &it->second;
 }
 
+int EpollSets::highestSet() const noexcept
+{
+	if (empty())
+		return -1;
+	std::lock_guard<std::mutex> lock(mutex_);
+	int highest = -1;
+	for (const auto &set : sets_)
+		highest = std::max(highest, set.first);
+	return highest;
+}
+
 const EpollSets::Set *EpollSets::find(int epfd) const noexcept
 {
 	auto it = sets_.find(epfd);

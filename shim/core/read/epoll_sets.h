@@ -71,6 +71,8 @@ public:
 	void closed(int first, int last) noexcept;
 	/* No set is known: a close has nothing to look up. */
 	bool empty() const noexcept { return count_.load(std::memory_order_relaxed) == 0; }
+	/* The highest fd of a set the shim knows (-1: none). */
+	int highestSet() const noexcept;
 	/* fork(): from now on each set may be changed by another process. */
 	void forked() noexcept;
 

@@ -2,9 +2,8 @@
 
 #include <cerrno>
 #include <chrono>
+#include <algorithm>
 #include <cstring>
-#include <memory>
-#include <new>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/epoll.h>
@@ -86,13 +85,18 @@ struct timeval timeLeft(struct timeval asked, std::chrono::nanoseconds elapsed) 
 template <typename RealSelect>
 int selectMerged(const BufferedFds &buffered, EpollSets &sets, int nfds, fd_set *readfds, RealSelect realSelect)
 {
-	if (buffered.empty() || nfds <= 0)
+	if (buffered.empty() || nfds <= 0 || !readfds)
 		return realSelect(false);
 	/*
-	 * The bits nfds names, and no more: programs allocate howmany(nfds, NFDBITS) words
-	 * (OpenSSH, perl; a whole fd_set copied from the end of a page faulted), and above
-	 * FD_SETSIZE they allocate the sets themselves (a connection on fd 1500 stalled).
+	 * Only the bits of fds the shim may find held, and below nfds: the kernel reads those
+	 * too (they are open), where nfds may name more than the set holds (select with
+	 * getdtablesize(), whose kernel caps it at its table) or fewer words than an fd_set
+	 * (OpenSSH, perl: howmany(nfds, NFDBITS)). Sets the program allocated above
+	 * FD_SETSIZE are served up to kSelectBits (a hunt's connection on fd 1500 stalled).
 	 */
+	constexpr int kSelectBits = 16384;
+	const int highest = std::max(buffered.highestFd(), sets.highestSet());
+	const int limit = std::min({ nfds, highest + 1, kSelectBits });
 	auto isSet = [](const fd_set *set, int fd) {
 		return (__FDS_BITS(set)[fd / __NFDBITS] & (static_cast<__fd_mask>(1) << (fd % __NFDBITS))) != 0;
 	};
@@ -101,27 +105,15 @@ int selectMerged(const BufferedFds &buffered, EpollSets &sets, int nfds, fd_set 
 	};
 
 	bool any = false;
-	if (readfds) {
-		for (int fd = 0; fd < nfds && !any; fd++)
-			any = isSet(readfds, fd) && heldReadable(buffered, sets, fd);
-	}
+	for (int fd = 0; fd < limit && !any; fd++)
+		any = isSet(readfds, fd) && heldReadable(buffered, sets, fd);
 	if (!any)
 		return realSelect(false);
 
-	const std::size_t words = (static_cast<std::size_t>(nfds) + __NFDBITS - 1) / __NFDBITS;
-	fd_set fixed;
-	std::unique_ptr<__fd_mask[]> large;
-	fd_set *wanted = &fixed;
-	int limit = nfds;
-	if (words > sizeof(fixed) / sizeof(__fd_mask)) {
-		large.reset(new (std::nothrow) __fd_mask[words]);
-		if (large)
-			wanted = reinterpret_cast<fd_set *>(large.get());
-		else
-			limit = FD_SETSIZE; /* out of memory: the fds a fixed set holds */
-	}
+	__fd_mask words[kSelectBits / __NFDBITS];
+	fd_set *wanted = reinterpret_cast<fd_set *>(words);
 	const std::size_t copied = (static_cast<std::size_t>(limit) + __NFDBITS - 1) / __NFDBITS;
-	std::memcpy(wanted, readfds, copied * sizeof(__fd_mask));
+	std::memcpy(words, readfds, copied * sizeof(__fd_mask));
 	int ready = realSelect(true);
 	if (ready < 0)
 		return ready;
