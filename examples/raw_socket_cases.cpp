@@ -28,6 +28,9 @@
  *                     until a poll of 1 s finds nothing (the lingering close of Apache), and
  *                     closes. Then the client reads. Prints "client got N of 204800, then
  *                     close_notify|reset|...".
+ *   proc-list-reuse   an epoll set made before the first connection, its registration's
+ *                     number freed, then the connection and another EPOLL_CTL_ADD: prints
+ *                     "epoll_ctl 0"
  *   unix-close --cert C --key K
  *                     over a UNIX socketpair: a forked server reads 10 bytes of the three
  *                     full records the client writes, then closes its socket unread; the
@@ -40,6 +43,7 @@
 #include <cerrno>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -302,6 +306,33 @@ int unixClose(SSL_CTX *server)
 	return 0;
 }
 
+/*
+ * A set made before the first connection, its registration's number freed and the
+ * connection made: the next epoll_ctl reads the kernel's list from /proc into the freed
+ * number, and the shim's own close of that file must not take the sets' lock again (a
+ * review: it hung).
+ */
+int procListReuse()
+{
+	const int set = epoll_create1(EPOLL_CLOEXEC);
+	int pair[2];
+	if (set < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
+		fail("setup");
+	struct epoll_event event = {};
+	event.events = EPOLLIN;
+	if (epoll_ctl(set, EPOLL_CTL_ADD, pair[0], &event) != 0)
+		fail("epoll_ctl");
+	const int copy = dup(pair[0]);
+	close(pair[0]);
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	SSL *ssl = SSL_new(ctx);
+	SSL_set_fd(ssl, copy);
+	std::printf("epoll_ctl %d\n", epoll_ctl(set, EPOLL_CTL_ADD, pair[1], &event));
+	SSL_free(ssl);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const std::string which = argc > 1 ? argv[1] : "";
@@ -311,12 +342,14 @@ int main(int argc, char **argv)
 		return callbackRead(argv[2]);
 	if (which == "bio-pair" && argc > 2)
 		return bioPair(argv[2]);
+	if (which == "proc-list-reuse")
+		return procListReuse();
 	if (which == "lingering-close" || which == "unix-close") {
 		SSL_CTX *server = serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", ""));
 		const int result = which == "unix-close" ? unixClose(server) : lingeringClose(server);
 		SSL_CTX_free(server);
 		return result;
 	}
-	std::fprintf(stderr, "usage: raw_socket_cases empty-recv|callback-read|bio-pair|lingering-close|unix-close ...\n");
+	std::fprintf(stderr, "usage: raw_socket_cases empty-recv|callback-read|bio-pair|proc-list-reuse|lingering-close|unix-close ...\n");
 	return 2;
 }

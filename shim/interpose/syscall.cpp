@@ -20,6 +20,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "core/raw_syscalls.h"
 #include "core/signals_blocked.h"
 #include "interpose/export.h"
 #include "runtime/duplicates.h"
@@ -190,13 +191,14 @@ TLSTUNE_EXPORT __attribute__((no_sanitize("address"))) long syscall(long number,
 		argument = va_arg(rest, long);
 	va_end(rest);
 	Process &p = process();
-	if (routed(number)) {
+	if (routed(number) && !RawSyscalls::active()) {
 		/*
 		 * syscall() is no cancellation point where the wrappers (read, poll) are one: the
 		 * wrapper runs with cancellation deferred (no system call), so a cancel request
 		 * waits for the program's next point, as it would have.
 		 */
-		CancelDeferred raw;
+		CancelDeferred noCancel;
+		RawSyscalls inside;
 		long result = 0;
 		if (wrapperCall(p, number, a, &result))
 			return result;

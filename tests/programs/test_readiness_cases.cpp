@@ -345,6 +345,13 @@ TEST(RawSocket, AConnectionOverABioPairReadsAsOpenSslReadsIt)
 	expectBothWays(bothWaysOf("raw_socket_cases", { "bio-pair" }, { "--burst", "20" }), "first request 5\nlines 20\n");
 }
 
+TEST(RawSocket, ReadingASetsListFromProcIntoAFreedNumberDoesNotHang)
+{
+	RecordProperty("fault", "an epoll set from before the first connection read from /proc into a number "
+				"it had registered: the shim's close of that file took the sets' lock again");
+	expectBothWays(bothWaysOf("raw_socket_cases", { "proc-list-reuse" }), "epoll_ctl 0\n");
+}
+
 TEST(RawSocket, AUnixSocketClosedWithRecordsUnreadResetsThePeer)
 {
 	RecordProperty("fault", "a server over a UNIX socketpair reads 10 bytes of three records and closes: "

@@ -1,9 +1,6 @@
 #include "epoll_sets.h"
 
 #include <algorithm>
-
-#include "core/known_fds.h"
-
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +11,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <utility>
+
+#include "core/known_fds.h"
+#include "core/raw_syscalls.h"
 
 namespace tlstune {
 
@@ -26,11 +26,13 @@ constexpr size_t kPruneSlack = 1024;
 /*
  * Calls visit(registration) for each line of the kernel's list of epfd. Raw syscalls: the
  * shim's own read() wrapper would take this for a socket read when a program's BIO waits
- * inside SSL_read. False when the list cannot be read.
+ * inside SSL_read, and its close() would take the set's lock again (RawSyscalls keeps
+ * them off the syscall() routing). False when the list cannot be read.
  */
 template <typename Visit>
 bool readKernelList(int epfd, Visit visit) noexcept
 {
+	RawSyscalls raw;
 	int savedErrno = errno;
 	char path[64];
 	std::snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", epfd);
