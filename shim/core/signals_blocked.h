@@ -19,13 +19,24 @@ public:
 			return;
 		sigset_t all;
 		sigfillset(&all);
-		/* Refused (a seccomp filter): nothing changed, and old_ holds nothing to restore. */
+		/*
+		 * Refused (a seccomp filter), nothing changed; one that fakes success writes no
+		 * old mask: old_ starts full, and the end unblocks only what it says was open.
+		 */
+		sigfillset(&old_);
 		changed_ = pthread_sigmask(SIG_BLOCK, &all, &old_) == 0;
 	}
 	~SignalsBlocked()
 	{
-		if (changed_)
-			pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+		if (!changed_)
+			return;
+		sigset_t wasOpen;
+		sigfillset(&wasOpen);
+		for (int signal = 1; signal < NSIG; signal++) {
+			if (sigismember(&old_, signal) == 1)
+				sigdelset(&wasOpen, signal);
+		}
+		pthread_sigmask(SIG_UNBLOCK, &wasOpen, nullptr);
 	}
 	SignalsBlocked(const SignalsBlocked &) = delete;
 	SignalsBlocked &operator=(const SignalsBlocked &) = delete;

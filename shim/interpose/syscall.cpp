@@ -7,12 +7,15 @@
  * pselect does not, and every call the shim does not interpose.
  */
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstdarg>
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <sys/epoll.h>
 #include <sys/select.h>
 #include <sys/socket.h>
@@ -73,7 +76,8 @@ int fd(long argument) noexcept
 constexpr long kRouted[] = { SYS_close, SYS_close_range, SYS_dup, SYS_dup2, SYS_dup3, SYS_fcntl,
 			     SYS_pidfd_getfd, SYS_poll, SYS_ppoll, SYS_select, SYS_epoll_wait,
 			     SYS_epoll_pwait, SYS_epoll_pwait2, SYS_epoll_ctl, SYS_read, SYS_readv,
-			     SYS_recvfrom, SYS_recvmsg, SYS_sendmsg, SYS_shutdown, SYS_setsockopt };
+			     SYS_recvfrom, SYS_recvmsg, SYS_sendmsg, SYS_sendmmsg, SYS_shutdown,
+			     SYS_setsockopt };
 constexpr long kRoutedBelow = 512;
 
 constexpr std::array<bool, kRoutedBelow> routedTable()
@@ -89,6 +93,33 @@ constexpr std::array<bool, kRoutedBelow> kIsRouted = routedTable();
 bool routed(long number) noexcept
 {
 	return number >= 0 && number < kRoutedBelow && kIsRouted[static_cast<std::size_t>(number)];
+}
+
+/* The kernel's sigset_t: what the raw calls that take a mask check their size against. */
+constexpr long kKernelSigsetBytes = 8;
+
+/*
+ * The raw ppoll checks the mask's size and writes the time left back, where glibc's
+ * copies the timeout (a loop that waits again with what is left never ended under a
+ * periodic signal): the same here around the wrapper.
+ */
+bool rawPpoll(const long (&a)[6], long *result)
+{
+	if (a[3] && a[4] != kKernelSigsetBytes)
+		return false;
+	auto *timeout = pointer<struct timespec>(a[2]);
+	const auto start = std::chrono::steady_clock::now();
+	*result = ppoll(pointer<struct pollfd>(a[0]), static_cast<nfds_t>(a[1]), timeout, pointer<const sigset_t>(a[3]));
+	if (timeout && (*result >= 0 || errno == EINTR)) {
+		const int savedErrno = errno;
+		const auto left = std::chrono::seconds(timeout->tv_sec) + std::chrono::nanoseconds(timeout->tv_nsec) -
+				  (std::chrono::steady_clock::now() - start);
+		const auto nanoseconds = std::max<long long>(0, std::chrono::nanoseconds(left).count());
+		timeout->tv_sec = static_cast<time_t>(nanoseconds / 1000000000);
+		timeout->tv_nsec = static_cast<long>(nanoseconds % 1000000000);
+		errno = savedErrno;
+	}
+	return true;
 }
 
 /* The wrapper's call for a number the shim interposes: *result, and true. */
@@ -127,9 +158,7 @@ bool wrapperCall(Process &p, long number, const long (&a)[6], long *result)
 		*result = poll(pointer<struct pollfd>(a[0]), static_cast<nfds_t>(a[1]), fd(a[2]));
 		return true;
 	case SYS_ppoll:
-		*result = ppoll(pointer<struct pollfd>(a[0]), static_cast<nfds_t>(a[1]),
-			     pointer<const struct timespec>(a[2]), pointer<const sigset_t>(a[3]));
-		return true;
+		return rawPpoll(a, result);
 	case SYS_select:
 		*result = select(fd(a[0]), pointer<fd_set>(a[1]), pointer<fd_set>(a[2]), pointer<fd_set>(a[3]),
 			      pointer<struct timeval>(a[4]));
@@ -138,10 +167,14 @@ bool wrapperCall(Process &p, long number, const long (&a)[6], long *result)
 		*result = epoll_wait(fd(a[0]), pointer<struct epoll_event>(a[1]), fd(a[2]), fd(a[3]));
 		return true;
 	case SYS_epoll_pwait:
+		if (a[4] && a[5] != kKernelSigsetBytes)
+			return false;
 		*result = epoll_pwait(fd(a[0]), pointer<struct epoll_event>(a[1]), fd(a[2]), fd(a[3]),
 				   pointer<const sigset_t>(a[4]));
 		return true;
 	case SYS_epoll_pwait2:
+		if (a[4] && a[5] != kKernelSigsetBytes)
+			return false;
 		*result = epoll_pwait2(fd(a[0]), pointer<struct epoll_event>(a[1]), fd(a[2]),
 				    pointer<const struct timespec>(a[3]), pointer<const sigset_t>(a[4]));
 		return true;
@@ -161,6 +194,9 @@ bool wrapperCall(Process &p, long number, const long (&a)[6], long *result)
 		return true;
 	case SYS_recvmsg:
 		*result = recvmsg(fd(a[0]), pointer<struct msghdr>(a[1]), fd(a[2]));
+		return true;
+	case SYS_sendmmsg:
+		*result = sendmmsg(fd(a[0]), pointer<struct mmsghdr>(a[1]), static_cast<unsigned>(a[2]), fd(a[3]));
 		return true;
 	case SYS_sendmsg:
 		*result = sendmsg(fd(a[0]), pointer<const struct msghdr>(a[1]), fd(a[2]));
@@ -207,6 +243,15 @@ TLSTUNE_EXPORT __attribute__((no_sanitize("address"))) long syscall(long number,
 	/* Sandboxes and ends (interpose/sandbox.cpp, exit.cpp). */
 	case SYS_seccomp:
 		p.enterSandbox();
+		break;
+	case SYS_prctl:
+		if (a[0] == PR_SET_SECCOMP)
+			p.enterSandbox();
+		break;
+	/* An exec, as execve's: what is held goes to the kernel first. */
+	case SYS_execve:
+	case SYS_execveat:
+		p.drainBeforeImageEnds(Process::ImageEnd::MayReturn);
 		break;
 	/* The process image ends here, as in _exit: what is held goes to the kernel first. */
 	case SYS_exit_group:

@@ -6,6 +6,9 @@
 #include <cerrno>
 #include <cstdlib>
 #include <new>
+#include <poll.h>
+#include <csignal>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <utility>
 #include <pthread.h>
@@ -268,7 +271,30 @@ ssize_t sendOrWrite(int fd, const void *data, size_t length, int flags)
 	if (sent >= 0 || (errno != EPERM && errno != ENOSYS))
 		return sent;
 	process().sendRefused();
-	return ::write(fd, data, length);
+	/* MSG_DONTWAIT: a write that could block is left to the owner's own call (Again). */
+	struct pollfd room = { fd, POLLOUT, 0 };
+	if ((flags & MSG_DONTWAIT) && (libcPoll(&room, 1, 0) != 1 || !(room.revents & POLLOUT))) {
+		errno = EAGAIN;
+		return -1;
+	}
+	if (!(flags & MSG_NOSIGNAL))
+		return ::write(fd, data, length);
+	/* MSG_NOSIGNAL: a SIGPIPE the write raises is taken back, unless one was pending. */
+	sigset_t pipe, old, pending;
+	sigemptyset(&pipe);
+	sigaddset(&pipe, SIGPIPE);
+	const bool blocked = pthread_sigmask(SIG_BLOCK, &pipe, &old) == 0;
+	const bool wasPending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+	const ssize_t written = ::write(fd, data, length);
+	const int writeErrno = errno;
+	if (written < 0 && writeErrno == EPIPE && blocked && !wasPending) {
+		const struct timespec now = { 0, 0 };
+		sigtimedwait(&pipe, nullptr, &now);
+	}
+	if (blocked)
+		pthread_sigmask(SIG_SETMASK, &old, nullptr);
+	errno = writeErrno;
+	return written;
 }
 
 } /* namespace */
