@@ -70,6 +70,12 @@ int fd(long argument) noexcept
 	return static_cast<int>(argument);
 }
 
+/* The kernel takes poll's count as an unsigned int (a hunt passed 1 << 40: 0 entries). */
+nfds_t pollCount(long argument) noexcept
+{
+	return static_cast<unsigned int>(argument);
+}
+
 } /* namespace */
 
 /* The numbers wrapperCall routes: every other call pays this test alone. */
@@ -109,7 +115,7 @@ bool rawPpoll(const long (&a)[6], long *result)
 		return false;
 	auto *timeout = pointer<struct timespec>(a[2]);
 	const auto start = std::chrono::steady_clock::now();
-	*result = ppoll(pointer<struct pollfd>(a[0]), static_cast<nfds_t>(a[1]), timeout, pointer<const sigset_t>(a[3]));
+	*result = ppoll(pointer<struct pollfd>(a[0]), pollCount(a[1]), timeout, pointer<const sigset_t>(a[3]));
 	if (timeout && (*result >= 0 || errno == EINTR)) {
 		const int savedErrno = errno;
 		const auto left = std::chrono::seconds(timeout->tv_sec) + std::chrono::nanoseconds(timeout->tv_nsec) -
@@ -155,7 +161,7 @@ bool wrapperCall(Process &p, long number, const long (&a)[6], long *result)
 		return true;
 	/* Waits. */
 	case SYS_poll:
-		*result = poll(pointer<struct pollfd>(a[0]), static_cast<nfds_t>(a[1]), fd(a[2]));
+		*result = poll(pointer<struct pollfd>(a[0]), pollCount(a[1]), fd(a[2]));
 		return true;
 	case SYS_ppoll:
 		return rawPpoll(a, result);

@@ -17,19 +17,26 @@ using namespace tlstune;
 TLSTUNE_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
 	Process &p = process();
-	if (msg && msg->msg_controllen > 0)
-		noteSentDescriptors(p, msg);
-	return p.libc.sendmsg(fd, msg, flags);
+	handOverSentDescriptors(p, msg);
+	const ssize_t sent = p.libc.sendmsg(fd, msg, flags);
+	const int savedErrno = errno;
+	noteSentDescriptors(p, msg, sent);
+	errno = savedErrno;
+	return sent;
 }
 
 TLSTUNE_EXPORT int sendmmsg(int fd, struct mmsghdr *messages, unsigned count, int flags)
 {
 	Process &p = process();
-	for (unsigned i = 0; messages && i < count; i++) {
-		if (messages[i].msg_hdr.msg_controllen > 0)
-			noteSentDescriptors(p, &messages[i].msg_hdr);
-	}
-	return p.libc.sendmmsg(fd, messages, count, flags);
+	for (unsigned i = 0; !p.coalescer.idle() && messages && i < count && i < 1024; i++)
+		handOverSentDescriptors(p, &messages[i].msg_hdr);
+	const int sent = p.libc.sendmmsg(fd, messages, count, flags);
+	const int savedErrno = errno;
+	/* The messages the kernel took: the first `sent`. */
+	for (int i = 0; i < sent; i++)
+		noteSentDescriptors(p, &messages[i].msg_hdr, 0);
+	errno = savedErrno;
+	return sent;
 }
 
 /*

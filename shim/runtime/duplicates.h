@@ -49,6 +49,14 @@ void forEachPassed(const struct msghdr *msg, Each each)
 {
 	for (const struct cmsghdr *header = CMSG_FIRSTHDR(msg); header;
 	     header = CMSG_NXTHDR(const_cast<struct msghdr *>(msg), const_cast<struct cmsghdr *>(header))) {
+		/*
+		 * A header the kernel refuses (EINVAL) is not read past: a length below the
+		 * header's own, or beyond the control buffer (a hunt: a SIGSEGV).
+		 */
+		const size_t room = msg->msg_controllen - static_cast<size_t>(reinterpret_cast<const char *>(header) -
+									      static_cast<const char *>(msg->msg_control));
+		if (header->cmsg_len < CMSG_LEN(0) || header->cmsg_len > room)
+			return;
 		if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS)
 			continue;
 		const size_t count = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
@@ -97,7 +105,7 @@ inline void noteUnfollowedSocket(Process &p, int fd) noexcept
  */
 inline void handOverSentSocket(Process &p, int fd)
 {
-	if (p.coalescer.idle() || p.inVforkChild())
+	if (p.inVforkChild())
 		return;
 	const int savedErrno = errno;
 	p.coalescer.sendingAway(fd);
@@ -106,12 +114,21 @@ inline void handOverSentSocket(Process &p, int fd)
 	errno = savedErrno;
 }
 
-inline void noteSentDescriptors(Process &p, const struct msghdr *msg)
+/*
+ * Before the message goes: only a process that holds or held writes reads it (the kernel
+ * has not yet, and a bad pointer would fault here where sendmsg answers EFAULT).
+ */
+inline void handOverSentDescriptors(Process &p, const struct msghdr *msg)
 {
-	forEachPassed(msg, [&p](int fd) {
-		noteUnfollowedSocket(p, fd);
-		handOverSentSocket(p, fd);
-	});
+	if (!p.coalescer.idle() && msg && msg->msg_controllen > 0)
+		forEachPassed(msg, [&p](int fd) { handOverSentSocket(p, fd); });
+}
+
+/* Once the kernel took the message (sent >= 0): every process notes what it sent. */
+inline void noteSentDescriptors(Process &p, const struct msghdr *msg, ssize_t sent) noexcept
+{
+	if (sent >= 0 && msg->msg_controllen > 0)
+		forEachPassed(msg, [&p](int fd) { noteUnfollowedSocket(p, fd); });
 }
 
 } /* namespace tlstune */

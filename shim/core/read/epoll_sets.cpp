@@ -368,9 +368,10 @@ void EpollSets::closing(int first, int last) noexcept
 		Set &set = entry.second;
 		if (set.unresolved == 0)
 			continue;
-		if (last - first <= 64) {
-			for (int fd = first; fd <= last; fd++)
-				resolve(set, fd);
+		/* long long: a close of INT_MAX ended no int loop (a hunt: a core spinning). */
+		if (static_cast<long long>(last) - first <= 64) {
+			for (long long fd = first; fd <= last; fd++)
+				resolve(set, static_cast<int>(fd));
 		} else {
 			/* A wide close_range: from the set's side (resolve leaves the list as it is). */
 			for (int fd : set.unresolvedFds) {
@@ -408,13 +409,13 @@ int EpollSets::closedLocked(int first, int last, int *prune, int max) noexcept
 	}
 
 	/* A wide close_range (after fork, before exec) looks the fds up from the sets' side. */
-	const bool wide = last - first > 64;
+	const bool wide = static_cast<long long>(last) - first > 64;
 	int wanted = 0;
 	for (auto &entry : sets_) {
 		Set &set = entry.second;
 		if (!wide) {
-			for (int fd = first; fd <= last; fd++)
-				detach(set, fd);
+			for (long long fd = first; fd <= last; fd++)
+				detach(set, static_cast<int>(fd));
 		} else {
 			for (auto it = set.liveByFd.begin(); it != set.liveByFd.end();) {
 				const int fd = (it++)->first;
