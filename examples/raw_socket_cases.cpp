@@ -31,6 +31,11 @@
  *   proc-list-reuse   an epoll set made before the first connection, its registration's
  *                     number freed, then the connection and another EPOLL_CTL_ADD: prints
  *                     "epoll_ctl 0"
+ *   close-int-max     an SSL made, a socket registered in an epoll set, then close(INT_MAX):
+ *                     prints "close -1 EBADF"
+ *   sendmsg-refused   an SSL made, then sendmsg with a message pointer the process may not
+ *                     read, and with a control header shorter than itself: prints what
+ *                     each returned ("bad pointer -1 EFAULT", "short header -1 EINVAL")
  *   unix-close --cert C --key K
  *                     over a UNIX socketpair: a forked server reads 10 bytes of the three
  *                     full records the client writes, then closes its socket unread; the
@@ -41,6 +46,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/epoll.h>
@@ -333,6 +339,56 @@ int procListReuse()
 	return 0;
 }
 
+/* A close of the highest number, with a registration the shim keeps (a hunt: it spun). */
+int closeIntMax()
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	SSL *ssl = SSL_new(ctx);
+	const int set = epoll_create1(EPOLL_CLOEXEC);
+	int pair[2];
+	if (!ssl || set < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
+		fail("setup");
+	struct epoll_event event = {};
+	event.events = EPOLLIN;
+	if (epoll_ctl(set, EPOLL_CTL_ADD, pair[0], &event) != 0)
+		fail("epoll_ctl");
+	const int closed = close(INT_MAX);
+	std::printf("close %d %s\n", closed, closed < 0 && errno == EBADF ? "EBADF" : "other");
+	SSL_free(ssl);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
+/* Messages the kernel refuses, in a process with a connection: its answers, not a fault. */
+int sendmsgRefused()
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	SSL *ssl = SSL_new(ctx);
+	int pair[2];
+	if (!ssl || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
+		fail("setup");
+	const auto *unreadable = reinterpret_cast<const struct msghdr *>(16);
+	const ssize_t bad = sendmsg(pair[0], unreadable, 0);
+	std::printf("bad pointer %zd %s\n", bad, bad < 0 && errno == EFAULT ? "EFAULT" : "other");
+	char byte = 'x';
+	struct iovec part = { &byte, 1 };
+	alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+	struct msghdr message = {};
+	message.msg_iov = &part;
+	message.msg_iovlen = 1;
+	message.msg_control = control;
+	message.msg_controllen = sizeof(control);
+	struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+	header->cmsg_level = SOL_SOCKET;
+	header->cmsg_type = SCM_RIGHTS;
+	header->cmsg_len = sizeof(struct cmsghdr) - 4; /* shorter than the header itself */
+	const ssize_t shortHeader = sendmsg(pair[0], &message, 0);
+	std::printf("short header %zd %s\n", shortHeader, shortHeader < 0 && errno == EINVAL ? "EINVAL" : "other");
+	SSL_free(ssl);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const std::string which = argc > 1 ? argv[1] : "";
@@ -344,12 +400,16 @@ int main(int argc, char **argv)
 		return bioPair(argv[2]);
 	if (which == "proc-list-reuse")
 		return procListReuse();
+	if (which == "close-int-max")
+		return closeIntMax();
+	if (which == "sendmsg-refused")
+		return sendmsgRefused();
 	if (which == "lingering-close" || which == "unix-close") {
 		SSL_CTX *server = serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", ""));
 		const int result = which == "unix-close" ? unixClose(server) : lingeringClose(server);
 		SSL_CTX_free(server);
 		return result;
 	}
-	std::fprintf(stderr, "usage: raw_socket_cases empty-recv|callback-read|bio-pair|proc-list-reuse|lingering-close|unix-close ...\n");
+	std::fprintf(stderr, "usage: raw_socket_cases empty-recv|callback-read|bio-pair|proc-list-reuse|close-int-max|sendmsg-refused|lingering-close|unix-close ...\n");
 	return 2;
 }

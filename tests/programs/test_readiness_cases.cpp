@@ -352,6 +352,20 @@ TEST(RawSocket, ReadingASetsListFromProcIntoAFreedNumberDoesNotHang)
 	expectBothWays(bothWaysOf("raw_socket_cases", { "proc-list-reuse" }), "epoll_ctl 0\n");
 }
 
+TEST(RawSocket, ACloseOfTheHighestNumberEnds)
+{
+	RecordProperty("fault", "close(INT_MAX) with a registration the shim keeps: an int loop spun for ever");
+	expectBothWays(bothWaysOf("raw_socket_cases", { "close-int-max" }), "close -1 EBADF\n");
+}
+
+TEST(RawSocket, AMessageTheKernelRefusesIsRefusedNotAFault)
+{
+	RecordProperty("fault", "sendmsg with an unreadable message or a short control header: the shim read "
+				"them before the kernel and faulted");
+	expectBothWays(bothWaysOf("raw_socket_cases", { "sendmsg-refused" }),
+		       "bad pointer -1 EFAULT\nshort header -1 EINVAL\n");
+}
+
 TEST(RawSocket, AUnixSocketClosedWithRecordsUnreadResetsThePeer)
 {
 	RecordProperty("fault", "a server over a UNIX socketpair reads 10 bytes of three records and closes: "
