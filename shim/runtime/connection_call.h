@@ -274,15 +274,21 @@ inline bool holdMore(Process &p, HeldPlaintext *held, PendingWrites *writes, con
 		return false;
 	}
 	writes->noteWrite(waits);
+	bool sendNow = false;
 	if (becameHeld) {
 		/* Before OpenSSL's atexit cleanup, which was registered before this. */
 		static const bool registered = atexit(encryptBeforeExit) == 0;
 		p.held.noteHeld();
 		/* No flusher thread could be started: nothing would bound the wait. */
-		if (!registered || !p.coalescer.plaintextHeld()) {
-			held->encryptIfIdle();
-			p.coalescer.sendAsOwner(writes);
-		}
+		sendNow = !registered || !p.coalescer.plaintextHeld();
+	}
+	/*
+	 * Holding stopped meanwhile (an exit or exec in another thread, whose drain took the
+	 * lock before this hold did): nothing sends it later (a run in 10 lost a write).
+	 */
+	if (sendNow || !p.held.holding() || !p.coalescer.holding()) {
+		held->encryptIfIdle();
+		p.coalescer.sendAsOwner(writes);
 	}
 	/* As after OpenSSL's own write: its socket BIO clears errno before a write that succeeds. */
 	errno = 0;

@@ -393,7 +393,7 @@ void Process::enterSandbox() noexcept
 	unseen.noteConfined();
 	if (!coalescer.holding())
 		return;
-	/* Nothing to hand over (a process that never held: its first connection): no system call. */
+	/* Nothing to hand over (a process that never held): no system call. */
 	if (coalescer.idle()) {
 		held.stopHolding();
 		coalescer.stopHoldingIdle();
