@@ -10,20 +10,14 @@ namespace tlstune {
  */
 class RawSyscalls {
 public:
-	RawSyscalls() noexcept : outer_(here()) { here() = true; }
-	~RawSyscalls() { here() = outer_; }
+	RawSyscalls() noexcept;
+	~RawSyscalls();
 	RawSyscalls(const RawSyscalls &) = delete;
 	RawSyscalls &operator=(const RawSyscalls &) = delete;
 
-	static bool active() noexcept { return here(); }
+	static bool active() noexcept;
 
 private:
-	static bool &here() noexcept
-	{
-		static thread_local bool raw __attribute__((tls_model("initial-exec"))) = false;
-		return raw;
-	}
-
 	const bool outer_;
 };
 
