@@ -312,6 +312,19 @@ int unixClose(SSL_CTX *server)
 	return 0;
 }
 
+/* An epoll set with one end of a new socketpair registered for reading: pair[0]. */
+int registeredPair(int pair[2])
+{
+	const int set = epoll_create1(EPOLL_CLOEXEC);
+	if (set < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
+		fail("setup");
+	struct epoll_event event = {};
+	event.events = EPOLLIN;
+	if (epoll_ctl(set, EPOLL_CTL_ADD, pair[0], &event) != 0)
+		fail("epoll_ctl");
+	return set;
+}
+
 /*
  * A set made before the first connection, its registration's number freed and the
  * connection made: the next epoll_ctl reads the kernel's list from /proc into the freed
@@ -320,14 +333,10 @@ int unixClose(SSL_CTX *server)
  */
 int procListReuse()
 {
-	const int set = epoll_create1(EPOLL_CLOEXEC);
 	int pair[2];
-	if (set < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
-		fail("setup");
+	const int set = registeredPair(pair);
 	struct epoll_event event = {};
 	event.events = EPOLLIN;
-	if (epoll_ctl(set, EPOLL_CTL_ADD, pair[0], &event) != 0)
-		fail("epoll_ctl");
 	const int copy = dup(pair[0]);
 	close(pair[0]);
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
@@ -344,14 +353,10 @@ int closeIntMax()
 {
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	SSL *ssl = SSL_new(ctx);
-	const int set = epoll_create1(EPOLL_CLOEXEC);
+	if (!ssl)
+		fail("SSL_new");
 	int pair[2];
-	if (!ssl || set < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
-		fail("setup");
-	struct epoll_event event = {};
-	event.events = EPOLLIN;
-	if (epoll_ctl(set, EPOLL_CTL_ADD, pair[0], &event) != 0)
-		fail("epoll_ctl");
+	registeredPair(pair);
 	const int closed = close(INT_MAX);
 	std::printf("close %d %s\n", closed, closed < 0 && errno == EBADF ? "EBADF" : "other");
 	SSL_free(ssl);
