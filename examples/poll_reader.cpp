@@ -23,13 +23,14 @@
  * run above FD_SETSIZE (select's sets are allocated for it).
  *
  * With --wait-on-copy HOW it waits, once connected, on a copy of the socket made by dup,
- * syscall-dup (syscall(SYS_dup)), syscall-fcntl (F_DUPFD_CLOEXEC) or pidfd (pidfd_getfd of
- * its own pid); the syscall-* waits are made through syscall() instead of libc's wrappers.
+ * syscall-dup (syscall(SYS_dup)), syscall-fcntl (F_DUPFD_CLOEXEC), pidfd (pidfd_getfd of its
+ * own pid, through syscall()) or pidfd-libc (glibc's pidfd_getfd); the syscall-* waits are
+ * made through syscall() instead of libc's wrappers.
  *
  * Usage: poll_reader HOST PORT --lines N [--wait poll|poll_chk|ppoll|ppoll_chk|select|pselect|
  *                    epoll|epoll_pwait|syscall-poll|syscall-select|syscall-epoll|
  *                    select-dtablesize]
- *                    [--wait-on-copy dup|syscall-dup|syscall-fcntl|pidfd]
+ *                    [--wait-on-copy dup|syscall-dup|syscall-fcntl|pidfd|pidfd-libc]
  *                    [--stall-ms MS] [--hangup-check] [--reuse-check] [--interrupt]
  *                    [--high-fd N] [--fork-after N]
  * Prints "lines N" and exits 0 once N lines arrived; when one wait sees nothing for
@@ -39,6 +40,10 @@
 
 #include <cerrno>
 #include <sys/mman.h>
+/* glibc 2.36's header lacks its extern "C" block. */
+extern "C" {
+#include <sys/pidfd.h>
+}
 #include <fcntl.h>
 #include <sys/syscall.h>
 #include <algorithm>
@@ -209,6 +214,9 @@ int copyOf(int fd, const std::string &how)
 	else if (how == "pidfd") {
 		const int self = static_cast<int>(syscall(SYS_pidfd_open, getpid(), 0));
 		copy = self < 0 ? -1 : static_cast<int>(syscall(SYS_pidfd_getfd, self, fd, 0));
+	} else if (how == "pidfd-libc") {
+		const int self = pidfd_open(getpid(), 0);
+		copy = self < 0 ? -1 : pidfd_getfd(self, fd, 0);
 	} else if (!how.empty())
 		fail("unknown --wait-on-copy");
 	if (copy < 0)

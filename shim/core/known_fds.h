@@ -6,44 +6,68 @@
 namespace tlstune {
 
 /*
- * The fd numbers the shim may keep state for: a coalescing connection's socket, a socket
- * with data held in OpenSSL or a duplicate of one, an epoll set or a registration in one.
- * The close family asks here first, with one relaxed load, and leaves every other number
- * to the kernel at once (issue 24: a close in a process with an epoll set and no TLS made
- * a getpid and took two mutexes).
- *
- * A number is noted before its state is made, by whoever makes it, and forgotten only by
- * the close that removes that state, before the number is freed: a number that may have
- * state is never missed. Numbers from kNumbers up are always "maybe".
+ * A bit per fd number, read with one relaxed load. Numbers from kNumbers up (and negative
+ * ones) always answer "maybe": a set bit only ever means "look closer", never "is".
  */
-class KnownFds {
+class FdBitmap {
 public:
 	static constexpr int kNumbers = 1 << 16;
 
-	bool mayKnow(int fd) const noexcept
+	bool mayHave(int fd) const noexcept
 	{
 		if (static_cast<unsigned>(fd) >= static_cast<unsigned>(kNumbers))
 			return true;
 		return words_[fd >> 6].load(std::memory_order_relaxed) & bit(fd);
 	}
+	/* A load first: noting a number again (a loop's dup takes the same one) writes nothing. */
 	void note(int fd) noexcept
 	{
-		if (static_cast<unsigned>(fd) < static_cast<unsigned>(kNumbers))
-			words_[fd >> 6].fetch_or(bit(fd), std::memory_order_relaxed);
+		if (static_cast<unsigned>(fd) >= static_cast<unsigned>(kNumbers))
+			return;
+		std::atomic<uint64_t> &word = words_[fd >> 6];
+		if (!(word.load(std::memory_order_relaxed) & bit(fd)))
+			word.fetch_or(bit(fd), std::memory_order_relaxed);
 	}
-	/* Only from a close that removes the number's state itself, before the number is free. */
 	void forget(int fd) noexcept
 	{
 		if (static_cast<unsigned>(fd) < static_cast<unsigned>(kNumbers))
 			words_[fd >> 6].fetch_and(~bit(fd), std::memory_order_relaxed);
 	}
+	/* The highest number below `below` (at most kNumbers) whose bit is set; -1: none. */
+	int highestBelow(int below) const noexcept
+	{
+		if (below > kNumbers)
+			below = kNumbers;
+		for (int word = (below - 1) >> 6; below > 0 && word >= 0; word--) {
+			uint64_t bits = words_[word].load(std::memory_order_relaxed);
+			const int end = below - word * 64; /* bits of this word below `below` */
+			if (end < 64)
+				bits &= (uint64_t{1} << end) - 1;
+			if (bits)
+				return word * 64 + 63 - __builtin_clzll(bits);
+		}
+		return -1;
+	}
 
 private:
 	static uint64_t bit(int fd) noexcept { return uint64_t{1} << (fd & 63); }
 
-	/* 8 KiB of zeroes until a number is noted: a process without TLS touches none of it. */
+	/* 8 KiB of zeroes until a number is noted: a process that notes none touches none of it. */
 	std::atomic<uint64_t> words_[kNumbers / 64] = {};
 };
+
+/*
+ * The fd numbers the shim may keep state for: a coalescing connection's socket, a socket
+ * with data held in OpenSSL, an epoll set or a registration in one. The close family asks
+ * here first, with one relaxed load, and leaves every other number to the kernel at once
+ * (issue 24: a close in a process with an epoll set and no TLS made a getpid and took two
+ * mutexes).
+ *
+ * A number is noted before its state is made, by whoever makes it, and forgotten only by
+ * the close that removes that state, before the number is freed: a number that may have
+ * state is never missed.
+ */
+using KnownFds = FdBitmap;
 
 /* The process's one: zeroes in .bss, so no constructor runs and a lookup is one load. */
 extern KnownFds g_knownFds;

@@ -62,7 +62,7 @@ void forgetClosed(Process &p, bool closed, int first, int last)
  */
 bool closingKnown(Process &p, int fd)
 {
-	if (!knownFds().mayKnow(fd) || !tracking(p))
+	if (!knownFds().mayHave(fd) || !tracking(p))
 		return false;
 	knownFds().forget(fd);
 	return true;
@@ -93,7 +93,7 @@ static __attribute__((noinline)) int closeKnown(int fd)
 
 TLSTUNE_EXPORT int close(int fd)
 {
-	if (!knownFds().mayKnow(fd))
+	if (!knownFds().mayHave(fd))
 		return process().libc.close(fd);
 	return closeKnown(fd);
 }
@@ -104,7 +104,7 @@ TLSTUNE_EXPORT int dup2(int oldfd, int newfd)
 	if (oldfd == newfd || !closingKnown(p, newfd)) {
 		const int result = p.libc.dup2(oldfd, newfd);
 		if (oldfd != newfd)
-			noteDuplicate(p, oldfd, result);
+			noteDuplicate(p, result);
 		return result;
 	}
 	beforeClose(p, newfd, newfd);
@@ -112,7 +112,7 @@ TLSTUNE_EXPORT int dup2(int oldfd, int newfd)
 	closeFailed(result < 0, newfd);
 	forgetClosed(p, result >= 0, newfd, newfd);
 	if (oldfd != newfd)
-		noteDuplicate(p, oldfd, result);
+		noteDuplicate(p, result);
 	return result;
 }
 
@@ -121,14 +121,14 @@ TLSTUNE_EXPORT int dup3(int oldfd, int newfd, int flags)
 	Process &p = process();
 	if (!closingKnown(p, newfd)) {
 		const int result = p.libc.dup3(oldfd, newfd, flags);
-		noteDuplicate(p, oldfd, result);
+		noteDuplicate(p, result);
 		return result;
 	}
 	beforeClose(p, newfd, newfd);
 	int result = p.libc.dup3(oldfd, newfd, flags);
 	closeFailed(result < 0, newfd);
 	forgetClosed(p, result >= 0, newfd, newfd);
-	noteDuplicate(p, oldfd, result);
+	noteDuplicate(p, result);
 	return result;
 }
 
@@ -188,7 +188,7 @@ TLSTUNE_EXPORT int fclose(FILE *stream)
 TLSTUNE_EXPORT int shutdown(int fd, int how)
 {
 	Process &p = process();
-	if (how == SHUT_RD || !knownFds().mayKnow(fd) || !tracking(p))
+	if (how == SHUT_RD || !knownFds().mayHave(fd) || !tracking(p))
 		return p.libc.shutdown(fd, how);
 	p.held.encryptAll();
 	p.coalescer.shuttingDown(fd);

@@ -11,9 +11,7 @@ TLSTUNE_EXPORT SSL *SSL_new(SSL_CTX *ctx)
 	SSL *created = ssl.api.SSL_new ? ssl.api.SSL_new(ctx) : nullptr;
 	if (created && ssl.tracking) {
 		if (Connection *connection = ssl.slot.of(ssl.api, created)) {
-			Process &p = process();
-			if (p.stats.connections.fetch_add(1, std::memory_order_seq_cst) == 0)
-				p.buffered.adoptEarlyDuplicates();
+			process().stats.connections.fetch_add(1, std::memory_order_relaxed);
 			if (!ssl.inLibssl(__builtin_return_address(0)))
 				connection->noteMadeThroughShim();
 		}

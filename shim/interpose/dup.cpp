@@ -1,7 +1,7 @@
 /*
- * dup and fcntl(F_DUPFD): a duplicate of a TLS connection's socket is readable while the
- * connection holds data, as every fd of a socket is (issue 12). dup2 and dup3 are in
- * close.cpp: they close their target too.
+ * dup, fcntl(F_DUPFD) and pidfd_getfd: a duplicate of a TLS connection's socket is readable
+ * while the connection holds data, as every fd of a socket is (issue 12). dup2 and dup3
+ * are in close.cpp: they close their target too.
  *
  * <fcntl.h> is left out: with 64-bit file offsets it renames fcntl to fcntl64, and both
  * are interposed here. The commands come from the kernel's header instead.
@@ -26,7 +26,7 @@ int fcntlCall(int (*real)(int, int, ...), int fd, int cmd, void *argument)
 	}
 	const int result = real(fd, cmd, argument);
 	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
-		noteDuplicate(process(), fd, result);
+		noteDuplicate(process(), result);
 	return result;
 }
 
@@ -35,7 +35,20 @@ int fcntlCall(int (*real)(int, int, ...), int fd, int cmd, void *argument)
 TLSTUNE_EXPORT int dup(int oldfd)
 {
 	const int result = process().libc.dup(oldfd);
-	noteDuplicate(process(), oldfd, result);
+	noteDuplicate(process(), result);
+	return result;
+}
+
+/* A copy of another process's descriptor, or of this one's own. */
+TLSTUNE_EXPORT int pidfd_getfd(int pidfd, int targetfd, unsigned int flags)
+{
+	Process &p = process();
+	if (!p.libc.pidfd_getfd) {
+		errno = ENOSYS;
+		return -1;
+	}
+	const int result = p.libc.pidfd_getfd(pidfd, targetfd, flags);
+	noteDuplicate(p, result);
 	return result;
 }
 

@@ -9,38 +9,11 @@
 
 namespace tlstune {
 
-/*
- * After a dup of a socket in a process with TLS connections: waits on the new number see
- * what a connection holds for that socket (issue 12). One fstat per dup, and only there.
- * Not in a vfork child, which must change no state of the shim's.
- */
-__attribute__((noinline)) inline void noteDuplicateOf(Process &p, int from, int to) noexcept
+/* After a dup (any of them) made fd `to`: a wait on it sees what a connection holds for its file. */
+inline void noteDuplicate(Process &p, int to) noexcept
 {
-	const int savedErrno = errno;
-	ino_t ino;
-	/* The stat first: a duplicate of a regular file costs no getpid (inVforkChild). */
-	if (streamInode(from, &ino) && !p.inVforkChild())
-		p.buffered.duplicated(to, ino);
-	errno = savedErrno;
-}
-
-/* Before the first connection: the number, for that connection to look at (BufferedFds). */
-__attribute__((noinline)) inline void noteEarlyDuplicate(Process &p, int from, int to) noexcept
-{
-	p.buffered.duplicatedEarly(to);
-	/* The first connection was made meanwhile, maybe after it looked: this one looks itself. */
-	if (p.stats.connections.load(std::memory_order_seq_cst) != 0)
-		noteDuplicateOf(p, from, to);
-}
-
-inline void noteDuplicate(Process &p, int from, int to) noexcept
-{
-	if (to < 0)
-		return;
-	if (p.stats.connections.load(std::memory_order_relaxed) != 0)
-		noteDuplicateOf(p, from, to);
-	else if (!p.buffered.earlyDuplicatesFull())
-		noteEarlyDuplicate(p, from, to);
+	if (to >= 0)
+		p.buffered.duplicated(to);
 }
 
 /* Each descriptor an SCM_RIGHTS message carries. */
@@ -75,7 +48,7 @@ void forEachPassed(const struct msghdr *msg, Each each)
  */
 inline void noteReceivedDescriptors(Process &p, const struct msghdr *msg) noexcept
 {
-	forEachPassed(msg, [&p](int fd) { noteDuplicate(p, fd, fd); });
+	forEachPassed(msg, [&p](int fd) { noteDuplicate(p, fd); });
 }
 
 /*

@@ -47,6 +47,7 @@ struct LibcApi {
 	int (*dup)(int) = nullptr;
 	int (*dup2)(int, int) = nullptr;
 	int (*dup3)(int, int, int) = nullptr;
+	int (*pidfd_getfd)(int, int, unsigned) = nullptr; /* glibc 2.36+ */
 	int (*close_range)(unsigned, unsigned, int) = nullptr; /* glibc 2.34+ */
 	void (*closefrom)(int) = nullptr;                       /* glibc 2.34+ */
 	int (*fclose)(FILE *) = nullptr;

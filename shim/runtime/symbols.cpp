@@ -138,6 +138,7 @@ void resolveLibc(LibcApi *libc) noexcept
 	next(&libc->dup, "dup");
 	next(&libc->dup2, "dup2");
 	next(&libc->dup3, "dup3");
+	next(&libc->pidfd_getfd, "pidfd_getfd");
 	next(&libc->close_range, "close_range");
 	next(&libc->closefrom, "closefrom");
 	next(&libc->fclose, "fclose");

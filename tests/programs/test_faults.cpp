@@ -99,7 +99,7 @@ TEST_P(RawCopies, AWaitOnACopyMadePastLibcSeesWhatOpenSslHolds)
 		EXPECT_EQ(readAll({ "--wait-on-copy", GetParam() }, withShim), "lines 200\n") << withShim;
 }
 
-INSTANTIATE_TEST_SUITE_P(Faults, RawCopies, ::testing::Values("dup", "syscall-dup", "syscall-fcntl", "pidfd"));
+INSTANTIATE_TEST_SUITE_P(Faults, RawCopies, ::testing::Values("dup", "syscall-dup", "syscall-fcntl", "pidfd", "pidfd-libc"));
 
 class Forks : public ::testing::TestWithParam<const char *> {};
 

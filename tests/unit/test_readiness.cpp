@@ -81,18 +81,18 @@ void holdData(Connection &connection, BufferedFds &buffered, int fd)
 TEST(KnownFds, EveryNumberWithStateIsKnownAndOthersAreNot)
 {
 	KnownFds known;
-	EXPECT_FALSE(known.mayKnow(7));
+	EXPECT_FALSE(known.mayHave(7));
 	known.note(7);
 	known.note(64);
-	EXPECT_TRUE(known.mayKnow(7));
-	EXPECT_TRUE(known.mayKnow(64));
-	EXPECT_FALSE(known.mayKnow(8)) << "a neighbour in the same word";
-	EXPECT_FALSE(known.mayKnow(65));
+	EXPECT_TRUE(known.mayHave(7));
+	EXPECT_TRUE(known.mayHave(64));
+	EXPECT_FALSE(known.mayHave(8)) << "a neighbour in the same word";
+	EXPECT_FALSE(known.mayHave(65));
 	known.forget(7);
-	EXPECT_FALSE(known.mayKnow(7));
-	EXPECT_TRUE(known.mayKnow(64));
-	EXPECT_TRUE(known.mayKnow(KnownFds::kNumbers)) << "beyond the map: always asked";
-	EXPECT_TRUE(known.mayKnow(-1));
+	EXPECT_FALSE(known.mayHave(7));
+	EXPECT_TRUE(known.mayHave(64));
+	EXPECT_TRUE(known.mayHave(KnownFds::kNumbers)) << "beyond the map: always asked";
+	EXPECT_TRUE(known.mayHave(-1));
 	known.note(KnownFds::kNumbers + 5); /* no effect, no crash */
 }
 
@@ -102,11 +102,25 @@ TEST(KnownFds, TheStateMakersNoteTheirNumbers)
 	BufferedFds buffered;
 	int owner = 0;
 	buffered.set(&owner, pair.fds[0], 1, true);
-	EXPECT_TRUE(knownFds().mayKnow(pair.fds[0]));
-	buffered.duplicated(pair.fds[1], 1);
-	EXPECT_TRUE(knownFds().mayKnow(pair.fds[1]));
+	EXPECT_TRUE(knownFds().mayHave(pair.fds[0]));
 	buffered.forget(&owner);
-	buffered.closed(pair.fds[1], pair.fds[1]);
+}
+
+TEST(FdBitmap, FindsTheHighestNumberBelowABound)
+{
+	FdBitmap bits;
+	EXPECT_EQ(bits.highestBelow(FdBitmap::kNumbers), -1);
+	bits.note(3);
+	bits.note(64);
+	bits.note(130);
+	EXPECT_EQ(bits.highestBelow(FdBitmap::kNumbers + 100), 130) << "a bound beyond the map is the map's end";
+	EXPECT_EQ(bits.highestBelow(131), 130);
+	EXPECT_EQ(bits.highestBelow(130), 64) << "the bound itself is not below it";
+	EXPECT_EQ(bits.highestBelow(64), 3);
+	EXPECT_EQ(bits.highestBelow(3), -1);
+	EXPECT_EQ(bits.highestBelow(0), -1);
+	bits.note(FdBitmap::kNumbers - 1);
+	EXPECT_EQ(bits.highestBelow(FdBitmap::kNumbers), FdBitmap::kNumbers - 1);
 }
 
 TEST(BufferedFds, HoldsWhatWasSetUntilForgotten)
@@ -152,18 +166,40 @@ TEST(BufferedFds, ADuplicateIsReadableWhileTheConnectionHoldsDataUntilItIsClosed
 	BufferedFds buffered;
 	const int socket = pair.fds[0];
 	const int duplicate = dup(socket);
-	buffered.duplicated(duplicate, inodeOf(socket));
+	buffered.duplicated(duplicate);
 	EXPECT_FALSE(buffered.holds(duplicate)) << "nothing held yet";
-	EXPECT_FALSE(buffered.idle()) << "closes must still be told";
+	EXPECT_TRUE(buffered.idle()) << "a copy needs no close of its own";
 	buffered.set(&kOwner, socket, inodeOf(socket), true);
 	EXPECT_TRUE(buffered.holds(duplicate));
+	EXPECT_EQ(buffered.highestHeld(FdBitmap::kNumbers), std::max(socket, duplicate));
+	EXPECT_EQ(buffered.highestHeld(std::min(socket, duplicate)), -1);
 	close(duplicate);
-	buffered.closed(duplicate, duplicate);
-	EXPECT_FALSE(buffered.holds(duplicate)) << "its number may name another file now";
+	EXPECT_FALSE(buffered.holds(duplicate)) << "closed";
+	EXPECT_EQ(buffered.highestHeld(FdBitmap::kNumbers), socket);
+	SocketPair reused; /* the lowest free number: the copy's */
+	ASSERT_EQ(reused.fds[0], duplicate);
+	EXPECT_FALSE(buffered.holds(duplicate)) << "its number names another file now";
+	EXPECT_TRUE(dup2(socket, duplicate) == duplicate);
+	EXPECT_TRUE(buffered.holds(duplicate)) << "and the socket again, with no new note";
 	buffered.forget(&kOwner);
 	EXPECT_FALSE(buffered.idle()) << "the freed connection's records stay unread until the socket's close";
 	buffered.closing(socket, socket);
 	EXPECT_TRUE(buffered.idle());
+}
+
+TEST(BufferedFds, ACopyMadeBeforeItsSocketHoldsAnythingIsSeenByTheFileItNames)
+{
+	SocketPair pair;
+	BufferedFds buffered;
+	const int early = dup(pair.fds[1]); /* a copy of the other end first */
+	buffered.duplicated(early);
+	ASSERT_EQ(dup2(pair.fds[0], early), early); /* then, under the same number, of this one */
+	buffered.set(&kOwner, pair.fds[0], inodeOf(pair.fds[0]), true);
+	EXPECT_TRUE(buffered.holds(early));
+	EXPECT_FALSE(buffered.holds(pair.fds[1]));
+	buffered.set(&kOwner, pair.fds[0], inodeOf(pair.fds[0]), false);
+	EXPECT_FALSE(buffered.holds(early)) << "nothing held";
+	close(early);
 }
 
 /* Whether the socket's close will be abortive (SO_LINGER 0): the kernel's reset. */

@@ -164,65 +164,34 @@ bool BufferedFds::lookup(int fd, ino_t *ino) const noexcept
 {
 	if (fd < 0 || empty())
 		return false;
-	std::lock_guard<std::mutex> lock(mutex_);
-	if (const Entry *entry = find(fd)) {
-		*ino = entry->ino;
-		return true;
+	{
+		std::lock_guard<std::mutex> lock(mutex_);
+		if (const Entry *entry = find(fd)) {
+			*ino = entry->ino;
+			return true;
+		}
 	}
-	for (const auto &duplicate : duplicates_) {
-		if (duplicate.first != fd)
-			continue;
-		const bool held = std::any_of(entries_.begin(), entries_.end(),
-					      [&](const Entry &e) { return e.ino == duplicate.second; });
-		*ino = duplicate.second;
-		return held;
-	}
-	return false;
+	/* A copy: whatever file the number names now, held if a connection reads that one. */
+	return copies_.mayHave(fd) && streamInode(fd, ino) && holdsInode(*ino);
 }
 
-int BufferedFds::highestFd() const noexcept
+int BufferedFds::highestHeld(int below) const noexcept
 {
 	if (empty())
 		return -1;
-	std::lock_guard<std::mutex> lock(mutex_);
 	int highest = -1;
-	for (const Entry &entry : entries_)
-		highest = std::max(highest, entry.fd);
-	for (const auto &duplicate : duplicates_)
-		highest = std::max(highest, duplicate.first);
+	{
+		std::lock_guard<std::mutex> lock(mutex_);
+		for (const Entry &entry : entries_) {
+			if (entry.fd < below)
+				highest = std::max(highest, entry.fd);
+		}
+	}
+	for (int fd = copies_.highestBelow(below); fd > highest; fd = copies_.highestBelow(fd)) {
+		if (holds(fd))
+			return fd;
+	}
 	return highest;
-}
-
-void BufferedFds::duplicated(int fd, ino_t ino) noexcept
-{
-	knownFds().note(fd);
-	std::lock_guard<std::mutex> lock(mutex_);
-	duplicates_.erase(std::remove_if(duplicates_.begin(), duplicates_.end(),
-					 [fd](const std::pair<int, ino_t> &d) { return d.first == fd; }),
-			  duplicates_.end());
-	try {
-		duplicates_.emplace_back(fd, ino);
-	} catch (const std::bad_alloc &) {
-		/* Out of memory: waits on this duplicate go without readiness help. */
-	}
-	duplicateCount_.store(duplicates_.size(), std::memory_order_relaxed);
-}
-
-void BufferedFds::adoptEarlyDuplicates() noexcept
-{
-	const std::size_t count = std::min(earlyCount_.load(std::memory_order_seq_cst), kEarlyDuplicates);
-	const int savedErrno = errno;
-	for (std::size_t i = 0; i < count; i++) {
-		const int number = early_[i].load(std::memory_order_seq_cst);
-		ino_t ino;
-		/* Whatever the number names now: every fd of a stream sees what is held for it. */
-		if (number > 0 && streamInode(number - 1, &ino))
-			duplicated(number - 1, ino);
-	}
-	errno = savedErrno;
-	if (earlyCount_.load(std::memory_order_relaxed) > kEarlyDuplicates)
-		logLine(LogLevel::Debug, "more than %zu duplicates before the first connection: waits on the later "
-			"ones see only the kernel's readiness", kEarlyDuplicates);
 }
 
 bool BufferedFds::holds(int fd) const noexcept
@@ -252,12 +221,6 @@ void BufferedFds::closed(int first, int last) noexcept
 	entries_.erase(std::remove_if(entries_.begin(), entries_.end(),
 				      [&](const Entry &e) { return e.fd >= first && e.fd <= last; }),
 		       entries_.end());
-	duplicates_.erase(std::remove_if(duplicates_.begin(), duplicates_.end(),
-					 [&](const std::pair<int, ino_t> &d) {
-						 return d.first >= first && d.first <= last;
-					 }),
-			  duplicates_.end());
-	duplicateCount_.store(duplicates_.size(), std::memory_order_relaxed);
 	unread_.erase(std::remove_if(unread_.begin(), unread_.end(),
 				     [&](int fd) { return fd >= first && fd <= last; }),
 		      unread_.end());

@@ -4,10 +4,11 @@
 #include <atomic>
 #include <cstddef>
 #include <mutex>
-#include <utility>
 #include <vector>
 
 #include <sys/types.h>
+
+#include "core/known_fds.h"
 
 namespace tlstune {
 
@@ -32,12 +33,8 @@ bool streamInode(int fd, ino_t *ino) noexcept;
 class BufferedFds {
 public:
 	bool empty() const noexcept { return count_.load(std::memory_order_relaxed) == 0; }
-	/* No entry, no duplicate and nothing left unread by a freed SSL: closes need not be told. */
-	bool idle() const noexcept
-	{
-		return empty() && duplicateCount_.load(std::memory_order_relaxed) == 0 &&
-		       unreadCount_.load(std::memory_order_relaxed) == 0;
-	}
+	/* No entry and nothing left unread by a freed SSL: closes need not be told. */
+	bool idle() const noexcept { return empty() && unreadCount_.load(std::memory_order_relaxed) == 0; }
 
 	/*
 	 * Records whether owner (one connection) holds buffered data for the socket fd.
@@ -58,8 +55,11 @@ public:
 	 * The program read fd itself, outside OpenSSL: records a freed SSL left unread there
 	 * are what the kernel would have given it (one load while there are none).
 	 */
-	/* The highest fd a wait may find held: a connection's or a duplicate's (-1: none). */
-	int highestFd() const noexcept;
+	/*
+	 * The highest fd below `below` a wait may find held, a connection's or a copy's (-1:
+	 * none): an fd the kernel reads too, being open (select reads no further).
+	 */
+	int highestHeld(int below) const noexcept;
 	bool anyUnread() const noexcept { return unreadCount_.load(std::memory_order_relaxed) != 0; }
 	/* readByProgram for each fd left unread that waited(fd) names. */
 	template <typename Waited>
@@ -104,35 +104,16 @@ public:
 	}
 
 	/*
-	 * fd is a duplicate the program made (dup, dup2, dup3, fcntl F_DUPFD) of a stream whose
-	 * inode is ino: a wait on fd sees the data a connection holds for that socket, as a
-	 * wait on any fd of a socket sees the kernel's (issue 12).
+	 * fd is a copy the program made (dup, dup2, dup3, fcntl F_DUPFD, a descriptor received
+	 * with SCM_RIGHTS): a wait on it sees the data a connection holds for the same file,
+	 * as a wait on any fd of a socket sees the kernel's (issue 12). Only the number is
+	 * noted, with one load (and a store the first time), in every process: which file it
+	 * names is asked (fstat) when a wait on it meets held data, so a copy made before the
+	 * socket's first connection, or a number reused since, is seen as it is then. Not
+	 * forgotten at close: a number noted once costs that fstat, and only while something
+	 * is held.
 	 */
-	void duplicated(int fd, ino_t ino) noexcept;
-	/*
-	 * A duplicate made before the process's first connection (dup, dup2, fcntl F_DUPFD, a
-	 * descriptor received): remembered by number, with no stat (a process without TLS pays
-	 * an increment and a store), up to kEarlyDuplicates, then a load (earlyDuplicatesFull);
-	 * a hunt's program dup'ed its socket before its first SSL_new and polled the copy,
-	 * which stalled.
-	 */
-	bool earlyDuplicatesFull() const noexcept
-	{
-		return earlyCount_.load(std::memory_order_relaxed) > kEarlyDuplicates;
-	}
-	void duplicatedEarly(int fd) noexcept
-	{
-		const std::size_t at = earlyCount_.fetch_add(1, std::memory_order_seq_cst);
-		if (at < kEarlyDuplicates)
-			early_[at].store(fd + 1, std::memory_order_seq_cst);
-	}
-	/*
-	 * The process made its first connection (after counting it): the early duplicates
-	 * that name streams now are followed as later ones are. A duplicate made meanwhile is
-	 * seen here or by its maker's look at the count of connections after its store.
-	 */
-	void adoptEarlyDuplicates() noexcept;
-	static constexpr std::size_t kEarlyDuplicates = 64;
+	void duplicated(int fd) noexcept { copies_.note(fd); }
 
 	/*
 	 * The program is about to close fds first..last: the kernel resets a connection closed
@@ -196,13 +177,9 @@ private:
 
 	mutable std::mutex mutex_;
 	std::vector<Entry> entries_;
-	/* Duplicates of stream fds, (fd, inode): few, and looked at only when an fd misses. */
-	std::vector<std::pair<int, ino_t>> duplicates_;
 	std::atomic<std::size_t> count_{0};
-	std::atomic<std::size_t> duplicateCount_{0};
-	/* duplicatedEarly's numbers, plus one (0: not stored yet). */
-	std::atomic<int> early_[kEarlyDuplicates] = {};
-	std::atomic<std::size_t> earlyCount_{0};
+	/* duplicated()'s numbers. */
+	FdBitmap copies_;
 	/* Sockets whose freed SSL left records unread: reset at their close (forget). */
 	std::vector<int> unread_;
 	std::atomic<std::size_t> unreadCount_{0};

@@ -30,7 +30,7 @@ namespace tlstune {
  */
 inline bool heldReadable(const BufferedFds &buffered, EpollSets &sets, int fd) noexcept
 {
-	return buffered.holds(fd) || (!sets.empty() && knownFds().mayKnow(fd) && sets.reportsHeld(fd, buffered));
+	return buffered.holds(fd) || (!sets.empty() && knownFds().mayHave(fd) && sets.reportsHeld(fd, buffered));
 }
 
 /*
@@ -95,8 +95,9 @@ int selectMerged(const BufferedFds &buffered, EpollSets &sets, int nfds, fd_set 
 	 * FD_SETSIZE are served up to kSelectBits (a hunt's connection on fd 1500 stalled).
 	 */
 	constexpr int kSelectBits = 16384;
-	const int highest = std::max(buffered.highestFd(), sets.highestSet());
-	const int limit = std::min({ nfds, highest + 1, kSelectBits });
+	const int asked = std::min(nfds, kSelectBits);
+	const int highest = std::max(buffered.highestHeld(asked), sets.highestSet());
+	const int limit = std::min(asked, highest + 1);
 	auto isSet = [](const fd_set *set, int fd) {
 		return (__FDS_BITS(set)[fd / __NFDBITS] & (static_cast<__fd_mask>(1) << (fd % __NFDBITS))) != 0;
 	};
