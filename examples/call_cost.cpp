@@ -6,7 +6,7 @@
  *   close-epoll   close of /dev/null in a process that has an epoll set (and no TLS)
  *   dup-close     dup of /dev/null and close of the copy, the same process
  *   dup-close-tls the same in a process with a TLS connection (an SSL made first), where
- *                 the shim asks whether each copy is of a socket
+ *                 the shim notes each copy's number
  *   epoll-ctl     EPOLL_CTL_ADD then EPOLL_CTL_DEL of an eventfd
  *   epoll-ctl-tls the same in a process with a TLS connection (an SSL made first), where
  *                 the shim records each registration
