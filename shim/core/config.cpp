@@ -278,6 +278,8 @@ ParsedConfig parseConfig(EnvLookup lookup, void *context)
 			ok = parseCoalesceMode(text, &config.coalesce);
 			break;
 		}
+		if (ok && option.kind == Kind::Size && option.size == &Config::readBuffer)
+			config.readBufferSet = true;
 		if (!ok)
 			parsed.errors.push_back(std::string(option.info.name) + "=" + printable(text) +
 						" is not valid: expected " + option.info.accepted +

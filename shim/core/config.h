@@ -43,6 +43,7 @@ struct Config {
 	bool disable = false;
 	bool readAhead = true;
 	std::size_t readBuffer = kDefaultReadBuffer;
+	bool readBufferSet = false; /* TLSTUNE_READ_BUFFER was given: servers take it too */
 	bool readiness = true;
 	bool caCache = true;
 	unsigned long caCacheTtl = kDefaultCaCacheTtl; /* seconds */

@@ -18,10 +18,11 @@ TLSTUNE_EXPORT SSL *SSL_new(SSL_CTX *ctx)
 	}
 	/*
 	 * TLSTUNE_READINESS=off, which exists to show the stalls read-ahead causes: every
-	 * connection made here reads ahead, followed or not.
+	 * connection made here reads ahead, followed or not, into a client's buffer (an SSL
+	 * from TLS_method looks like a server until its first call).
 	 */
 	if (created && ssl.tuning && !ssl.tracking && ssl.api.SSL_get_read_ahead(created) == 0)
-		ReadTuning::turnOn(ssl.api, process().config, created);
+		ReadTuning::turnOn(ssl.api, process().config, created, true);
 	return created;
 }
 

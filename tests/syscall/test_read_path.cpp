@@ -94,6 +94,23 @@ TEST(ReadBuffer, AServerReadsAheadIntoOneRecord)
 	}
 }
 
+/* TLSTUNE_READ_BUFFER given, even as the default's value, sizes a server's buffer too. */
+TEST(ReadBuffer, AServerTakesTheReadBufferItIsGiven)
+{
+	const std::vector<std::string> argv = { examplePath("idle_memory"), "--role", "server",
+						"--connections", "1", "--burst", "1048576",
+						"--cert", certificate().cert, "--key", certificate().key };
+	TracedRun run = runTraced(argv, true, { "TLSTUNE_READ_BUFFER=65655" });
+	ASSERT_EQ(run.status, 0) << run.out;
+	tlstune::SocketTraffic server;
+	for (const auto &socket : tlstune::tcpTraffic(run.calls)) {
+		if (socket.second.readBytes > server.readBytes)
+			server = socket.second;
+	}
+	ASSERT_GE(server.readBytes, 1048576u) << describe(server);
+	EXPECT_GT(server.readSizes.rbegin()->first, 2 * 16413) << describe(server);
+}
+
 TEST_P(BulkDownload, ReadsWholeRecordsInLargeChunksWithTheShim)
 {
 	const std::string tls = GetParam();

@@ -175,6 +175,16 @@ TEST(Config, OneBadValueLeavesTheOthersAlone)
 	EXPECT_TRUE(parsed.config.stats);
 	EXPECT_EQ(parsed.config.logLevel, LogLevel::Debug);
 	EXPECT_EQ(parsed.config.readBuffer, kDefaultReadBuffer);
+	EXPECT_FALSE(parsed.config.readBufferSet) << "an invalid value is the default's";
+}
+
+/* A server keeps OpenSSL's buffer unless the variable is given, even as the default's value. */
+TEST(Config, AReadBufferGivenIsKnownAsGivenEvenAtTheDefault)
+{
+	EXPECT_FALSE(parseEnvironment({}).config.readBufferSet);
+	ParsedConfig parsed = parseEnvironment({ { "TLSTUNE_READ_BUFFER", "65655" } });
+	EXPECT_TRUE(parsed.config.readBufferSet);
+	EXPECT_EQ(parsed.config.readBuffer, kDefaultReadBuffer);
 }
 
 TEST(Config, EmptyMeansUnset)
@@ -184,6 +194,7 @@ TEST(Config, EmptyMeansUnset)
 	EXPECT_TRUE(parsed.errors.empty());
 	EXPECT_TRUE(parsed.config.readAhead);
 	EXPECT_EQ(parsed.config.readBuffer, kDefaultReadBuffer);
+	EXPECT_FALSE(parsed.config.readBufferSet);
 }
 
 TEST(Config, DescribeShowsEffectiveSettings)

@@ -78,7 +78,7 @@ std::size_t ReadTuning::turnOn(const OpenSslApi &api, const Config &config, SSL 
 	 * what that buffer holds at once; unless TLSTUNE_READ_BUFFER names another size.
 	 */
 	const bool server = !connecting && api.SSL_is_server && api.SSL_is_server(ssl);
-	const bool sized = !server || config.readBuffer != kDefaultReadBuffer;
+	const bool sized = !server || config.readBufferSet;
 	if (sized)
 		api.SSL_set_default_read_buffer_len(ssl, config.readBuffer);
 	api.SSL_set_read_ahead(ssl, 1);
