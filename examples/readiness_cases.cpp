@@ -10,7 +10,8 @@
  *   duplicate HOW PORT
  *                     the same, but the connection keeps its fd and the program waits on a
  *                     duplicate: HOW is dup, dup-first (a dup made before the process's
- *                     first SSL), fcntl (F_DUPFD_CLOEXEC), dup2-select (dup2 to fd 100,
+ *                     first SSL), dup-first-late (the same after 100 dups of another file),
+ *                     fcntl (F_DUPFD_CLOEXEC), dup2-select (dup2 to fd 100,
  *                     waited on with select) or scm-rights (a copy sent to itself over a
  *                     socketpair, as a process that hands connections to another would).
  *                     Prints the same.
@@ -187,15 +188,22 @@ int anotherFd(const char *port, const std::string &how)
 {
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	int fd = connectTo("127.0.0.1", port);
-	/* Before the process's first SSL. */
-	int watched = how == "dup-first" ? dup(fd) : -1;
+	/* Before the process's first SSL; late: after the 64 copies the shim once remembered. */
+	if (how == "dup-first-late") {
+		/* Kept open to the end: each is another number. */
+		for (int i = 0; i < 100; i++) {
+			if (dup(STDERR_FILENO) < 0)
+				fail("dup");
+		}
+	}
+	int watched = how == "dup-first" || how == "dup-first-late" ? dup(fd) : -1;
 	SSL *ssl = connectTls(ctx, fd);
 	std::string line;
 	int lines = 0;
 	if (!pollThenRead(ssl, fd, &line))
 		fail("the first line never came");
 	lines++;
-	if (how == "dup-first") {
+	if (how == "dup-first" || how == "dup-first-late") {
 		/* made above */
 	} else if (how == "moved" || how == "dup")
 		watched = dup(fd);
@@ -206,7 +214,7 @@ int anotherFd(const char *port, const std::string &how)
 	else if (how == "scm-rights")
 		watched = passedThroughScmRights(fd);
 	else
-		fail("HOW: dup, dup-first, fcntl, dup2-select or scm-rights");
+		fail("HOW: dup, dup-first, dup-first-late, fcntl, dup2-select or scm-rights");
 	if (how == "moved") {
 		SSL_set_fd(ssl, watched);
 		close(fd);

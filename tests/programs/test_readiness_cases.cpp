@@ -75,9 +75,12 @@ TEST_P(Duplicates, AWaitOnADuplicateSeesWhatOpenSslHolds)
 	expectBothWays(bothWays({ "duplicate", GetParam() }, { "--burst", "20" }), "lines 20\n");
 }
 
-/* dup-first: made before the process's first SSL, which the shim then knew nothing of. */
+/*
+ * dup-first: made before the process's first SSL, which the shim then knew nothing of;
+ * dup-first-late: after 100 other copies (the shim remembered 64 before 4408b76).
+ */
 INSTANTIATE_TEST_SUITE_P(Readiness, Duplicates,
-			 ::testing::Values("dup", "dup-first", "fcntl", "dup2-select", "scm-rights"));
+			 ::testing::Values("dup", "dup-first", "dup-first-late", "fcntl", "dup2-select", "scm-rights"));
 
 TEST(Readiness, TlsOverAPipePairIsReadableAndLosesNothing)
 {
