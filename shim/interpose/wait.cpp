@@ -66,8 +66,7 @@ void waitsToRead(Process &p, int nfds, const fd_set *readfds) noexcept
 	if (!readfds || !p.buffered.anyUnread() || p.inVforkChild())
 		return;
 	p.buffered.waitedToRead([&](int fd) {
-		return fd >= 0 && fd < nfds &&
-		       (__FDS_BITS(readfds)[fd / __NFDBITS] & (static_cast<__fd_mask>(1) << (fd % __NFDBITS))) != 0;
+		return fd >= 0 && fd < nfds && inFdSet(readfds, fd);
 	});
 }
 

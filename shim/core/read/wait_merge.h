@@ -81,6 +81,16 @@ inline bool refusedTimeout(const struct timeval *timeout) noexcept
  */
 struct timeval timeLeft(struct timeval asked, std::chrono::nanoseconds elapsed) noexcept;
 
+/* fd's bit in a set the program may have allocated past FD_SETSIZE (FD_ISSET checks the size). */
+inline bool inFdSet(const fd_set *set, int fd) noexcept
+{
+	return (__FDS_BITS(set)[fd / __NFDBITS] & (static_cast<__fd_mask>(1) << (fd % __NFDBITS))) != 0;
+}
+inline void addToFdSet(fd_set *set, int fd) noexcept
+{
+	__FDS_BITS(set)[fd / __NFDBITS] |= static_cast<__fd_mask>(1) << (fd % __NFDBITS);
+}
+
 /* realSelect(zeroTimeout) runs the real select/pselect over the same sets (the mask as for ppoll). */
 template <typename RealSelect>
 int selectMerged(const BufferedFds &buffered, EpollSets &sets, int nfds, fd_set *readfds, RealSelect realSelect)
@@ -98,16 +108,9 @@ int selectMerged(const BufferedFds &buffered, EpollSets &sets, int nfds, fd_set 
 	const int asked = std::min(nfds, kSelectBits);
 	const int highest = std::max(buffered.highestHeld(asked), sets.highestSet());
 	const int limit = std::min(asked, highest + 1);
-	auto isSet = [](const fd_set *set, int fd) {
-		return (__FDS_BITS(set)[fd / __NFDBITS] & (static_cast<__fd_mask>(1) << (fd % __NFDBITS))) != 0;
-	};
-	auto add = [](fd_set *set, int fd) {
-		__FDS_BITS(set)[fd / __NFDBITS] |= static_cast<__fd_mask>(1) << (fd % __NFDBITS);
-	};
-
 	bool any = false;
 	for (int fd = 0; fd < limit && !any; fd++)
-		any = isSet(readfds, fd) && heldReadable(buffered, sets, fd);
+		any = inFdSet(readfds, fd) && heldReadable(buffered, sets, fd);
 	if (!any)
 		return realSelect(false);
 
@@ -119,8 +122,8 @@ int selectMerged(const BufferedFds &buffered, EpollSets &sets, int nfds, fd_set 
 	if (ready < 0)
 		return ready;
 	for (int fd = 0; fd < limit; fd++) {
-		if (isSet(wanted, fd) && !isSet(readfds, fd) && heldReadable(buffered, sets, fd)) {
-			add(readfds, fd);
+		if (inFdSet(wanted, fd) && !inFdSet(readfds, fd) && heldReadable(buffered, sets, fd)) {
+			addToFdSet(readfds, fd);
 			ready++;
 		}
 	}
