@@ -68,20 +68,35 @@ class BulkDownload : public ::testing::TestWithParam<const char *> {};
  * takes a whole record per recv, where OpenSSL alone reads a header and then a body.
  * examples/idle_memory in the server role: a forked client sends 1 MiB in one write.
  */
+namespace {
+
+const std::vector<std::string> &serverReadingAMegabyte()
+{
+	static const std::vector<std::string> argv = { examplePath("idle_memory"), "--role", "server",
+						       "--connections", "1", "--burst", "1048576",
+						       "--cert", certificate().cert, "--key", certificate().key };
+	return argv;
+}
+
+/* The server's socket in a run of serverReadingAMegabyte(): the one that read the most. */
+tlstune::SocketTraffic busiestSocket(const TracedRun &run)
+{
+	tlstune::SocketTraffic busiest;
+	for (const auto &socket : tlstune::tcpTraffic(run.calls)) {
+		if (socket.second.readBytes > busiest.readBytes)
+			busiest = socket.second;
+	}
+	return busiest;
+}
+
+} /* namespace */
+
 TEST(ReadBuffer, AServerReadsAheadIntoOneRecord)
 {
-	const std::vector<std::string> argv = { examplePath("idle_memory"), "--role", "server",
-						"--connections", "1", "--burst", "1048576",
-						"--cert", certificate().cert, "--key", certificate().key };
 	for (const bool withShim : { false, true }) {
-		TracedRun run = runTraced(argv, withShim);
+		TracedRun run = runTraced(serverReadingAMegabyte(), withShim);
 		ASSERT_EQ(run.status, 0) << run.out;
-		/* The server's socket: the one that read the megabyte. */
-		tlstune::SocketTraffic server;
-		for (const auto &socket : tlstune::tcpTraffic(run.calls)) {
-			if (socket.second.readBytes > server.readBytes)
-				server = socket.second;
-		}
+		const tlstune::SocketTraffic server = busiestSocket(run);
 		ASSERT_GE(server.readBytes, 1048576u) << describe(server);
 		if (!withShim) {
 			EXPECT_GT(server.headerReads, 60u) << describe(server);
@@ -97,16 +112,9 @@ TEST(ReadBuffer, AServerReadsAheadIntoOneRecord)
 /* TLSTUNE_READ_BUFFER given, even as the default's value, sizes a server's buffer too. */
 TEST(ReadBuffer, AServerTakesTheReadBufferItIsGiven)
 {
-	const std::vector<std::string> argv = { examplePath("idle_memory"), "--role", "server",
-						"--connections", "1", "--burst", "1048576",
-						"--cert", certificate().cert, "--key", certificate().key };
-	TracedRun run = runTraced(argv, true, { "TLSTUNE_READ_BUFFER=65655" });
+	TracedRun run = runTraced(serverReadingAMegabyte(), true, { "TLSTUNE_READ_BUFFER=65655" });
 	ASSERT_EQ(run.status, 0) << run.out;
-	tlstune::SocketTraffic server;
-	for (const auto &socket : tlstune::tcpTraffic(run.calls)) {
-		if (socket.second.readBytes > server.readBytes)
-			server = socket.second;
-	}
+	const tlstune::SocketTraffic server = busiestSocket(run);
 	ASSERT_GE(server.readBytes, 1048576u) << describe(server);
 	EXPECT_GT(server.readSizes.rbegin()->first, 2 * 16413) << describe(server);
 }
