@@ -36,6 +36,10 @@
  *   sendmsg-refused   an SSL made, then sendmsg with a message pointer the process may not
  *                     read, and with a control header shorter than itself: prints what
  *                     each returned ("bad pointer -1 EFAULT", "short header -1 EINVAL")
+ *   raw-ppoll         an SSL made, then syscall(SYS_ppoll) with a 1 ms timeout on an idle
+ *                     pipe, and with a signal mask size the kernel refuses: prints "ppoll 0
+ *                     time left 0.000000000" (the kernel writes the time left back) and
+ *                     "bad mask size -1 EINVAL"
  *   unix-close --cert C --key K
  *                     over a UNIX socketpair: a forked server reads 10 bytes of the three
  *                     full records the client writes, then closes its socket unread; the
@@ -47,10 +51,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <csignal>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -394,6 +400,30 @@ int sendmsgRefused()
 	return 0;
 }
 
+/* A wait made through syscall(): what the kernel writes back and what it refuses. */
+int rawPpoll()
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	SSL *ssl = SSL_new(ctx);
+	int pipeFds[2];
+	if (!ssl || pipe(pipeFds) != 0)
+		fail("setup");
+	struct pollfd idle = { pipeFds[0], POLLIN, 0 };
+	struct timespec timeout = { 0, 1000000 };
+	const long waited = syscall(SYS_ppoll, &idle, 1, &timeout, nullptr, 8);
+	std::printf("ppoll %ld time left %lld.%09ld\n", waited, static_cast<long long>(timeout.tv_sec), timeout.tv_nsec);
+	sigset_t none;
+	sigemptyset(&none);
+	timeout = { 0, 1000000 };
+	const long refused = syscall(SYS_ppoll, &idle, 1, &timeout, &none, 4);
+	std::printf("bad mask size %ld %s\n", refused, refused < 0 && errno == EINVAL ? "EINVAL" : "other");
+	close(pipeFds[0]);
+	close(pipeFds[1]);
+	SSL_free(ssl);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const std::string which = argc > 1 ? argv[1] : "";
@@ -409,12 +439,14 @@ int main(int argc, char **argv)
 		return closeIntMax();
 	if (which == "sendmsg-refused")
 		return sendmsgRefused();
+	if (which == "raw-ppoll")
+		return rawPpoll();
 	if (which == "lingering-close" || which == "unix-close") {
 		SSL_CTX *server = serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", ""));
 		const int result = which == "unix-close" ? unixClose(server) : lingeringClose(server);
 		SSL_CTX_free(server);
 		return result;
 	}
-	std::fprintf(stderr, "usage: raw_socket_cases empty-recv|callback-read|bio-pair|proc-list-reuse|close-int-max|sendmsg-refused|lingering-close|unix-close ...\n");
+	std::fprintf(stderr, "usage: raw_socket_cases empty-recv|callback-read|bio-pair|proc-list-reuse|close-int-max|sendmsg-refused|raw-ppoll|lingering-close|unix-close ...\n");
 	return 2;
 }

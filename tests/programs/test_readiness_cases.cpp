@@ -369,6 +369,14 @@ TEST(RawSocket, AMessageTheKernelRefusesIsRefusedNotAFault)
 		       "bad pointer -1 EFAULT\nshort header -1 EINVAL\n");
 }
 
+TEST(RawSocket, AWaitThroughSyscallWritesTheTimeLeftAndRefusesABadMaskSize)
+{
+	RecordProperty("fault", "syscall(SYS_ppoll), which the shim routes to its ppoll: the kernel writes the time "
+				"left back and refuses a signal mask of another size");
+	expectBothWays(bothWaysOf("raw_socket_cases", { "raw-ppoll" }),
+		       "ppoll 0 time left 0.000000000\nbad mask size -1 EINVAL\n");
+}
+
 TEST(RawSocket, AUnixSocketClosedWithRecordsUnreadResetsThePeer)
 {
 	RecordProperty("fault", "a server over a UNIX socketpair reads 10 bytes of three records and closes: "
