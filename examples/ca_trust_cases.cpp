@@ -26,6 +26,9 @@
  *   seccomp           the program confines itself to an allow-list, then loads and verifies
  *   own-lookup        a lookup method of the program's answers from a second store
  *   check-issued      a check_issued callback counts the store's objects
+ *   check-issued-walk an expired and a valid root A (one key), then six roots whose names
+ *                     sort first; a check_issued callback lists the store at its second
+ *                     call, inside OpenSSL's walk over the roots A
  *   kept-list         the object list taken before a load, read after it
  *   trailing-bytes    a certificate block with bytes after its DER
  *   twins-after       a file with two roots of one subject loaded once; then no SHA-1 (default
@@ -609,6 +612,53 @@ int checkIssuedCase(const Pki &p)
 	return 0;
 }
 
+/* Its second call comes from OpenSSL's walk over the candidates of one subject. */
+int listingCheckIssued(X509_STORE_CTX *ctx, X509 *x, X509 *issuer)
+{
+	static int calls = 0;
+	if (++calls == 2) {
+		STACK_OF(X509_OBJECT) *objects = X509_STORE_get0_objects(X509_STORE_CTX_get0_store(ctx));
+		std::printf("call 2 sees %d objects:", sk_X509_OBJECT_num(objects));
+		for (int i = 0; i < sk_X509_OBJECT_num(objects); i++) {
+			char name[64];
+			X509_NAME_get_text_by_NID(X509_get_subject_name(X509_OBJECT_get0_X509(sk_X509_OBJECT_value(objects, i))),
+						  NID_commonName, name, sizeof(name));
+			std::printf(" %s", name);
+		}
+		std::printf("\n");
+	}
+	return X509_check_issued(issuer, x) == X509_V_OK;
+}
+
+int checkIssuedWalk(const Pki &p)
+{
+	X509 *expired = certificate("Root A", p.keyA, nullptr, nullptr, true, 10);
+	X509_gmtime_adj(X509_getm_notBefore(expired), -2 * 86400);
+	X509_gmtime_adj(X509_getm_notAfter(expired), -86400);
+	if (!X509_sign(expired, p.keyA, EVP_sha256()))
+		fail("signing");
+	std::string file = pemOf(expired) + pemOf(p.rootA);
+	for (const char *cn : { "R0", "R1", "R2", "R3", "R4", "R5" }) {
+		/* Shorter names: X509_NAME_cmp puts them before "Root A". */
+		X509 *root = certificate(cn, p.keyB, nullptr, nullptr, true, 20);
+		file += pemOf(root);
+		X509_free(root);
+	}
+	writeFile(path("ca.pem"), file);
+	X509_STORE *store = X509_STORE_new();
+	X509_STORE_set_check_issued(store, listingCheckIssued);
+	std::printf("load %d\n", X509_STORE_load_locations(store, path("ca.pem").c_str(), nullptr));
+	X509 *top = nullptr;
+	verify(store, p.leaf, "walk", &top);
+	if (top)
+		std::printf("walk found the %s root A\n",
+			    X509_cmp_current_time(X509_get0_notAfter(top)) > 0 ? "valid" : "expired");
+	X509_free(top);
+	X509_STORE_free(store);
+	X509_free(expired);
+	return 0;
+}
+
 int keptList(const Pki &p)
 {
 	writeFile(path("first.pem"), pemOf(p.rootB));
@@ -689,7 +739,8 @@ int main(int argc, char **argv)
 		{ "chain-reject", chainReject },   { "rewrite-mmap", rewriteMmap },
 		{ "make-pki", makePkiFiles },      { "fifo", fifo },
 		{ "seccomp", confined },           { "own-lookup", ownLookup },
-		{ "check-issued", checkIssuedCase }, { "kept-list", keptList },
+		{ "check-issued", checkIssuedCase }, { "check-issued-walk", checkIssuedWalk },
+		{ "kept-list", keptList },
 		{ "trailing-bytes", trailingBytes }, { "twins-after", twinsAfter },
 	};
 	for (const char *change : { "unload-default", "properties-after", "fips-after", "default-context",

@@ -180,10 +180,34 @@ TLSTUNE_EXPORT int X509_STORE_add_crl(X509_STORE *store, X509_CRL *crl)
 	});
 }
 
+namespace {
+
+/*
+ * OpenSSL walks the store's certificates of one subject by index, under the store's lock,
+ * calling the store's check_issued for each: a callback of the program's that reads the
+ * store there (lists it) filled it, and the sort that follows moved the walk onto other
+ * subjects (a hunt: the valid root of two skipped, "certificate has expired"). Such a
+ * store gets everything in before the walk, as an enumeration would.
+ */
+void fillBeforeOwnCheckIssued(X509_STORE *store)
+{
+	const CaApi &api = crypto().api;
+	if (!store || !api.X509_STORE_get_check_issued(store))
+		return;
+	if (const LazyStores *lazy = lazyFor(store)) {
+		const int savedErrno = errno;
+		lazy->beforeEnumeration(store);
+		errno = savedErrno;
+	}
+}
+
+} /* namespace */
+
 TLSTUNE_EXPORT int X509_STORE_CTX_get1_issuer(X509 **issuer, X509_STORE_CTX *ctx, X509 *x)
 {
 	const CaApi &api = crypto().api;
 	const X509_NAME *name = x && api.X509_get_issuer_name ? api.X509_get_issuer_name(x) : nullptr;
+	fillBeforeOwnCheckIssued(storeOf(ctx));
 	return lookedUp(storeOf(ctx), name, [&](const CaApi &real) {
 		return real.X509_STORE_CTX_get1_issuer ? real.X509_STORE_CTX_get1_issuer(issuer, ctx, x) : -1;
 	});

@@ -334,6 +334,7 @@ bool resolveCrypto(CaApi *api) noexcept
 	RESOLVE(X509_STORE_get_ex_data);
 	RESOLVE(X509_STORE_set_ex_data);
 	RESOLVE(X509_STORE_CTX_get0_store);
+	RESOLVE(X509_STORE_get_check_issued);
 	RESOLVE(X509_STORE_CTX_get1_issuer);
 	RESOLVE(X509_STORE_CTX_get1_certs);
 	RESOLVE(X509_STORE_CTX_get1_crls);

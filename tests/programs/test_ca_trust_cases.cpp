@@ -53,6 +53,7 @@ const TrustCase kCases[] = {
 	{ "seccomp", "confined verify 1 code 0 (ok)", -1 },
 	{ "own-lookup", "own lookup verify 1 code 0 (ok)", 1 },
 	{ "check-issued", "check_issued sees 3 objects", 1 },
+	{ "check-issued-walk", "walk verify 1 code 0 (ok)\nwalk found the valid root A", 1 },
 	{ "kept-list", "kept after two loads 3", 1 },
 	{ "trailing-bytes", "trailing verify", 0 },
 	/*

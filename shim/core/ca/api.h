@@ -111,6 +111,7 @@ struct CaApi {
 	decltype(&::X509_STORE_get_ex_data) X509_STORE_get_ex_data = nullptr;
 	decltype(&::X509_STORE_set_ex_data) X509_STORE_set_ex_data = nullptr;
 	decltype(&::X509_STORE_CTX_get0_store) X509_STORE_CTX_get0_store = nullptr;
+	decltype(&::X509_STORE_get_check_issued) X509_STORE_get_check_issued = nullptr;
 	/* The store readers lazy loading runs before: what the program's call is passed on to. */
 	decltype(&::X509_STORE_CTX_get1_issuer) X509_STORE_CTX_get1_issuer = nullptr;
 	decltype(&::X509_STORE_CTX_get1_certs) X509_STORE_CTX_get1_certs = nullptr;
@@ -157,7 +158,7 @@ struct CaApi {
 		       ASN1_item_free && ASN1_INTEGER_it && ASN1_BIT_STRING_it && ASN1_TIME_it &&
 		       X509_ALGOR_it && X509_NAME_it && X509_EXTENSIONS_it && X509_get_subject_name &&
 		       X509_get_issuer_name && OPENSSL_sk_delete_ptr && CRYPTO_get_ex_new_index &&
-		       X509_STORE_get_ex_data && X509_STORE_set_ex_data && X509_STORE_CTX_get0_store &&
+		       X509_STORE_get_ex_data && X509_STORE_set_ex_data && X509_STORE_CTX_get0_store && X509_STORE_get_check_issued &&
 		       X509_STORE_CTX_get1_issuer && X509_STORE_CTX_get1_certs &&
 		       X509_STORE_CTX_get1_crls && X509_STORE_CTX_get_by_subject &&
 		       X509_STORE_CTX_get_obj_by_subject && X509_STORE_get1_all_certs;
