@@ -201,6 +201,12 @@ HeldPlaintext *HeldRegistry::attach(void *ssl, HeldPlaintext::Encrypt encrypt,
 {
 	if (HeldPlaintext *known = of(ssl))
 		return known;
+	/*
+	 * A signal handler's write that interrupted this thread inside the lock (of()): the
+	 * connection holds nothing yet, so its write goes out as it is.
+	 */
+	if (mutex_.heldHere())
+		return nullptr;
 	/* The map changes: never half way for a handler that ends the image. Once per connection. */
 	SignalsBlocked quiet;
 	Guard lock(mutex_);
@@ -237,6 +243,16 @@ HeldPlaintext *HeldRegistry::of(void *ssl) noexcept
 {
 	if (count_.load(std::memory_order_relaxed) == 0)
 		return nullptr;
+	/*
+	 * A signal handler that writes, interrupting this thread inside the lock below (a hunt:
+	 * SSL_write from a SIGALRM handler hung on it): the thread that holds the lock is this
+	 * one, in a lookup, so the map is whole (changes block signals) and nobody else can
+	 * change it; the cache may be half written.
+	 */
+	if (mutex_.heldHere()) {
+		auto found = entries_.find(ssl);
+		return found == entries_.end() ? nullptr : found->second.get();
+	}
 	const unsigned long generation = generation_.load(std::memory_order_acquire);
 	if (lastLookup.held && lastLookup.ssl == ssl && lastLookup.generation == generation)
 		return lastLookup.held;
