@@ -13,8 +13,12 @@
  *                     first SSL), dup-first-late (the same after 100 dups of another file),
  *                     fcntl (F_DUPFD_CLOEXEC), dup2-select (dup2 to fd 100,
  *                     waited on with select) or scm-rights (a copy sent to itself over a
- *                     socketpair, as a process that hands connections to another would).
- *                     Prints the same.
+ *                     socketpair, as a process that hands connections to another would),
+ *                     restore (the fd saved by dup, a pipe dup2ed over it, then the saved
+ *                     copy dup2ed back and closed: the connection's own number is waited
+ *                     on) or close-first (dup, close of the old number, then SSL_set_fd
+ *                     to the copy). Prints the same; restore and close-first then print
+ *                     whether the socket would reset at its close ("linger 0": no).
  *   pipes --cert C --key K
  *                     TLS over a pipe pair (SSL_set_rfd/SSL_set_wfd) with a forked server
  *                     that sends 5 lines at once, then waits for "bye". Prints "lines 5"
@@ -213,8 +217,23 @@ int anotherFd(const char *port, const std::string &how)
 		watched = dup2(fd, 100);
 	else if (how == "scm-rights")
 		watched = passedThroughScmRights(fd);
-	else
-		fail("HOW: dup, dup-first, dup-first-late, fcntl, dup2-select or scm-rights");
+	else if (how == "restore") {
+		/* A shell's save and restore of a descriptor: the number is a pipe for a moment. */
+		const int saved = dup(fd);
+		int pipeFds[2];
+		if (saved < 0 || pipe(pipeFds) != 0 || dup2(pipeFds[0], fd) != fd || dup2(saved, fd) != fd)
+			fail("restore");
+		close(saved);
+		close(pipeFds[0]);
+		close(pipeFds[1]);
+		watched = fd;
+	} else if (how == "close-first") {
+		watched = dup(fd);
+		close(fd);
+		SSL_set_fd(ssl, watched);
+		fd = -1;
+	} else
+		fail("HOW: dup, dup-first, dup-first-late, fcntl, dup2-select, scm-rights, restore or close-first");
 	if (how == "moved") {
 		SSL_set_fd(ssl, watched);
 		close(fd);
@@ -227,8 +246,16 @@ int anotherFd(const char *port, const std::string &how)
 		}
 	}
 	std::printf("lines %d\n", lines);
+	if (how == "restore" || how == "close-first") {
+		/* An abortive close (SO_LINGER 0) resets the connection: the kernel's, with records unread. */
+		struct linger setting = {};
+		socklen_t length = sizeof(setting);
+		getsockopt(watched, SOL_SOCKET, SO_LINGER, &setting, &length);
+		std::printf("linger %d\n", setting.l_onoff);
+	}
 	SSL_free(ssl);
-	close(watched);
+	if (watched != fd)
+		close(watched);
 	if (fd >= 0)
 		close(fd);
 	SSL_CTX_free(ctx);

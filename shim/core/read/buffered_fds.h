@@ -127,7 +127,10 @@ public:
 	void closing(int first, int last) noexcept;
 	/*
 	 * The program closed fds first..last (close, dup2 onto it, close_range): their numbers
-	 * may now name other files, which must not inherit the readiness.
+	 * may now name other files, which must not inherit the readiness. A connection whose
+	 * socket another descriptor keeps open (a copy) stays held, by its inode alone (fd -1),
+	 * until its next OpenSSL call names its fd again: a wait on the copy sees it, as the
+	 * kernel's readiness belongs to the socket, not to a number.
 	 */
 	void closed(int first, int last) noexcept;
 	/*
@@ -170,6 +173,11 @@ private:
 	};
 
 	const Entry *find(int fd) const noexcept;
+	/*
+	 * Under the lock: a descriptor outside first..last names the socket whose inode is
+	 * ino (another entry's, or a copy's: one fstat per copy number).
+	 */
+	bool openElsewhere(ino_t ino, int first, int last) const noexcept;
 	void forgetUnread(int first, int last) noexcept;
 	/* The inode registered for fd, if any. */
 	bool lookup(int fd, ino_t *ino) const noexcept;
