@@ -48,13 +48,14 @@
  *                     "a", polls again for 300 ms (nothing comes: the server waits for
  *                     "b"), writes "b", then reads the record. Prints "poll after a write
  *                     R" and "read 1000".
- *   nested [poll|select] PORT
+ *   nested [poll|select|early] PORT
  *                     against tls_server --burst 20: the connection in an epoll set (level-
  *                     triggered), that set inside another; before each line the program
  *                     waits on the outer set, then on the inner one (timeout 0), then
  *                     reads. poll or select: waits on the set's own fd with that call
- *                     instead of an outer set. Prints "lines 20", or "epoll timed out
- *                     after N lines" and exits 3.
+ *                     instead of an outer set; early: both sets, and both registrations,
+ *                     made before the process's first SSL. Prints "lines 20", or "epoll
+ *                     timed out after N lines" and exits 3.
  *   blocking-peek PORT
  *                     against tls_server --burst 3 (no hangup): reads one line, then peeks
  *                     without MSG_DONTWAIT (an alarm of 30 s ends a peek that waits for
@@ -902,15 +903,21 @@ int nested(const char *port, const std::string &how)
 {
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	const int fd = connectTo("127.0.0.1", port);
-	SSL *ssl = connectTls(ctx, fd);
+	const bool early = how == "early";
+	SSL *ssl = early ? nullptr : connectTls(ctx, fd);
 	const int inner = epoll_create1(0), outer = epoll_create1(0);
-	if (!watch(inner, fd, 7))
-		fail("epoll_ctl inner");
 	struct epoll_event interest = {};
 	interest.events = EPOLLIN;
+	interest.data.u64 = 7;
+	if (epoll_ctl(inner, EPOLL_CTL_ADD, fd, &interest) != 0)
+		fail("epoll_ctl inner");
 	interest.data.u64 = 8;
 	if (epoll_ctl(outer, EPOLL_CTL_ADD, inner, &interest) != 0)
 		fail("epoll_ctl outer");
+	if (early)
+		ssl = connectTls(ctx, fd); /* blocking, then as the others */
+	if (fcntl(fd, F_SETFL, O_NONBLOCK) != 0)
+		fail("O_NONBLOCK");
 	int lines = 0;
 	for (; lines < 20; lines++) {
 		if (SSL_pending(ssl) == 0) {

@@ -266,6 +266,13 @@ TEST(Readiness, ANestedSetIsReadyWhileTheSetInsideItHasAConnectionToReport)
 	expectBothWays(bothWays({ "nested" }, { "--burst", "20" }), "lines 20\n");
 }
 
+TEST(Readiness, ANestedSetMadeBeforeTheFirstConnectionIsReadyAsWell)
+{
+	RecordProperty("fault", "both sets made before the first SSL (the shim reads their lists from the kernel): "
+				"the inner one's was never read, and the outer set stalled");
+	expectBothWays(bothWays({ "nested", "early" }, { "--burst", "20" }), "lines 20\n");
+}
+
 TEST(Readiness, AnEpollSetWaitedOnByPollOrSelectIsReadyWhileItHasAConnectionToReport)
 {
 	RecordProperty("fault", "the connection in an epoll set; poll or select waits on the set's fd");

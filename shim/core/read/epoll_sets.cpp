@@ -612,6 +612,9 @@ int EpollSets::claimNested(Set &outer, const BufferedFds &buffered, EpollRegistr
 		if (found >= max || stored.innerSet < 0 || stored.detached || !armed(stored))
 			continue;
 		Set *inner = find(stored.innerSet);
+		/* Made before the first connection: its list is the kernel's, read now (a hunt's stalled). */
+		if (inner && inner->unread)
+			readWhole(stored.innerSet, *inner);
 		/* The newest arrival the inner set would report: an edge of the outer registration. */
 		unsigned long long newest = 0;
 		if (!inner || !heldToReport(*inner, buffered, &newest) || !reportable(stored, newest))
