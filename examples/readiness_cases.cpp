@@ -48,14 +48,15 @@
  *                     "a", polls again for 300 ms (nothing comes: the server waits for
  *                     "b"), writes "b", then reads the record. Prints "poll after a write
  *                     R" and "read 1000".
- *   nested [poll|select|early] PORT
+ *   nested [poll|select|early|copy|poll-copy] PORT
  *                     against tls_server --burst 20: the connection in an epoll set (level-
  *                     triggered), that set inside another; before each line the program
  *                     waits on the outer set, then on the inner one (timeout 0), then
  *                     reads. poll or select: waits on the set's own fd with that call
  *                     instead of an outer set; early: both sets, and both registrations,
- *                     made before the process's first SSL. Prints "lines 20", or "epoll
- *                     timed out after N lines" and exits 3.
+ *                     made before the process's first SSL; copy and poll-copy: a dup of the
+ *                     inner set's fd is what the outer set holds, or what poll waits on.
+ *                     Prints "lines 20", or "epoll timed out after N lines" and exits 3.
  *   blocking-peek PORT
  *                     against tls_server --burst 3 (no hangup): reads one line, then peeks
  *                     without MSG_DONTWAIT (an alarm of 30 s ends a peek that waits for
@@ -911,8 +912,12 @@ int nested(const char *port, const std::string &how)
 	interest.data.u64 = 7;
 	if (epoll_ctl(inner, EPOLL_CTL_ADD, fd, &interest) != 0)
 		fail("epoll_ctl inner");
+	/* A copy of the set's fd is the same set, as the kernel sees it. */
+	const bool copy = how == "copy" || how == "poll-copy";
+	const int shown = copy ? dup(inner) : inner;
+	const std::string wait = how == "poll-copy" ? "poll" : how;
 	interest.data.u64 = 8;
-	if (epoll_ctl(outer, EPOLL_CTL_ADD, inner, &interest) != 0)
+	if (shown < 0 || epoll_ctl(outer, EPOLL_CTL_ADD, shown, &interest) != 0)
 		fail("epoll_ctl outer");
 	if (early)
 		ssl = connectTls(ctx, fd); /* blocking, then as the others */
@@ -922,7 +927,7 @@ int nested(const char *port, const std::string &how)
 	for (; lines < 20; lines++) {
 		if (SSL_pending(ssl) == 0) {
 			struct epoll_event event;
-			if (!setReady(inner, outer, how) || epoll_wait(inner, &event, 1, 0) != 1 ||
+			if (!setReady(shown, outer, wait) || epoll_wait(inner, &event, 1, 0) != 1 ||
 			    event.data.u64 != 7) {
 				std::printf("epoll timed out after %d lines\n", lines);
 				return 3;
@@ -941,6 +946,8 @@ int nested(const char *port, const std::string &how)
 	SSL_free(ssl);
 	close(fd);
 	close(inner);
+	if (copy)
+		close(shown);
 	close(outer);
 	SSL_CTX_free(ctx);
 	return 0;

@@ -104,7 +104,7 @@ TLSTUNE_EXPORT int dup2(int oldfd, int newfd)
 	if (oldfd == newfd || !closingKnown(p, newfd)) {
 		const int result = p.libc.dup2(oldfd, newfd);
 		if (oldfd != newfd)
-			noteDuplicate(p, result);
+			noteDuplicate(p, oldfd, result);
 		return result;
 	}
 	beforeClose(p, newfd, newfd);
@@ -112,7 +112,7 @@ TLSTUNE_EXPORT int dup2(int oldfd, int newfd)
 	closeFailed(result < 0, newfd);
 	forgetClosed(p, result >= 0, newfd, newfd);
 	if (oldfd != newfd)
-		noteDuplicate(p, result);
+		noteDuplicate(p, oldfd, result);
 	return result;
 }
 
@@ -121,14 +121,14 @@ TLSTUNE_EXPORT int dup3(int oldfd, int newfd, int flags)
 	Process &p = process();
 	if (!closingKnown(p, newfd)) {
 		const int result = p.libc.dup3(oldfd, newfd, flags);
-		noteDuplicate(p, result);
+		noteDuplicate(p, oldfd, result);
 		return result;
 	}
 	beforeClose(p, newfd, newfd);
 	int result = p.libc.dup3(oldfd, newfd, flags);
 	closeFailed(result < 0, newfd);
 	forgetClosed(p, result >= 0, newfd, newfd);
-	noteDuplicate(p, result);
+	noteDuplicate(p, oldfd, result);
 	return result;
 }
 

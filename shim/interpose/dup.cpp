@@ -26,7 +26,7 @@ int fcntlCall(int (*real)(int, int, ...), int fd, int cmd, void *argument)
 	}
 	const int result = real(fd, cmd, argument);
 	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
-		noteDuplicate(process(), result);
+		noteDuplicate(process(), fd, result);
 	return result;
 }
 
@@ -35,7 +35,7 @@ int fcntlCall(int (*real)(int, int, ...), int fd, int cmd, void *argument)
 TLSTUNE_EXPORT int dup(int oldfd)
 {
 	const int result = process().libc.dup(oldfd);
-	noteDuplicate(process(), result);
+	noteDuplicate(process(), oldfd, result);
 	return result;
 }
 
@@ -48,7 +48,7 @@ TLSTUNE_EXPORT int pidfd_getfd(int pidfd, int targetfd, unsigned int flags)
 		return -1;
 	}
 	const int result = p.libc.pidfd_getfd(pidfd, targetfd, flags);
-	noteDuplicate(p, result);
+	noteDuplicate(p, -1, result);
 	return result;
 }
 

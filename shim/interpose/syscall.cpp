@@ -48,10 +48,10 @@ long forkedPast(Process &p, long number, const long (&a)[6])
 }
 
 /* A new descriptor from the kernel (dup, fcntl's F_DUPFD, pidfd_getfd): a copy as dup's. */
-long duplicated(Process &p, long number, const long (&a)[6])
+long duplicated(Process &p, long number, const long (&a)[6], int from)
 {
 	const long result = p.libc.syscall(number, a[0], a[1], a[2], a[3], a[4], a[5]);
-	noteDuplicate(p, static_cast<int>(result));
+	noteDuplicate(p, from, static_cast<int>(result));
 	return result;
 }
 
@@ -144,16 +144,16 @@ bool wrapperCall(Process &p, long number, const long (&a)[6], long *result)
 		*result = dup3(fd(a[0]), fd(a[1]), fd(a[2]));
 		return true;
 	case SYS_dup:
-		*result = duplicated(p, number, a);
+		*result = duplicated(p, number, a, fd(a[0]));
 		return true;
 	case SYS_fcntl:
 		if (a[1] != F_DUPFD && a[1] != F_DUPFD_CLOEXEC)
 			return false;
-		*result = duplicated(p, number, a);
+		*result = duplicated(p, number, a, fd(a[0]));
 		return true;
 	/* Another process's descriptor, or this one's own: what it names is learnt from it. */
 	case SYS_pidfd_getfd:
-		*result = duplicated(p, number, a);
+		*result = duplicated(p, number, a, -1);
 		return true;
 	/* Waits. */
 	case SYS_poll:

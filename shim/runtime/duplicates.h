@@ -9,11 +9,24 @@
 
 namespace tlstune {
 
-/* After a dup (any of them) made fd `to`: a wait on it sees what a connection holds for its file. */
-inline void noteDuplicate(Process &p, int to) noexcept
+/* A copy of an epoll set's fd is that set; not in a vfork child, which changes no state. */
+__attribute__((noinline)) inline void noteSetCopy(Process &p, int from, int to) noexcept
 {
-	if (to >= 0)
-		p.buffered.duplicated(to);
+	if (!p.inVforkChild())
+		p.epoll.aliased(from, to);
+}
+
+/*
+ * After a dup (any of them) made fd `to` of `from` (-1: unknown): a wait on it sees what a
+ * connection holds for its file, and a copy of a set's fd is the set.
+ */
+inline void noteDuplicate(Process &p, int from, int to) noexcept
+{
+	if (to < 0)
+		return;
+	p.buffered.duplicated(to);
+	if (from >= 0 && knownFds().mayHave(from) && !p.epoll.empty())
+		noteSetCopy(p, from, to);
 }
 
 /* Each descriptor an SCM_RIGHTS message carries. */
@@ -48,7 +61,7 @@ void forEachPassed(const struct msghdr *msg, Each each)
  */
 inline void noteReceivedDescriptors(Process &p, const struct msghdr *msg) noexcept
 {
-	forEachPassed(msg, [&p](int fd) { noteDuplicate(p, fd); });
+	forEachPassed(msg, [&p](int fd) { noteDuplicate(p, -1, fd); });
 }
 
 /*

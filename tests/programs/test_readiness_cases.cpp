@@ -273,6 +273,14 @@ TEST(Readiness, ANestedSetMadeBeforeTheFirstConnectionIsReadyAsWell)
 	expectBothWays(bothWays({ "nested", "early" }, { "--burst", "20" }), "lines 20\n");
 }
 
+TEST(Readiness, ACopyOfASetsFdIsThatSet)
+{
+	RecordProperty("fault", "a dup of the inner set's fd in the outer set, or waited on by poll: the shim knew "
+				"sets by their first number only, and both stalled");
+	expectBothWays(bothWays({ "nested", "copy" }, { "--burst", "20" }), "lines 20\n");
+	expectBothWays(bothWays({ "nested", "poll-copy" }, { "--burst", "20" }), "lines 20\n");
+}
+
 TEST(Readiness, AnEpollSetWaitedOnByPollOrSelectIsReadyWhileItHasAConnectionToReport)
 {
 	RecordProperty("fault", "the connection in an epoll set; poll or select waits on the set's fd");

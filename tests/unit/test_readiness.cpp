@@ -1366,6 +1366,39 @@ TEST(EpollSetsGate, ASetMadeBeforeAnyConnectionIsReadFromTheKernelOnceAndThenFol
 	close(epfd);
 }
 
+/* A copy of a set's fd is the set: its changes are the set's, and it keeps the set when the first number closes. */
+TEST(EpollSets, ACopyOfASetsFdIsTheSetAndOutlivesTheFirstNumber)
+{
+	BufferedFds buffered;
+	EpollSets sets;
+	const int epfd = epoll_create1(EPOLL_CLOEXEC);
+	sets.created(epfd);
+	const int copy = dup(epfd);
+	sets.aliased(epfd, copy);
+	SocketPair pair;
+	struct epoll_event event = {};
+	event.events = EPOLLIN;
+	event.data.u64 = 7;
+	ASSERT_EQ(epoll_ctl(copy, EPOLL_CTL_ADD, pair.fds[0], &event), 0);
+	sets.changed(copy, EPOLL_CTL_ADD, pair.fds[0], &event);
+	EXPECT_EQ(sets.registrations(epfd), 1u) << "the change through the copy is the set's";
+	EXPECT_TRUE(sets.exact(epfd));
+
+	close(epfd);
+	sets.closed(epfd, epfd);
+	EXPECT_EQ(sets.registrations(copy), 1u) << "the kernel's set lives on in the copy";
+	EXPECT_EQ(sets.highestSet(), copy);
+	int owner = 0;
+	buffered.set(&owner, pair.fds[0], inodeOf(pair.fds[0]), true, 1);
+	EpollRegistration claimed[4];
+	ASSERT_EQ(sets.claim(copy, buffered, claimed, 4), 1);
+	EXPECT_EQ(claimed[0].data, 7u);
+	buffered.forget(&owner);
+	close(copy);
+	sets.closed(copy, copy);
+	EXPECT_TRUE(sets.empty());
+}
+
 /* The first change recorded on such a set reads its list first: nothing made before is lost. */
 TEST(EpollSetsGate, TheFirstRecordedChangeOfAnUnreadSetKeepsWhatCameBefore)
 {

@@ -97,8 +97,7 @@ int kernelRegistrations(const BufferedFds &buffered, int epfd, EpollRegistration
 
 EpollSets::Set *EpollSets::find(int epfd) noexcept
 {
-	auto it = sets_.find(epfd);
-	return it == sets_.end() ? nullptr : &it->second;
+	return const_cast<Set *>(static_cast<const EpollSets *>(this)->find(epfd));
 }
 
 int EpollSets::highestSet() const noexcept
@@ -109,13 +108,36 @@ int EpollSets::highestSet() const noexcept
 	int highest = -1;
 	for (const auto &set : sets_)
 		highest = std::max(highest, set.first);
+	for (const auto &alias : aliases_)
+		highest = std::max(highest, alias.first);
 	return highest;
 }
 
 const EpollSets::Set *EpollSets::find(int epfd) const noexcept
 {
 	auto it = sets_.find(epfd);
+	if (it == sets_.end() && !aliases_.empty()) {
+		auto alias = aliases_.find(epfd);
+		if (alias != aliases_.end())
+			it = sets_.find(alias->second);
+	}
 	return it == sets_.end() ? nullptr : &it->second;
+}
+
+void EpollSets::aliased(int from, int to) noexcept
+{
+	knownFds().note(to);
+	std::lock_guard<std::mutex> lock(mutex_);
+	aliases_.erase(to);
+	auto alias = aliases_.find(from);
+	const int set = alias == aliases_.end() ? from : alias->second;
+	if (set == to || sets_.find(set) == sets_.end())
+		return;
+	try {
+		aliases_.emplace(to, set);
+	} catch (const std::bad_alloc &) {
+		/* Out of memory: waits on the copy see only the kernel's readiness. */
+	}
 }
 
 EpollSets::Stored *EpollSets::live(Set &set, int fd) noexcept
@@ -183,6 +205,7 @@ void EpollSets::created(int epfd, bool following) noexcept
 {
 	knownFds().note(epfd);
 	std::lock_guard<std::mutex> lock(mutex_);
+	aliases_.erase(epfd);
 	auto old = sets_.find(epfd);
 	if (old != sets_.end())
 		dropSet(old); /* its fd was closed behind the shim's back */
@@ -401,12 +424,27 @@ void EpollSets::closed(int first, int last) noexcept
 int EpollSets::closedLocked(int first, int last, int *prune, int max) noexcept
 {
 	closings_++;
+	for (auto alias = aliases_.begin(); alias != aliases_.end();) {
+		if (alias->first >= first && alias->first <= last)
+			alias = aliases_.erase(alias);
+		else
+			++alias;
+	}
+	/* A set a copy keeps goes on under its number, after this walk (an insert may rehash). */
+	int kept[4];
+	int keeping = 0;
 	for (auto it = sets_.begin(); it != sets_.end();) {
 		auto next = std::next(it);
-		if (it->first >= first && it->first <= last)
-			dropSet(it);
+		if (it->first >= first && it->first <= last) {
+			if (keeping < 4 && hasCopy(it->first))
+				kept[keeping++] = it->first;
+			else
+				dropSet(it);
+		}
 		it = next;
 	}
+	for (int i = 0; i < keeping; i++)
+		moveToCopy(kept[i]);
 
 	/* A wide close_range (after fork, before exec) looks the fds up from the sets' side. */
 	const bool wide = static_cast<long long>(last) - first > 64;
@@ -427,6 +465,31 @@ int EpollSets::closedLocked(int first, int last, int *prune, int max) noexcept
 			prune[wanted++] = entry.first;
 	}
 	return wanted;
+}
+
+bool EpollSets::hasCopy(int epfd) const noexcept
+{
+	return std::any_of(aliases_.begin(), aliases_.end(),
+			   [epfd](const std::pair<const int, int> &alias) { return alias.second == epfd; });
+}
+
+void EpollSets::moveToCopy(int epfd) noexcept
+{
+	auto copy = std::find_if(aliases_.begin(), aliases_.end(),
+				 [epfd](const std::pair<const int, int> &alias) { return alias.second == epfd; });
+	auto it = sets_.find(epfd);
+	if (copy == aliases_.end() || it == sets_.end())
+		return;
+	/* The kernel's set lives while a copy does: it is the copy's now, where it stands in memory. */
+	const int successor = copy->first;
+	aliases_.erase(copy);
+	auto node = sets_.extract(it);
+	node.key() = successor;
+	sets_.insert(std::move(node));
+	for (auto &alias : aliases_) {
+		if (alias.second == epfd)
+			alias.second = successor;
+	}
 }
 
 void EpollSets::prune(int epfd) noexcept

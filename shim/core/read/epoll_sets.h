@@ -63,6 +63,12 @@ public:
 	 * the set's list is read from the kernel once, when it first matters.
 	 */
 	void created(int epfd, bool following = true) noexcept;
+	/*
+	 * The program made fd `to` a copy of `from` (dup, dup2, dup3, F_DUPFD): when `from`
+	 * is a set, `to` is the same set, for its changes and its waits (a hunt: poll on a
+	 * dup of a set's fd stalled).
+	 */
+	void aliased(int from, int to) noexcept;
 	/* After a successful epoll_ctl(epfd, op, fd, event), while changes are followed. */
 	void changed(int epfd, int op, int fd, const struct epoll_event *event) noexcept;
 	/* The program is about to close fds first..last: their registrations learn their files. */
@@ -171,6 +177,13 @@ private:
 	/* Under the lock: a set's unresolved count changed by delta, the process's with it. */
 	void countUnresolved(Set &set, long delta) noexcept;
 	void dropSet(std::unordered_map<int, Set>::iterator it) noexcept;
+	/* Under the lock: a copy of the set's fd is open (aliased). */
+	bool hasCopy(int epfd) const noexcept;
+	/*
+	 * Under the lock: the set, whose fd closed, goes on under a copy's number; its
+	 * registrations' inodes and data stay as they were.
+	 */
+	void moveToCopy(int epfd) noexcept;
 	/* closed() under the lock: returns the sets (at most max) whose detached entries want pruning. */
 	int closedLocked(int first, int last, int *prune, int max) noexcept;
 	/* Drops the detached registrations of epfd the kernel no longer has. */
@@ -186,6 +199,8 @@ private:
 
 	mutable std::mutex mutex_;
 	std::unordered_map<int, Set> sets_;
+	/* Copies of sets' fds: the copy's number -> the set's. */
+	std::unordered_map<int, int> aliases_;
 	EpollWake wake_;
 	std::atomic<size_t> count_{0};        /* sets_.size(): close() of a non-epoll program skips all */
 	std::atomic<size_t> oneShotCount_{0}; /* EPOLLONESHOT registrations in all sets */
