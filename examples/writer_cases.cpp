@@ -59,6 +59,10 @@
  *                     without fork's handlers) writes 20 more and exits; the parent waits
  *                     for it and leaves
  *   raw-fork          the same, the child made by syscall(SYS_fork)
+ *   clone-vm          one line, then a child made by clone(CLONE_VM) (it shares the
+ *                     parent's memory and runs beside it) writes 20 and returns 20 from its
+ *                     function; the parent waits for it, prints "child status S", writes
+ *                     20 more and leaves
  *   spawn             20 short lines, then posix_spawn of a shell that writes "raw" to the
  *                     inherited socket itself; the parent waits for it and closes: the
  *                     peer gets the 20 lines, then bytes that are no record
@@ -443,15 +447,31 @@ int childFd = -1;
 	std::exit(0);
 }
 
+int returnTwenty(void *)
+{
+	writeLines(childSsl, 20, 20);
+	return 20;
+}
+
 int copiedProcess(const char *port, const std::string &how)
 {
 	SSL_CTX *ctx = client();
 	childSsl = connectSsl(ctx, port, &childFd);
-	writeLines(childSsl, 0, 20);
+	/* clone-vm: one line, which goes out at once: the child's are the first held. */
+	writeLines(childSsl, 0, how == "clone-vm" ? 1 : 20);
 	pid_t child = -1;
+	static char stack[256 * 1024];
 	if (how == "clone") {
-		static char stack[256 * 1024];
 		child = clone(writeOnInChild, stack + sizeof(stack), SIGCHLD, nullptr);
+	} else if (how == "clone-vm") {
+		child = clone(returnTwenty, stack + sizeof(stack), CLONE_VM | SIGCHLD, nullptr);
+		int status = 0;
+		if (child < 0 || waitpid(child, &status, 0) != child)
+			fail("the child");
+		std::printf("child status %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+		writeLines(childSsl, 40, 20);
+		endConnection(childSsl, childFd, ctx);
+		return 0;
 	} else {
 		child = static_cast<pid_t>(syscall(SYS_fork));
 		if (child == 0)
@@ -742,7 +762,7 @@ int main(int argc, char **argv)
 		return longjmpWait(argv[1]);
 	if (how == "shut-write")
 		return shutWrite(argv[1]);
-	if (how == "clone" || how == "raw-fork")
+	if (how == "clone" || how == "raw-fork" || how == "clone-vm")
 		return copiedProcess(argv[1], how);
 	if (how == "spawn" || how == "popen" || how == "system")
 		return spawned(argv[1], how);

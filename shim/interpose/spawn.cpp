@@ -72,6 +72,14 @@ TLSTUNE_EXPORT __attribute__((no_sanitize("address"))) int clone(int (*fn)(void 
 		errno = ENOSYS;
 		return -1;
 	}
+	/*
+	 * Another process in this memory, running beside this one (not a thread, not vfork's
+	 * borrower): the shim cannot tell its writes from this process's, nor drain them when
+	 * it ends (a hunt: its writes waited for the parent's next call; it ended a second
+	 * late, with status 0). From now on nothing is held, in either.
+	 */
+	if ((flags & CLONE_VM) && !(flags & (CLONE_THREAD | CLONE_VFORK)) && !p.inVforkChild())
+		p.sharesMemoryWithAProcess();
 	/* A thread, or vfork's borrower of this memory: nothing is copied. */
 	if ((flags & CLONE_VM) || p.inVforkChild())
 		return p.libc.clone(fn, stack, flags, arg, parentTid, tls, childTid);

@@ -310,6 +310,17 @@ void Process::sendRefused() noexcept
 	errno = savedErrno;
 }
 
+void Process::sharesMemoryWithAProcess()
+{
+	const int savedErrno = errno;
+	held.stopHolding();
+	held.encryptAll();
+	coalescer.stopHolding();
+	logLine(LogLevel::Info, "clone(CLONE_VM) made a process that shares this memory: small writes are no "
+		"longer held in this process");
+	errno = savedErrno;
+}
+
 SocketCalls Process::socketCalls() noexcept
 {
 	return { sendOrWrite, libcPoll };

@@ -55,6 +55,8 @@ struct Process {
 	 * connection decided later reads ahead (its calls may be refused too).
 	 */
 	void sendRefused() noexcept;
+	/* clone(CLONE_VM) made a process beside this one: what is held goes out, and nothing more is held. */
+	void sharesMemoryWithAProcess();
 	/* This is a vfork child (or posix_spawn's): it must change no state of the shim's. */
 	bool inVforkChild() const noexcept;
 

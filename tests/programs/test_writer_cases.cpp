@@ -268,6 +268,15 @@ TEST(Writers, AChildOfCloneWritesOnAfterWhatTheParentWrote)
 	expectTheSameBothWays("clone", {}, "", 0, 1);
 }
 
+TEST(Writers, AChildSharingTheMemoryWritesAndEndsAsWithout)
+{
+	RecordProperty("fault", "clone(CLONE_VM) child writing the parent's connection: its writes were held until "
+				"the parent's next call, and it ended a second late with status 0 (its flusher)");
+	if (threadSanitizerBuild())
+		GTEST_SKIP() << "ThreadSanitizer does not follow a child that shares the memory";
+	expectTheSameBothWays("clone-vm", {}, "child status 20\n", 0, 1);
+}
+
 TEST(Writers, AChildOfARawForkWritesOnAfterWhatTheParentWrote)
 {
 	RecordProperty("fault", "syscall(SYS_fork) runs no fork handler: the child's 20 lines were lost");
