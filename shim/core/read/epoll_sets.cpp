@@ -436,7 +436,7 @@ int EpollSets::closedLocked(int first, int last, int *prune, int max) noexcept
 	for (auto it = sets_.begin(); it != sets_.end();) {
 		auto next = std::next(it);
 		if (it->first >= first && it->first <= last) {
-			if (keeping < 4 && hasCopy(it->first))
+			if (keeping < 4 && firstCopy(it->first) != aliases_.end())
 				kept[keeping++] = it->first;
 			else
 				dropSet(it);
@@ -467,16 +467,15 @@ int EpollSets::closedLocked(int first, int last, int *prune, int max) noexcept
 	return wanted;
 }
 
-bool EpollSets::hasCopy(int epfd) const noexcept
+std::unordered_map<int, int>::const_iterator EpollSets::firstCopy(int epfd) const noexcept
 {
-	return std::any_of(aliases_.begin(), aliases_.end(),
-			   [epfd](const std::pair<const int, int> &alias) { return alias.second == epfd; });
+	return std::find_if(aliases_.begin(), aliases_.end(),
+			    [epfd](const std::pair<const int, int> &alias) { return alias.second == epfd; });
 }
 
 void EpollSets::moveToCopy(int epfd) noexcept
 {
-	auto copy = std::find_if(aliases_.begin(), aliases_.end(),
-				 [epfd](const std::pair<const int, int> &alias) { return alias.second == epfd; });
+	auto copy = firstCopy(epfd);
 	auto it = sets_.find(epfd);
 	if (copy == aliases_.end() || it == sets_.end())
 		return;

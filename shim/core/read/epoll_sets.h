@@ -177,8 +177,8 @@ private:
 	/* Under the lock: a set's unresolved count changed by delta, the process's with it. */
 	void countUnresolved(Set &set, long delta) noexcept;
 	void dropSet(std::unordered_map<int, Set>::iterator it) noexcept;
-	/* Under the lock: a copy of the set's fd is open (aliased). */
-	bool hasCopy(int epfd) const noexcept;
+	/* Under the lock: a copy of the set's fd (aliased), or aliases_.end(). */
+	std::unordered_map<int, int>::const_iterator firstCopy(int epfd) const noexcept;
 	/*
 	 * Under the lock: the set, whose fd closed, goes on under a copy's number; its
 	 * registrations' inodes and data stay as they were.
