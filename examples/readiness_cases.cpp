@@ -13,7 +13,8 @@
  *                     first SSL), dup-first-late (the same after 100 dups of another file),
  *                     fcntl (F_DUPFD_CLOEXEC), dup2-select (dup2 to fd 100,
  *                     waited on with select) or scm-rights (a copy sent to itself over a
- *                     socketpair, as a process that hands connections to another would),
+ *                     socketpair, as a process that hands connections to another would;
+ *                     scm-rights-mmsg: received by recvmmsg),
  *                     restore (the fd saved by dup, a pipe dup2ed over it, then the saved
  *                     copy dup2ed back and closed: the connection's own number is waited
  *                     on) or close-first (dup, close of the old number, then SSL_set_fd
@@ -173,13 +174,13 @@ struct FirstLineRead {
 };
 
 /* A copy of fd as another process would get it: sent over a socketpair with SCM_RIGHTS, received. */
-int passedThroughScmRights(int fd)
+int passedThroughScmRights(int fd, bool byMany = false)
 {
 	int pair[2];
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
 		fail("socketpair");
 	sendDescriptor(pair[0], fd);
-	const int received = receiveDescriptor(pair[1]);
+	const int received = receiveDescriptor(pair[1], byMany);
 	close(pair[0]);
 	close(pair[1]);
 	return received;
@@ -217,8 +218,8 @@ int anotherFd(const char *port, const std::string &how)
 		watched = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 	else if (how == "dup2-select")
 		watched = dup2(fd, 100);
-	else if (how == "scm-rights")
-		watched = passedThroughScmRights(fd);
+	else if (how == "scm-rights" || how == "scm-rights-mmsg")
+		watched = passedThroughScmRights(fd, how == "scm-rights-mmsg");
 	else if (how == "restore") {
 		/* A shell's save and restore of a descriptor: the number is a pipe for a moment. */
 		const int saved = dup(fd);
@@ -235,7 +236,7 @@ int anotherFd(const char *port, const std::string &how)
 		SSL_set_fd(ssl, watched);
 		fd = -1;
 	} else
-		fail("HOW: dup, dup-first, dup-first-late, fcntl, dup2-select, scm-rights, restore or close-first");
+		fail("HOW: dup, dup-first, dup-first-late, fcntl, dup2-select, scm-rights(-mmsg), restore or close-first");
 	if (how == "moved") {
 		SSL_set_fd(ssl, watched);
 		close(fd);

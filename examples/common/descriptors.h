@@ -38,12 +38,18 @@ inline void sendDescriptor(int channel, int fd)
 		fail("sendmsg");
 }
 
-inline int receiveDescriptor(int channel)
+/* byMany: received with recvmmsg, a vector of one message. */
+inline int receiveDescriptor(int channel, bool byMany = false)
 {
 	DescriptorMessage m;
 	struct cmsghdr *header;
-	if (recvmsg(channel, &m.message, MSG_CMSG_CLOEXEC) != 1 || !(header = CMSG_FIRSTHDR(&m.message)) ||
-	    header->cmsg_type != SCM_RIGHTS)
+	struct mmsghdr one = {};
+	one.msg_hdr = m.message;
+	const bool ok = byMany ? recvmmsg(channel, &one, 1, MSG_CMSG_CLOEXEC, nullptr) == 1 && one.msg_len == 1
+				     : recvmsg(channel, &m.message, MSG_CMSG_CLOEXEC) == 1;
+	if (byMany)
+		m.message = one.msg_hdr;
+	if (!ok || !(header = CMSG_FIRSTHDR(&m.message)) || header->cmsg_type != SCM_RIGHTS)
 		fail("recvmsg");
 	int received = -1;
 	std::memcpy(&received, CMSG_DATA(header), sizeof(int));

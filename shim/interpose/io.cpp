@@ -138,3 +138,19 @@ TLSTUNE_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 		noteReceivedDescriptors(process(), msg);
 	return n;
 }
+
+/* Several messages at once: the descriptors they carry are copies, as recvmsg's (a hunt's stalled). */
+TLSTUNE_EXPORT int recvmmsg(int fd, struct mmsghdr *vector, unsigned int length, int flags, struct timespec *timeout)
+{
+	Process &p = process();
+	if (!p.libc.recvmmsg) {
+		errno = ENOSYS;
+		return -1;
+	}
+	const int received = p.libc.recvmmsg(fd, vector, length, flags, timeout);
+	for (int i = 0; i < received; i++) {
+		if (vector[i].msg_hdr.msg_controllen > 0)
+			noteReceivedDescriptors(p, &vector[i].msg_hdr);
+	}
+	return received;
+}

@@ -78,7 +78,7 @@ nfds_t pollCount(long argument) noexcept
 constexpr long kRouted[] = { SYS_close, SYS_close_range, SYS_dup, SYS_dup2, SYS_dup3, SYS_fcntl,
 			     SYS_pidfd_getfd, SYS_poll, SYS_ppoll, SYS_select, SYS_epoll_wait,
 			     SYS_epoll_pwait, SYS_epoll_pwait2, SYS_epoll_ctl, SYS_read, SYS_readv,
-			     SYS_recvfrom, SYS_recvmsg, SYS_sendmsg, SYS_sendmmsg, SYS_shutdown,
+			     SYS_recvfrom, SYS_recvmsg, SYS_recvmmsg, SYS_sendmsg, SYS_sendmmsg, SYS_shutdown,
 			     SYS_setsockopt };
 constexpr long kRoutedBelow = 512;
 
@@ -196,6 +196,10 @@ bool wrapperCall(Process &p, long number, const long (&a)[6], long *result)
 		return true;
 	case SYS_recvmsg:
 		*result = recvmsg(fd(a[0]), pointer<struct msghdr>(a[1]), fd(a[2]));
+		return true;
+	case SYS_recvmmsg:
+		*result = recvmmsg(fd(a[0]), pointer<struct mmsghdr>(a[1]), static_cast<unsigned>(a[2]), fd(a[3]),
+				pointer<struct timespec>(a[4]));
 		return true;
 	case SYS_sendmmsg:
 		*result = sendmmsg(fd(a[0]), pointer<struct mmsghdr>(a[1]), static_cast<unsigned>(a[2]), fd(a[3]));

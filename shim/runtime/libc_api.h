@@ -41,6 +41,7 @@ struct LibcApi {
 	ssize_t (*recvmsg)(int, struct msghdr *, int) = nullptr;
 	ssize_t (*sendmsg)(int, const struct msghdr *, int) = nullptr;
 	int (*sendmmsg)(int, struct mmsghdr *, unsigned, int) = nullptr;
+	int (*recvmmsg)(int, struct mmsghdr *, unsigned, int, struct timespec *) = nullptr;
 	int (*setsockopt)(int, int, int, const void *, socklen_t) = nullptr;
 	int (*ioctl)(int, unsigned long, void *) = nullptr;
 	int (*close)(int) = nullptr;

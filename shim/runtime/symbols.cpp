@@ -132,6 +132,7 @@ void resolveLibc(LibcApi *libc) noexcept
 	next(&libc->recvmsg, "recvmsg");
 	next(&libc->sendmsg, "sendmsg");
 	next(&libc->sendmmsg, "sendmmsg");
+	next(&libc->recvmmsg, "recvmmsg");
 	next(&libc->setsockopt, "setsockopt");
 	next(&libc->ioctl, "ioctl");
 	next(&libc->close, "close");

@@ -80,7 +80,8 @@ TEST_P(Duplicates, AWaitOnADuplicateSeesWhatOpenSslHolds)
  * dup-first-late: after 100 other copies (the shim remembered 64 before 4408b76).
  */
 INSTANTIATE_TEST_SUITE_P(Readiness, Duplicates,
-			 ::testing::Values("dup", "dup-first", "dup-first-late", "fcntl", "dup2-select", "scm-rights"));
+			 ::testing::Values("dup", "dup-first", "dup-first-late", "fcntl", "dup2-select", "scm-rights",
+					   "scm-rights-mmsg"));
 
 class ClosedNumbers : public ::testing::TestWithParam<const char *> {};
 
