@@ -36,6 +36,12 @@
  *   sendmsg-refused   an SSL made, then sendmsg with a message pointer the process may not
  *                     read, and with a control header shorter than itself: prints what
  *                     each returned ("bad pointer -1 EFAULT", "short header -1 EINVAL")
+ *   failed-closes PORT
+ *                     against tls_server --burst 20: reads one line (read-ahead holds the
+ *                     rest), then makes closes of the socket that fail and close nothing:
+ *                     dup2 from a bad fd, dup3 onto itself, close_range with a bad flag;
+ *                     prints each result and whether the socket's close would now be
+ *                     abortive ("dup2 -1 EBADF linger 0", ...), then "lines 20"
  *   raw-ppoll         an SSL made, then syscall(SYS_ppoll) with a 1 ms timeout on an idle
  *                     pipe, and with a signal mask size the kernel refuses: prints "ppoll 0
  *                     time left 0.000000000" (the kernel writes the time left back) and
@@ -52,7 +58,9 @@
 #include <cerrno>
 #include <climits>
 #include <csignal>
+#include <cstring>
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -400,6 +408,38 @@ int sendmsgRefused()
 	return 0;
 }
 
+/* Closes that fail close nothing: the socket's close stays what it was. */
+int failedCloses(const char *port)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	const int fd = connectTo("127.0.0.1", port);
+	SSL *ssl = connectTls(ctx, fd);
+	std::string line;
+	if (!pollThenRead(ssl, fd, &line))
+		fail("the first line never came");
+	auto report = [fd](const char *what, int result) {
+		struct linger setting = {};
+		socklen_t length = sizeof(setting);
+		getsockopt(fd, SOL_SOCKET, SO_LINGER, &setting, &length);
+		std::printf("%s %d %s linger %d\n", what, result, result < 0 ? strerrorname_np(errno) : "-",
+			    setting.l_onoff);
+	};
+	report("dup2", dup2(4000, fd));
+	report("dup3", dup3(fd, fd, O_CLOEXEC));
+	report("close_range", close_range(static_cast<unsigned>(fd), static_cast<unsigned>(fd), 0x40000000));
+	int lines = 1;
+	for (; lines < 20; lines++) {
+		if (!pollThenRead(ssl, fd, &line))
+			break;
+	}
+	std::printf("lines %d\n", lines);
+	SSL_shutdown(ssl);
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 /* A wait made through syscall(): what the kernel writes back and what it refuses. */
 int rawPpoll()
 {
@@ -441,12 +481,14 @@ int main(int argc, char **argv)
 		return sendmsgRefused();
 	if (which == "raw-ppoll")
 		return rawPpoll();
+	if (which == "failed-closes" && argc > 2)
+		return failedCloses(argv[2]);
 	if (which == "lingering-close" || which == "unix-close") {
 		SSL_CTX *server = serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", ""));
 		const int result = which == "unix-close" ? unixClose(server) : lingeringClose(server);
 		SSL_CTX_free(server);
 		return result;
 	}
-	std::fprintf(stderr, "usage: raw_socket_cases empty-recv|callback-read|bio-pair|proc-list-reuse|close-int-max|sendmsg-refused|raw-ppoll|lingering-close|unix-close ...\n");
+	std::fprintf(stderr, "usage: raw_socket_cases empty-recv|callback-read|bio-pair|proc-list-reuse|close-int-max|sendmsg-refused|raw-ppoll|failed-closes|lingering-close|unix-close ...\n");
 	return 2;
 }

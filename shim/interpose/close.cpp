@@ -34,13 +34,16 @@ bool tracking(Process &p)
 	return !p.inVforkChild();
 }
 
-/* Before the real call: what the kernel does with unread data at a close (BufferedFds::closing). */
-void beforeClose(Process &p, int first, int last)
+/*
+ * Before the real call: what the kernel does with unread data at a close
+ * (BufferedFds::closing). made: the abortive closes set, for a call that may fail.
+ */
+void beforeClose(Process &p, int first, int last, AbortiveCloses *made = nullptr)
 {
 	p.held.encryptAll();
 	p.coalescer.closing(first, last);
 	if (!p.buffered.idle())
-		p.buffered.closing(first, last);
+		p.buffered.closing(first, last, made);
 	p.epoll.closing(first, last);
 }
 
@@ -107,8 +110,11 @@ TLSTUNE_EXPORT int dup2(int oldfd, int newfd)
 			noteDuplicate(p, oldfd, result);
 		return result;
 	}
-	beforeClose(p, newfd, newfd);
+	AbortiveCloses made;
+	beforeClose(p, newfd, newfd, &made);
 	int result = p.libc.dup2(oldfd, newfd);
+	if (result < 0)
+		p.buffered.closeFailed(made);
 	closeFailed(result < 0, newfd);
 	forgetClosed(p, result >= 0, newfd, newfd);
 	if (oldfd != newfd)
@@ -124,8 +130,11 @@ TLSTUNE_EXPORT int dup3(int oldfd, int newfd, int flags)
 		noteDuplicate(p, oldfd, result);
 		return result;
 	}
-	beforeClose(p, newfd, newfd);
+	AbortiveCloses made;
+	beforeClose(p, newfd, newfd, &made);
 	int result = p.libc.dup3(oldfd, newfd, flags);
+	if (result < 0)
+		p.buffered.closeFailed(made);
 	closeFailed(result < 0, newfd);
 	forgetClosed(p, result >= 0, newfd, newfd);
 	noteDuplicate(p, oldfd, result);
@@ -144,9 +153,12 @@ TLSTUNE_EXPORT int close_range(unsigned first, unsigned last, int flags)
 	const int from = static_cast<int>(first), to = last > INT_MAX ? INT_MAX : static_cast<int>(last);
 	/* CLOSE_RANGE_CLOEXEC only marks them; they stay open. */
 	const bool closes = !(flags & CLOSE_RANGE_CLOEXEC) && first <= INT_MAX;
+	AbortiveCloses made;
 	if (closes)
-		beforeClose(p, from, to);
+		beforeClose(p, from, to, &made);
 	int result = p.libc.close_range(first, last, flags);
+	if (result != 0)
+		p.buffered.closeFailed(made);
 	forgetClosed(p, result == 0 && closes, from, to);
 	return result;
 }

@@ -400,6 +400,15 @@ TEST(RawSocket, AMessageTheKernelRefusesIsRefusedNotAFault)
 		       "bad pointer -1 EFAULT\nshort header -1 EINVAL\n");
 }
 
+TEST(RawSocket, ACloseThatFailsLeavesTheSocketsCloseAsItWas)
+{
+	RecordProperty("fault", "dup2 from a bad fd, dup3 onto itself, close_range with a bad flag onto a socket "
+				"whose records OpenSSL holds: each left it abortive, and the program's later close reset "
+				"the connection and lost its upload");
+	expectBothWays(bothWaysOf("raw_socket_cases", { "failed-closes" }, { "--burst", "20" }),
+		       "dup2 -1 EBADF linger 0\ndup3 -1 EINVAL linger 0\nclose_range -1 EINVAL linger 0\nlines 20\n");
+}
+
 TEST(RawSocket, AWaitThroughSyscallWritesTheTimeLeftAndRefusesABadMaskSize)
 {
 	RecordProperty("fault", "syscall(SYS_ppoll), which the shim routes to its ppoll: the kernel writes the time "

@@ -66,10 +66,18 @@ void BufferedFds::set(const void *owner, int fd, ino_t ino, bool buffered,
 
 namespace {
 
-/* The kernel's reset for a close with unread data: SO_LINGER 0 (a pipe: ENOTSOCK, nothing). */
-void resetAtClose(int fd) noexcept
+/*
+ * The kernel's reset for a close with unread data: SO_LINGER 0 (a pipe: ENOTSOCK, nothing).
+ * made: where the socket's own setting is kept, for a close that fails.
+ */
+void resetAtClose(int fd, AbortiveCloses *made = nullptr, bool unread = false) noexcept
 {
 	const int savedErrno = errno;
+	struct linger before = {};
+	socklen_t length = sizeof(before);
+	if (made && made->count < AbortiveCloses::kMost &&
+	    getsockopt(fd, SOL_SOCKET, SO_LINGER, &before, &length) == 0)
+		made->made[made->count++] = { fd, before, unread };
 	const struct linger abortive = { 1, 0 };
 	setsockopt(fd, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive));
 	errno = savedErrno;
@@ -126,7 +134,7 @@ bool BufferedFds::openElsewhere(ino_t ino, int first, int last) const noexcept
 	return false;
 }
 
-void BufferedFds::closing(int first, int last) noexcept
+void BufferedFds::closing(int first, int last, AbortiveCloses *made) noexcept
 {
 	if (idle())
 		return;
@@ -135,18 +143,37 @@ void BufferedFds::closing(int first, int last) noexcept
 	for (const Entry &entry : entries_) {
 		if (entry.fd >= first && entry.fd <= last && entry.records && !entry.shared &&
 		    !openElsewhere(entry.ino, first, last))
-			resetAtClose(entry.fd);
+			resetAtClose(entry.fd, made);
 	}
 	const auto closed = std::remove_if(unread_.begin(), unread_.end(), [&](int fd) {
 		if (fd < first || fd > last)
 			return false;
 		ino_t ino;
 		if (!streamInode(fd, &ino) || !openElsewhere(ino, first, last))
-			resetAtClose(fd);
+			resetAtClose(fd, made, true);
 		return true;
 	});
 	unread_.erase(closed, unread_.end());
 	unreadCount_.store(unread_.size(), std::memory_order_relaxed);
+}
+
+void BufferedFds::closeFailed(const AbortiveCloses &made) noexcept
+{
+	const int savedErrno = errno;
+	for (int i = 0; i < made.count; i++) {
+		const AbortiveCloses::Made &close = made.made[i];
+		setsockopt(close.fd, SOL_SOCKET, SO_LINGER, &close.before, sizeof(close.before));
+		if (!close.unread)
+			continue;
+		std::lock_guard<std::mutex> lock(mutex_);
+		try {
+			unread_.push_back(close.fd);
+			unreadCount_.store(unread_.size(), std::memory_order_relaxed);
+		} catch (const std::bad_alloc &) {
+			/* Out of memory: its close is a FIN. */
+		}
+	}
+	errno = savedErrno;
 }
 
 void BufferedFds::imageEnds() const noexcept

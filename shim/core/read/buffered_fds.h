@@ -6,6 +6,7 @@
 #include <mutex>
 #include <vector>
 
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "core/known_fds.h"
@@ -18,6 +19,18 @@ namespace tlstune {
  * each registration's inode. False for any other file.
  */
 bool streamInode(int fd, ino_t *ino) noexcept;
+
+/* The abortive closes a closing() set, to take back when the close fails (a dup2 from a bad fd). */
+struct AbortiveCloses {
+	static constexpr int kMost = 8;
+	struct Made {
+		int fd;
+		struct linger before; /* the socket's own setting */
+		bool unread;          /* a freed SSL's records were unread there */
+	};
+	Made made[kMost];
+	int count = 0;
+};
 
 /*
  * The fds whose connection holds data in OpenSSL's buffers: records read ahead from the
@@ -124,7 +137,9 @@ public:
 	 * that away too); not one a fork shared (the other process's own reads decide its end,
 	 * as without the shim).
 	 */
-	void closing(int first, int last) noexcept;
+	void closing(int first, int last, AbortiveCloses *made = nullptr) noexcept;
+	/* The close closing() prepared failed (nothing closed): its sockets close as they would have. */
+	void closeFailed(const AbortiveCloses &made) noexcept;
 	/*
 	 * The program closed fds first..last (close, dup2 onto it, close_range): their numbers
 	 * may now name other files, which must not inherit the readiness. A connection whose
