@@ -75,14 +75,22 @@ using namespace example;
 
 namespace {
 
+/* Connected to tls_server --burst 20 at port, the first line read: OpenSSL holds the rest. */
+SSL *afterFirstLine(SSL_CTX *ctx, const char *port, int *fd)
+{
+	*fd = connectTo("127.0.0.1", port);
+	SSL *ssl = connectTls(ctx, *fd);
+	std::string line;
+	if (!pollThenRead(ssl, *fd, &line))
+		fail("the first line never came");
+	return ssl;
+}
+
 int emptyRecv(const char *port)
 {
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-	const int fd = connectTo("127.0.0.1", port);
-	SSL *ssl = connectTls(ctx, fd);
-	std::string line;
-	if (!pollThenRead(ssl, fd, &line))
-		fail("the first line never came");
+	int fd = -1;
+	SSL *ssl = afterFirstLine(ctx, port, &fd);
 	char byte;
 	const ssize_t quick = recv(fd, &byte, 0, MSG_DONTWAIT);
 	alarm(30); /* a blocking recv that waits for ever ends the case */
@@ -362,29 +370,41 @@ int procListReuse()
 	return 0;
 }
 
+/* An SSL made and never connected: the process has a connection for the shim to follow. */
+struct MadeSsl {
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	SSL *ssl = SSL_new(ctx);
+	MadeSsl()
+	{
+		if (!ssl)
+			fail("SSL_new");
+	}
+	~MadeSsl()
+	{
+		SSL_free(ssl);
+		SSL_CTX_free(ctx);
+	}
+	MadeSsl(const MadeSsl &) = delete;
+	MadeSsl &operator=(const MadeSsl &) = delete;
+};
+
 /* A close of the highest number, with a registration the shim keeps (a hunt: it spun). */
 int closeIntMax()
 {
-	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-	SSL *ssl = SSL_new(ctx);
-	if (!ssl)
-		fail("SSL_new");
+	MadeSsl made;
 	int pair[2];
 	registeredPair(pair);
 	const int closed = close(INT_MAX);
 	std::printf("close %d %s\n", closed, closed < 0 && errno == EBADF ? "EBADF" : "other");
-	SSL_free(ssl);
-	SSL_CTX_free(ctx);
 	return 0;
 }
 
 /* Messages the kernel refuses, in a process with a connection: its answers, not a fault. */
 int sendmsgRefused()
 {
-	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-	SSL *ssl = SSL_new(ctx);
+	MadeSsl made;
 	int pair[2];
-	if (!ssl || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
 		fail("setup");
 	const auto *unreadable = reinterpret_cast<const struct msghdr *>(16);
 	const ssize_t bad = sendmsg(pair[0], unreadable, 0);
@@ -403,8 +423,6 @@ int sendmsgRefused()
 	header->cmsg_len = sizeof(struct cmsghdr) - 4; /* shorter than the header itself */
 	const ssize_t shortHeader = sendmsg(pair[0], &message, 0);
 	std::printf("short header %zd %s\n", shortHeader, shortHeader < 0 && errno == EINVAL ? "EINVAL" : "other");
-	SSL_free(ssl);
-	SSL_CTX_free(ctx);
 	return 0;
 }
 
@@ -412,11 +430,8 @@ int sendmsgRefused()
 int failedCloses(const char *port)
 {
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-	const int fd = connectTo("127.0.0.1", port);
-	SSL *ssl = connectTls(ctx, fd);
-	std::string line;
-	if (!pollThenRead(ssl, fd, &line))
-		fail("the first line never came");
+	int fd = -1;
+	SSL *ssl = afterFirstLine(ctx, port, &fd);
 	auto report = [fd](const char *what, int result) {
 		struct linger setting = {};
 		socklen_t length = sizeof(setting);
@@ -427,6 +442,7 @@ int failedCloses(const char *port)
 	report("dup2", dup2(4000, fd));
 	report("dup3", dup3(fd, fd, O_CLOEXEC));
 	report("close_range", close_range(static_cast<unsigned>(fd), static_cast<unsigned>(fd), 0x40000000));
+	std::string line;
 	int lines = 1;
 	for (; lines < 20; lines++) {
 		if (!pollThenRead(ssl, fd, &line))
@@ -443,10 +459,9 @@ int failedCloses(const char *port)
 /* A wait made through syscall(): what the kernel writes back and what it refuses. */
 int rawPpoll()
 {
-	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-	SSL *ssl = SSL_new(ctx);
+	MadeSsl made;
 	int pipeFds[2];
-	if (!ssl || pipe(pipeFds) != 0)
+	if (pipe(pipeFds) != 0)
 		fail("setup");
 	struct pollfd idle = { pipeFds[0], POLLIN, 0 };
 	struct timespec timeout = { 0, 1000000 };
@@ -459,8 +474,6 @@ int rawPpoll()
 	std::printf("bad mask size %ld %s\n", refused, refused < 0 && errno == EINVAL ? "EINVAL" : "other");
 	close(pipeFds[0]);
 	close(pipeFds[1]);
-	SSL_free(ssl);
-	SSL_CTX_free(ctx);
 	return 0;
 }
 
