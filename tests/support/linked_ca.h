@@ -83,6 +83,7 @@ inline tlstune::CaApi linkedApi()
 	api.X509_STORE_get_ex_data = ::X509_STORE_get_ex_data;
 	api.X509_STORE_set_ex_data = ::X509_STORE_set_ex_data;
 	api.X509_STORE_CTX_get0_store = ::X509_STORE_CTX_get0_store;
+	api.X509_STORE_get_check_issued = ::X509_STORE_get_check_issued;
 	api.X509_STORE_CTX_get1_issuer = ::X509_STORE_CTX_get1_issuer;
 	api.X509_STORE_CTX_get1_certs = ::X509_STORE_CTX_get1_certs;
 	api.X509_STORE_CTX_get1_crls = ::X509_STORE_CTX_get1_crls;

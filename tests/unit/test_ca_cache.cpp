@@ -725,8 +725,12 @@ TEST(LazyStores, LoadsAddsLookupsAndListingsAnswerAsEagerLoading)
 	SKIP_BEFORE_OPENSSL_3();
 	const CaApi api = linkedApi();
 	LazyStores lazy;
-	if (!lazy.init(api))
+	if (!lazy.init(api)) {
+		/* Where it runs, an API the test did not link would skip it silently. */
+		const unsigned long series = OpenSSL_version_num() >> 20;
+		ASSERT_TRUE(series != 0x300 && series != 0x305) << "lazy stores refused their API on 3.0 or 3.5";
 		GTEST_SKIP() << "lazy loading is for OpenSSL 3.0 and 3.5";
+	}
 	Stats stats;
 	/*
 	 * Subjects A (three keys), B (two), C, D, then an A and a C whose basicConstraints do
