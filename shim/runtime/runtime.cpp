@@ -310,15 +310,28 @@ void Process::sendRefused() noexcept
 	errno = savedErrno;
 }
 
-void Process::sharesMemoryWithAProcess()
+void Process::handOverAndStopHolding()
 {
+	/* Nothing to hand over (a process that never held): no system call. */
+	if (coalescer.idle()) {
+		held.stopHolding();
+		coalescer.stopHoldingIdle();
+		return;
+	}
 	const int savedErrno = errno;
 	held.stopHolding();
 	held.encryptAll();
 	coalescer.stopHolding();
+	errno = savedErrno;
+}
+
+void Process::sharesMemoryWithAProcess()
+{
+	if (!coalescer.holding())
+		return;
+	handOverAndStopHolding();
 	logLine(LogLevel::Info, "clone(CLONE_VM) made a process that shares this memory: small writes are no "
 		"longer held in this process");
-	errno = savedErrno;
 }
 
 SocketCalls Process::socketCalls() noexcept
@@ -404,18 +417,10 @@ void Process::enterSandbox() noexcept
 	unseen.noteConfined();
 	if (!coalescer.holding())
 		return;
-	/* Nothing to hand over (a process that never held): no system call. */
-	if (coalescer.idle()) {
-		held.stopHolding();
-		coalescer.stopHoldingIdle();
-		return;
-	}
-	const int savedErrno = errno;
-	held.stopHolding();
-	held.encryptAll();
-	coalescer.stopHolding();
-	logLimited(sandboxLines, LogLevel::Info, "seccomp: small writes are no longer held in this process");
-	errno = savedErrno;
+	const bool hadHeld = !coalescer.idle();
+	handOverAndStopHolding();
+	if (hadHeld)
+		logLimited(sandboxLines, LogLevel::Info, "seccomp: small writes are no longer held in this process");
 }
 
 /* Reads the configuration at load time, so TLSTUNE_VERBOSE shows the shim is there. */

@@ -57,6 +57,8 @@ struct Process {
 	void sendRefused() noexcept;
 	/* clone(CLONE_VM) made a process beside this one: what is held goes out, and nothing more is held. */
 	void sharesMemoryWithAProcess();
+	/* What is held goes to the kernel (no system call where nothing ever was), and nothing more is held. */
+	void handOverAndStopHolding();
 	/* This is a vfork child (or posix_spawn's): it must change no state of the shim's. */
 	bool inVforkChild() const noexcept;
 
