@@ -18,6 +18,7 @@
 #include "interpose/export.h"
 #include "live.h"
 #include "symbols.h"
+#include "unwinder.h"
 
 TLSTUNE_EXPORT const char *tlstune_version(void);
 /* The same function, bound to this copy whoever came first. */
@@ -201,6 +202,7 @@ OpenSsl *buildOpenSsl() noexcept
 	alignas(OpenSsl) static unsigned char storage[sizeof(OpenSsl)];
 	OpenSsl &instance = *new (storage) OpenSsl;
 	Process &p = process();
+	loadUnwinder();
 	noteUsesOpenSsl();
 	if (!resolveOpenSsl(&instance.api)) {
 		logLine(LogLevel::Warn, "no libssl found in this process: passing every call through");
@@ -238,6 +240,7 @@ Crypto *buildCrypto() noexcept
 {
 	alignas(Crypto) static unsigned char storage[sizeof(Crypto)];
 	Crypto &instance = *new (storage) Crypto;
+	loadUnwinder();
 	const Config &config = process().config;
 	noteUsesOpenSsl();
 	const bool found = resolveCrypto(&instance.api);

@@ -60,16 +60,18 @@ TEST(Abi, ExportsExactlyTheMap)
 	EXPECT_EQ(exported, expected);
 }
 
-TEST(Abi, DoesNotNeedOpenSslOrLibstdcxx)
+/* libgcc_s: the process's own unwinder is borrowed when there is TLS work (runtime/unwinder.cpp). */
+TEST(Abi, DoesNotNeedOpenSslOrTheCxxRuntime)
 {
 	const std::string dynamic = output({ "readelf", "-d", shimPath() });
 	ASSERT_NE(dynamic.find("NEEDED"), std::string::npos);
 	EXPECT_EQ(dynamic.find("libssl"), std::string::npos) << dynamic;
 	EXPECT_EQ(dynamic.find("libcrypto"), std::string::npos) << dynamic;
 	EXPECT_EQ(dynamic.find("libstdc++"), std::string::npos) << dynamic;
+	EXPECT_EQ(dynamic.find("libgcc_s"), std::string::npos) << dynamic;
 }
 
-TEST(Abi, LoadsNoOpenSslIntoProgramsWithout)
+TEST(Abi, LoadsNeitherOpenSslNorTheCxxRuntimeIntoProgramsWithout)
 {
 	SKIP_IN_SANITIZER_BUILD();
 	int status = -1;
@@ -84,6 +86,7 @@ TEST(Abi, LoadsNoOpenSslIntoProgramsWithout)
 	EXPECT_NE(maps.find("libtlstune.so"), std::string::npos) << "the preload took effect";
 	EXPECT_EQ(maps.find("libssl"), std::string::npos);
 	EXPECT_EQ(maps.find("libcrypto"), std::string::npos);
+	EXPECT_EQ(maps.find("libgcc_s"), std::string::npos) << maps;
 }
 
 TEST(Abi, ABadValueIsOneLineAndTheProgramRunsOn)
