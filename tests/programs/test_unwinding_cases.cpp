@@ -117,3 +117,16 @@ TEST(Unwinding, ASiglongjmpOutOfABlockedReadLeavesTheConnectionAndTheNextAlone)
 	RecordProperty("fault", "siglongjmp from a SIGALRM handler out of a blocked SSL_read, twice");
 	expectTheSameBytes("siglongjmp-read", "round 0: read timed out\nshutdown 0\nround 1: read timed out\nshutdown 0\n");
 }
+
+TEST(Unwinding, ThreadsCancelledInWaitsOfAProgramWithoutAnUnwinderEndAsWithout)
+{
+	RecordProperty("fault", "pthread_cancel of threads in poll, epoll_wait, select, read; no libgcc_s loaded");
+	SKIP_IN_SANITIZER_BUILD(); /* the sanitizers' runtimes need libgcc_s themselves */
+	for (bool withShim : { false, true }) {
+		SCOPED_TRACE(withShim ? "with the shim" : "without the shim");
+		const Captured run = runProgram({ examplePath("cancelled_waits") }, withShim, {}, kTimeoutMs);
+		EXPECT_EQ(run.status, 0) << run.err;
+		EXPECT_EQ(run.out, "unwinder before: no\npoll canceled\nepoll_wait canceled\nselect canceled\n"
+				   "read canceled\n");
+	}
+}
