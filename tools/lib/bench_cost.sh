@@ -29,8 +29,9 @@ idle_kib() {
 }
 
 # floor_libraries: $work/floor-c.so, an empty preload library in C, and $work/floor-cxx.so,
-# an empty one in C++ linked as libtlstune.so is (static libstdc++, an exception, libgcc_s):
-# what any preloaded library, and the C++ runtime, cost a start before the shim's own code.
+# an empty one in C++ with an exception, its runtime linked in as libtlstune.so's is
+# (static libstdc++; static libgcc, where the shim borrows the process's unwinder): what any
+# preloaded library, and the C++ runtime, cost a start before the shim's own code.
 floor_libraries() {
 	echo 'int tlstune_floor;' | cc -shared -fPIC -O2 -x c -o "$work/floor-c.so" - ||
 		fail "cost rows" "cannot build an empty C library (cc)"
@@ -38,7 +39,7 @@ floor_libraries() {
 		'extern "C" __attribute__((visibility("default"))) int tlstune_floor(int n) {' \
 		'try { if (n < 0) throw std::runtime_error("n"); } catch (const std::exception &) { return 1; }' \
 		'return 0; }' |
-		c++ -shared -fPIC -O2 -fvisibility=hidden -static-libstdc++ -Wl,--exclude-libs,ALL -x c++ -o "$work/floor-cxx.so" - ||
+		c++ -shared -fPIC -O2 -fvisibility=hidden -static-libstdc++ -static-libgcc -Wl,--exclude-libs,ALL -x c++ -o "$work/floor-cxx.so" - ||
 		fail "cost rows" "cannot build an empty C++ library (c++)"
 }
 
@@ -91,7 +92,7 @@ ROWS
 	interleaved_row "\`/bin/true\` started ($starts in a row), microseconds, not ns" start_time "$starts"
 	floor_libraries
 	with="$work/floor-c.so" interleaved_row "the same with an empty C library preloaded instead (the floor of any preload), microseconds" start_time "$starts"
-	with="$work/floor-cxx.so" interleaved_row "the same with an empty C++ library linked as libtlstune.so (static libstdc++, libgcc_s), microseconds" start_time "$starts"
+	with="$work/floor-cxx.so" interleaved_row "the same with an empty C++ library, its runtime linked in (static libstdc++ and libgcc), microseconds" start_time "$starts"
 	interleaved_row "RSS per idle client connection after 64 KiB read, 300 connections, KiB, not ns" idle_kib
 	interleaved_row "the same, the client sets \`SSL_MODE_RELEASE_BUFFERS\` (curl, python), KiB" idle_kib --release-buffers
 	interleaved_row "RSS per idle server connection after 64 KiB read, 300 connections, KiB" idle_kib --role server
