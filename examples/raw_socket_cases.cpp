@@ -5,10 +5,13 @@
  *   empty-recv PORT   against tls_server --burst 20: reads one line, then asks the socket
  *                     for 0 bytes, recv(MSG_DONTWAIT), then recv blocking (the kernel answers
  *                     0 at once while it has bytes), then peeks with MSG_TRUNC and no
- *                     buffer (a count: TCP copies nothing), then polls before each other
- *                     line. Prints "empty recv R R", "counted without a buffer some" (or
- *                     what the peek returned), then "lines 20" or "poll timed out after N
- *                     lines" (exit 3).
+ *                     buffer (a count: TCP copies nothing), the same three asks by
+ *                     recvfrom with room for a source address (a blocking peek, not a
+ *                     count), then polls before each other line. Prints "empty recv R R",
+ *                     "counted without a buffer some" (or what the peek returned),
+ *                     "recvfrom R length L, peek some length L, count some length L", a
+ *                     recvmsg of no bytes with room for one ("recvmsg R name length L"),
+ *                     then "lines 20" or "poll timed out after N lines" (exit 3).
  *   callback-read PORT
  *                     against tls_server --burst 20: a message callback reads one byte of
  *                     a non-blocking pipe of the program's inside every OpenSSL call. After
@@ -100,6 +103,24 @@ int emptyRecv(const char *port)
 	/* TCP with MSG_TRUNC copies nothing: a peek that only counts may pass no buffer. */
 	const ssize_t counted = recv(fd, nullptr, 4096, MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT);
 	std::printf("counted without a buffer %s\n", counted > 0 ? "some" : std::to_string(counted).c_str());
+	/* TCP has no source address: the kernel writes the length, 0, of the one it has. */
+	sockaddr_storage from;
+	socklen_t emptyLength = sizeof(from), peekLength = sizeof(from), countLength = sizeof(from);
+	const ssize_t empty = recvfrom(fd, &byte, 0, MSG_DONTWAIT, reinterpret_cast<sockaddr *>(&from), &emptyLength);
+	char peeked[16];
+	alarm(30);
+	const ssize_t peek = recvfrom(fd, peeked, sizeof(peeked), MSG_PEEK, reinterpret_cast<sockaddr *>(&from), &peekLength);
+	alarm(0);
+	const ssize_t count = recvfrom(fd, nullptr, 4096, MSG_PEEK | MSG_TRUNC | MSG_DONTWAIT,
+				       reinterpret_cast<sockaddr *>(&from), &countLength);
+	std::printf("recvfrom %zd length %u, peek %s length %u, count %s length %u\n", empty, emptyLength,
+		    peek > 0 ? "some" : std::to_string(peek).c_str(), peekLength,
+		    count > 0 ? "some" : std::to_string(count).c_str(), countLength);
+	msghdr message = {};
+	message.msg_name = &from;
+	message.msg_namelen = sizeof(from);
+	const ssize_t none = recvmsg(fd, &message, MSG_DONTWAIT);
+	std::printf("recvmsg %zd name length %u\n", none, message.msg_namelen);
 	if (!pollThenReadTo20(ssl, fd, 1))
 		return 3;
 	SSL_free(ssl);

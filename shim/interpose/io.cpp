@@ -56,14 +56,28 @@ bool emptyAskOfHeld(Process &p, int fd, size_t len) noexcept
 	return len == 0 && !p.buffered.empty() && !CallScope::active() && p.buffered.holds(fd);
 }
 
-/* The recv family also answers a program's MSG_PEEK for data OpenSSL holds. */
+/*
+ * The shim answered a recvfrom in the kernel's place: a stream socket has no source
+ * address, and the kernel writes its length, 0, where the caller gave a buffer for one.
+ */
+ssize_t answered(ssize_t n, struct sockaddr *from, socklen_t *fromlen) noexcept
+{
+	if (n >= 0 && from && fromlen)
+		*fromlen = 0;
+	return n;
+}
+
+/*
+ * The recv family also answers a program's MSG_PEEK for data OpenSSL holds. from and
+ * fromlen: recvfrom's, null for the others.
+ */
 template <typename Function, typename... Args>
 ssize_t forwardPeek(Function LibcApi::*function, int fd, void *buf, size_t len, int flags,
-		    Args... args)
+		    struct sockaddr *from, socklen_t *fromlen, Args... args)
 {
 	Process &p = process();
 	if (emptyAskOfHeld(p, fd, len))
-		return 0;
+		return answered(0, from, fromlen);
 	/*
 	 * A blocking peek would wait for bytes the socket no longer has: OpenSSL holds them,
 	 * and the kernel, which would have had them queued, answers at once. Ask without
@@ -72,12 +86,13 @@ ssize_t forwardPeek(Function LibcApi::*function, int fd, void *buf, size_t len, 
 	if ((flags & (MSG_PEEK | MSG_DONTWAIT)) == MSG_PEEK && len > 0 && !p.buffered.empty() &&
 	    !CallScope::active() && p.buffered.holds(fd)) {
 		const ssize_t n = p.libc.recv(fd, buf, len, flags | MSG_DONTWAIT);
-		return peekBuffered(p.buffered, fd, buf, len, flags | MSG_DONTWAIT, n);
+		return answered(peekBuffered(p.buffered, fd, buf, len, flags | MSG_DONTWAIT, n), from, fromlen);
 	}
 	ssize_t n = forwardRead(function, fd, (flags & MSG_PEEK) != 0, len, buf, len, args...);
 	if (!(flags & MSG_PEEK) || CallScope::active())
 		return n;
-	return peekBuffered(p.buffered, fd, buf, len, flags, n);
+	const ssize_t peeked = peekBuffered(p.buffered, fd, buf, len, flags, n);
+	return n < 0 ? answered(peeked, from, fromlen) : peeked;
 }
 
 } /* namespace */
@@ -99,24 +114,25 @@ TLSTUNE_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 
 TLSTUNE_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
 {
-	return forwardPeek(&LibcApi::recv, fd, buf, len, flags, flags);
+	return forwardPeek(&LibcApi::recv, fd, buf, len, flags, nullptr, nullptr, flags);
 }
 
 TLSTUNE_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t len, size_t buflen, int flags)
 {
-	return forwardPeek(&LibcApi::recv_chk, fd, buf, len, flags, buflen, flags);
+	return forwardPeek(&LibcApi::recv_chk, fd, buf, len, flags, nullptr, nullptr, buflen, flags);
 }
 
 TLSTUNE_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *from,
 				socklen_t *fromlen)
 {
-	return forwardPeek(&LibcApi::recvfrom, fd, buf, len, flags, flags, from, fromlen);
+	return forwardPeek(&LibcApi::recvfrom, fd, buf, len, flags, from, fromlen, flags, from, fromlen);
 }
 
 TLSTUNE_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t buflen, int flags,
 				      struct sockaddr *from, socklen_t *fromlen)
 {
-	return forwardPeek(&LibcApi::recvfrom_chk, fd, buf, len, flags, buflen, flags, from, fromlen);
+	return forwardPeek(&LibcApi::recvfrom_chk, fd, buf, len, flags, from, fromlen, buflen, flags, from,
+			   fromlen);
 }
 
 TLSTUNE_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
@@ -128,6 +144,8 @@ TLSTUNE_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 			asked += msg->msg_iov[i].iov_len;
 		if (emptyAskOfHeld(process(), fd, asked)) {
 			msg->msg_flags = 0;
+			if (msg->msg_name)
+				msg->msg_namelen = 0; /* as answered() */
 			return 0;
 		}
 	}

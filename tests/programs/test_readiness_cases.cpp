@@ -360,9 +360,11 @@ TEST(UnseenWaits, TlsOverARawModePseudoTerminalIsReadableAndLosesNothing)
 TEST(RawSocket, AReadOfNoBytesAnswersZeroWhileOpenSslHoldsRecords)
 {
 	RecordProperty("fault", "recv of 0 bytes, MSG_DONTWAIT and blocking, a MSG_PEEK|MSG_TRUNC count without a buffer "
-				"(the shim wrote into it: SIGSEGV), then poll before each read");
+				"(the shim wrote into it: SIGSEGV), the same by recvfrom and recvmsg with an "
+				"address buffer (the shim left its length as given), then poll before each read");
 	expectBothWays(bothWaysOf("raw_socket_cases", { "empty-recv" }, { "--burst", "20" }),
-		       "empty recv 0 0\ncounted without a buffer some\nlines 20\n");
+		       "empty recv 0 0\ncounted without a buffer some\n"
+		       "recvfrom 0 length 0, peek some length 0, count some length 0\nrecvmsg 0 name length 0\nlines 20\n");
 }
 
 TEST(RawSocket, ACallbackReadingAPipeInsideOpenSslCallsLeavesTheConnectionsSocket)
