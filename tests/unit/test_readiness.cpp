@@ -861,6 +861,49 @@ TEST_F(EpollMerged, TableFollowsAddModDel)
 	EXPECT_TRUE(sets_.exact(epfd_));
 }
 
+/*
+ * Changes of a registration whose file is not looked up yet (pending: no wait has had
+ * held data to report since it was added) are the kernel's too, a MOD to one-shot included.
+ */
+TEST_F(EpollMerged, ARegistrationChangedBeforeItsFileIsLearntIsWhatTheLastChangeMade)
+{
+	add(pair_.fds[0], EPOLLOUT, 1);
+	control(EPOLL_CTL_MOD, pair_.fds[0], EPOLLIN, 2);
+	control(EPOLL_CTL_DEL, pair_.fds[0], 0, 0);
+	EXPECT_EQ(sets_.registrations(epfd_), 0u);
+	add(pair_.fds[0], EPOLLIN, 3);
+	control(EPOLL_CTL_MOD, pair_.fds[0], EPOLLIN | EPOLLONESHOT, 4);
+	EXPECT_EQ(sets_.registrations(epfd_), 1u);
+	hold(pair_.fds[0], 1);
+	expectTableMatchesKernel("added, deleted, added again, made one-shot");
+	struct epoll_event events[4];
+	ASSERT_EQ(wait(events, 4), 1);
+	EXPECT_EQ(events[0].data.u64, 4u);
+	EXPECT_EQ(wait(events, 4), 0) << "fired: disarmed until MOD";
+	EXPECT_TRUE(sets_.exact(epfd_));
+}
+
+TEST_F(EpollMerged, ManyRegistrationsAddedAndDeletedLeaveOnlyTheLiveOnes)
+{
+	std::vector<int> copies;
+	for (int i = 0; i < 200; i++) {
+		copies.push_back(dup(pair_.fds[0]));
+		ASSERT_GE(copies.back(), 0);
+		add(copies.back(), EPOLLIN, 100 + i);
+	}
+	for (int i = 0; i < 200; i++) {
+		if (i != 150)
+			control(EPOLL_CTL_DEL, copies[i], 0, 0);
+	}
+	EXPECT_EQ(sets_.registrations(epfd_), 1u);
+	expectOneReportedWhenHeld(250, "199 of 200 copies deleted before any wait");
+	for (int copy : copies)
+		closeFd(copy);
+	/* The kernel's rule: the file is open through pair_.fds[0], so its registration lives. */
+	EXPECT_EQ(sets_.registrations(epfd_), 1u);
+	expectOneReportedWhenHeld(250, "every copy closed, the file open");
+}
+
 TEST_F(EpollMerged, TableFollowsADupRegisteredToo)
 {
 	int copy = dup(pair_.fds[0]);

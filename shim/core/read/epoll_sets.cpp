@@ -153,6 +153,39 @@ EpollSets::Stored *EpollSets::live(Set &set, int fd) noexcept
 	return nullptr;
 }
 
+EpollSets::Pending *EpollSets::pendingAt(Set &set, int fd) noexcept
+{
+	if (fd < 0 || static_cast<size_t>(fd) >= set.pending.size() || !set.pending[fd].used)
+		return nullptr;
+	return &set.pending[fd];
+}
+
+bool EpollSets::dropPending(Set &set, int fd) noexcept
+{
+	Pending *pending = pendingAt(set, fd);
+	if (!pending)
+		return false;
+	pending->used = false;
+	set.pendingCount--;
+	countUnresolved(set, -1);
+	return true;
+}
+
+void EpollSets::record(int epfd, Set &set, int fd, const struct epoll_event &event)
+{
+	const bool pendable = fd < kPendingFds && !(event.events & EPOLLONESHOT) && !find(fd);
+	if (!pendable) {
+		add(epfd, set, { fd, event.events, event.data.u64, kUnresolvedInode | static_cast<unsigned>(fd) });
+		return;
+	}
+	if (static_cast<size_t>(fd) >= set.pending.size())
+		set.pending.resize(std::max<size_t>(static_cast<size_t>(fd) + 1, 2 * set.pending.size()));
+	noteUnresolvedFd(set, fd);
+	set.pending[fd] = { event.data.u64, event.events, true };
+	set.pendingCount++;
+	countUnresolved(set, 1);
+}
+
 void EpollSets::index(Set &set, Stored *stored)
 {
 	if (!(stored->registration.events & EPOLLONESHOT))
@@ -237,17 +270,19 @@ void EpollSets::changed(int epfd, int op, int fd, const struct epoll_event *even
 		readWhole(epfd, *set);
 	if (!set->exact)
 		return; /* its waits read the kernel's list */
+	/* A MOD of a pending registration makes it anew: it was never told anything. */
+	const bool wasPending = dropPending(*set, fd);
 	Stored *stored = live(*set, fd);
 	if (op == EPOLL_CTL_DEL) {
 		if (stored)
 			erase(*set, stored);
 		return;
 	}
-	if (!event || (op == EPOLL_CTL_MOD && !stored)) {
+	if (!event || (op == EPOLL_CTL_MOD && !stored && !wasPending)) {
 		set->exact = false; /* the kernel has a registration the shim missed */
 		return;
 	}
-	if (op == EPOLL_CTL_MOD) {
+	if (op == EPOLL_CTL_MOD && stored) {
 		unindex(*set, stored);
 		stored->registration.events = event->events;
 		stored->registration.data = event->data.u64;
@@ -267,27 +302,34 @@ void EpollSets::changed(int epfd, int op, int fd, const struct epoll_event *even
 		if (stored)
 			index(*set, stored);
 		else
-			add(epfd, *set, { fd, event->events, event->data.u64,
-					  kUnresolvedInode | static_cast<unsigned>(fd) });
+			record(epfd, *set, fd, *event);
 	} catch (const std::bad_alloc &) {
 		set->exact = false;
 	}
 }
 
+void EpollSets::noteUnresolvedFd(Set &set, int fd)
+{
+	/* Stale numbers (deleted, closed, resolved) are dropped before they outnumber the live. */
+	if (set.unresolvedFds.size() > 2 * set.unresolved + 64) {
+		set.unresolvedFds.clear();
+		for (const auto &entry : set.liveByFd) {
+			if (entry.second & kUnresolvedInode)
+				set.unresolvedFds.push_back(entry.first);
+		}
+		for (size_t number = 0; number < set.pending.size(); number++) {
+			if (set.pending[number].used)
+				set.unresolvedFds.push_back(static_cast<int>(number));
+		}
+	}
+	set.unresolvedFds.push_back(fd);
+}
+
 void EpollSets::add(int epfd, Set &set, const EpollRegistration &registration)
 {
 	const bool unresolved = (registration.ino & kUnresolvedInode) != 0;
-	if (unresolved) {
-		/* Stale numbers (deleted, closed, resolved) are dropped before they outnumber the live. */
-		if (set.unresolvedFds.size() > 2 * set.unresolved + 64) {
-			set.unresolvedFds.clear();
-			for (const auto &entry : set.liveByFd) {
-				if (entry.second & kUnresolvedInode)
-					set.unresolvedFds.push_back(entry.first);
-			}
-		}
-		set.unresolvedFds.push_back(registration.fd);
-	}
+	if (unresolved)
+		noteUnresolvedFd(set, registration.fd);
 	Stored added = { registration, 0, false, false, false, 0 };
 	Stored *stored = &set.byIno.emplace(registration.ino, added)->second;
 	set.liveByFd[registration.fd] = registration.ino;
@@ -322,6 +364,9 @@ void EpollSets::readWhole(int epfd, Set &set) noexcept
 
 void EpollSets::detach(Set &set, int fd) noexcept
 {
+	/* Its file was not learnt before the close (closing() could not): nothing can match it. */
+	if (dropPending(set, fd))
+		return;
 	Stored *stored = live(set, fd);
 	if (!stored)
 		return;
@@ -347,6 +392,10 @@ void EpollSets::countUnresolved(Set &set, long delta) noexcept
 
 void EpollSets::resolve(Set &set, int fd) noexcept
 {
+	if (Pending *pending = pendingAt(set, fd)) {
+		resolvePending(set, fd, *pending);
+		return;
+	}
 	Stored *stored = live(set, fd);
 	if (!stored || !(stored->registration.ino & kUnresolvedInode))
 		return;
@@ -372,6 +421,33 @@ void EpollSets::resolve(Set &set, int fd) noexcept
 		set.liveByFd[fd] = st.st_ino;
 		countUnresolved(set, -1);
 		return;
+	}
+}
+
+void EpollSets::resolvePending(Set &set, int fd, const Pending &pending) noexcept
+{
+	const Pending copy = pending;
+	dropPending(set, fd);
+	struct stat st;
+	const int savedErrno = errno;
+	const bool open = fstat(fd, &st) == 0;
+	errno = savedErrno;
+	if (!open) {
+		/* Closed where the shim could not see: the kernel's list says what is left of it. */
+		set.exact = false;
+		return;
+	}
+	const Stored stored = { { fd, copy.events, copy.data, st.st_ino }, 0, false, false, false, 0 };
+	try {
+		auto node = set.byIno.emplace(st.st_ino, stored);
+		try {
+			set.liveByFd[fd] = st.st_ino;
+		} catch (const std::bad_alloc &) {
+			set.byIno.erase(node);
+			throw;
+		}
+	} catch (const std::bad_alloc &) {
+		set.exact = false; /* out of memory: its waits read the kernel's list */
 	}
 }
 
@@ -459,6 +535,10 @@ int EpollSets::closedLocked(int first, int last, int *prune, int max) noexcept
 				const int fd = (it++)->first;
 				if (fd >= first && fd <= last)
 					detach(set, fd);
+			}
+			for (int fd : set.unresolvedFds) {
+				if (fd >= first && fd <= last)
+					dropPending(set, fd);
 			}
 		}
 		if (set.detached > set.liveByFd.size() + kPruneSlack && wanted < max)
@@ -778,7 +858,7 @@ size_t EpollSets::registrations(int epfd) const noexcept
 {
 	std::lock_guard<std::mutex> lock(mutex_);
 	const Set *set = find(epfd);
-	return set ? set->byIno.size() : 0;
+	return set ? set->byIno.size() + set->pendingCount : 0;
 }
 
 bool EpollSets::exact(int epfd) const noexcept

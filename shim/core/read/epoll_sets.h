@@ -50,6 +50,11 @@ constexpr unsigned long kUnresolvedInode = 1UL << 63;
  * inode is looked up only when it can matter, at most once per registration: at the first
  * wait that has a connection's held data to report (claim), or before the close of its fd,
  * where a registration that outlives its fd (a dup keeps the file) must know its file.
+ * Until then a registration is "pending": its events and data in a slot indexed by its
+ * fd, so that an ADD, MOD or DEL of it allocates nothing and looks nothing up by hash
+ * (issue 24: two nodes made and freed per ADD and DEL made epoll_ctl 1.24x as slow in a
+ * process with TLS). One-shot registrations and registrations of sets are stored at once:
+ * the kernel's events name them by their data, and nested sets are walked.
  *
  * It also carries what the kernel's semantics need beyond the mask: which arrival an
  * edge-triggered registration was last told of (one synthesized event per arrival), and
@@ -131,6 +136,12 @@ private:
 		unsigned long long closedAt;    /* the closing that detached it */
 		int innerSet = -1;              /* the registered fd is this epoll set of the shim's */
 	};
+	/* A registration whose file is not looked up yet (see above): live, never told. */
+	struct Pending {
+		unsigned long long data;
+		unsigned events;
+		bool used;
+	};
 	struct Set {
 		/* Node-based: a Stored stays where it is while others come and go. */
 		std::unordered_multimap<unsigned long, Stored> byIno;
@@ -144,10 +155,17 @@ private:
 		bool owed = false; /* the last wait left some of the shim's events undelivered */
 		size_t turn = 0;   /* the buffered connection the next claim begins with */
 		size_t nested = 0; /* registrations of other sets (innerSet) */
-		/* Live registrations whose inode is not looked up yet, and the fds they may be at. */
+		/*
+		 * Live registrations whose inode is not looked up yet (pending ones and stored
+		 * ones), and the fds they may be at.
+		 */
 		size_t unresolved = 0;
 		std::vector<int> unresolvedFds;
+		std::vector<Pending> pending; /* by fd, below kPendingFds */
+		size_t pendingCount = 0;
 	};
+	/* Registrations of higher numbers are stored at once: a slot per number below. */
+	static constexpr int kPendingFds = 1 << 16;
 
 	/* Asks for input and is not a fired one-shot. */
 	static bool armed(const Stored &stored) noexcept;
@@ -166,6 +184,12 @@ private:
 	Set *find(int epfd) noexcept;
 	const Set *find(int epfd) const noexcept;
 	Stored *live(Set &set, int fd) noexcept;
+	/* The pending registration at fd, or null. */
+	static Pending *pendingAt(Set &set, int fd) noexcept;
+	/* Under the lock: forgets the pending registration at fd; whether there was one. */
+	bool dropPending(Set &set, int fd) noexcept;
+	/* Under the lock: records a registration the program just made (ADD, or a MOD of a pending one). */
+	void record(int epfd, Set &set, int fd, const struct epoll_event &event);
 	void erase(Set &set, Stored *stored) noexcept;
 	/* Indexes stored by its data when it is EPOLLONESHOT; unindex undoes it. */
 	void index(Set &set, Stored *stored);
@@ -174,6 +198,9 @@ private:
 	/* Under the lock: the inodes of set's unresolved registrations (at fd, or all), by fstat. */
 	void resolve(Set &set) noexcept;
 	void resolve(Set &set, int fd) noexcept;
+	void resolvePending(Set &set, int fd, const Pending &pending) noexcept;
+	/* Under the lock: fd may have an unresolved registration (the list resolve(set) walks). */
+	void noteUnresolvedFd(Set &set, int fd);
 	/* Under the lock: a set's unresolved count changed by delta, the process's with it. */
 	void countUnresolved(Set &set, long delta) noexcept;
 	void dropSet(std::unordered_map<int, Set>::iterator it) noexcept;
