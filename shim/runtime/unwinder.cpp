@@ -9,14 +9,17 @@
  * library's frames, their personality routine reads a context made by the process's
  * unwinder (tests/programs/test_unwinding_cases.cpp). So each function forwards to the
  * libgcc_s.so.1 of the process: the one a C++ program or glibc's cancellation has loaded
- * already, opened here the first time the library does TLS work (loadUnwinder), out of
- * any lock and signal handler, or at the first exception of a process that did none.
+ * already (a process can unwind only with it), opened here the first time the library
+ * does TLS work (loadUnwinder), out of any lock and signal handler, or at the first
+ * exception of a process that did none.
  */
 
 #include "runtime/unwinder.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <unwind.h>
 
 #include "core/log.h"
@@ -46,7 +49,10 @@ bool found(void *handle, Function *slot, const char *name)
 	return *slot != nullptr;
 }
 
-/* Null when libgcc_s.so.1 cannot be opened: a machine without the C++ runtime. */
+/*
+ * Null when libgcc_s.so.1 cannot be opened (a machine without the C++ runtime, a sandbox
+ * that forbids the open): tried again at the next call. Under `opening`.
+ */
 const Unwinder *openUnwinder() noexcept
 {
 	static Unwinder unwinder;
@@ -63,15 +69,26 @@ const Unwinder *openUnwinder() noexcept
 	    found(handle, &u.getIPInfo, "_Unwind_GetIPInfo") && found(handle, &u.setGR, "_Unwind_SetGR") &&
 	    found(handle, &u.setIP, "_Unwind_SetIP"))
 		return &unwinder;
-	logLine(LogLevel::Warn, "cannot open the C++ unwinder libgcc_s.so.1: %s",
+	/* Not a warning: nothing is amiss until an exception crosses the library's frames. */
+	logLine(LogLevel::Info, "cannot open the C++ unwinder libgcc_s.so.1: %s",
 		handle ? "a function is missing" : dlerror());
 	return nullptr;
 }
 
+std::atomic<const Unwinder *> opened{ nullptr };
+pthread_mutex_t opening = PTHREAD_MUTEX_INITIALIZER;
+
 const Unwinder *unwinder() noexcept
 {
-	static const Unwinder *const opened = openUnwinder();
-	return opened;
+	const Unwinder *u = opened.load(std::memory_order_acquire);
+	if (u)
+		return u;
+	pthread_mutex_lock(&opening);
+	u = opened.load(std::memory_order_relaxed);
+	if (!u && (u = openUnwinder()))
+		opened.store(u, std::memory_order_release);
+	pthread_mutex_unlock(&opening);
+	return u;
 }
 
 /* Only an unwinder can have made the exception or context a caller passes. */
