@@ -49,6 +49,26 @@ bool found(void *handle, Function *slot, const char *name)
 	return *slot != nullptr;
 }
 
+_Unwind_Reason_Code stopAtOnce(_Unwind_Context *, void *)
+{
+	return _URC_END_OF_STACK;
+}
+
+/*
+ * A program linked with its own static copy of the unwinder (-static-libgcc) unwinds with
+ * that copy, and the library's personality routine then asks libgcc_s about a context the
+ * copy made: libgcc_s answers only once it has unwound something itself (it learns the
+ * registers' sizes then, and aborted before: a hunt's -static-libgcc program whose verify
+ * callback threw). One frame of a backtrace teaches it.
+ */
+void unwindOnce(void *handle) noexcept
+{
+	using Backtrace = _Unwind_Reason_Code (*)(_Unwind_Trace_Fn, void *);
+	const auto backtrace = reinterpret_cast<Backtrace>(dlsym(handle, "_Unwind_Backtrace"));
+	if (backtrace)
+		backtrace(stopAtOnce, nullptr);
+}
+
 /*
  * Null when libgcc_s.so.1 cannot be opened (a machine without the C++ runtime, a sandbox
  * that forbids the open): tried again at the next call. Under `opening`.
@@ -67,8 +87,10 @@ const Unwinder *openUnwinder() noexcept
 	    found(handle, &u.getRegionStart, "_Unwind_GetRegionStart") &&
 	    found(handle, &u.getLanguageSpecificData, "_Unwind_GetLanguageSpecificData") &&
 	    found(handle, &u.getIPInfo, "_Unwind_GetIPInfo") && found(handle, &u.setGR, "_Unwind_SetGR") &&
-	    found(handle, &u.setIP, "_Unwind_SetIP"))
+	    found(handle, &u.setIP, "_Unwind_SetIP")) {
+		unwindOnce(handle);
 		return &unwinder;
+	}
 	/* Not a warning: nothing is amiss until an exception crosses the library's frames. */
 	logLine(LogLevel::Info, "cannot open the C++ unwinder libgcc_s.so.1: %s",
 		handle ? "a function is missing" : dlerror());
