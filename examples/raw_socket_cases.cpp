@@ -11,7 +11,9 @@
  *                     "counted without a buffer some" (or what the peek returned),
  *                     "recvfrom R length L, peek some length L, count some length L", a
  *                     recvmsg of no bytes with room for one ("recvmsg R name length L"),
- *                     then "lines 20" or "poll timed out after N lines" (exit 3).
+ *                     peeks at the error queue, without waiting and blocking ("error queue
+ *                     peeks R E R E"), then "lines 20" or "poll timed out after N lines"
+ *                     (exit 3).
  *   callback-read PORT
  *                     against tls_server --burst 20: a message callback reads one byte of
  *                     a non-blocking pipe of the program's inside every OpenSSL call. After
@@ -121,6 +123,14 @@ int emptyRecv(const char *port)
 	message.msg_namelen = sizeof(from);
 	const ssize_t none = recvmsg(fd, &message, MSG_DONTWAIT);
 	std::printf("recvmsg %zd name length %u\n", none, message.msg_namelen);
+	/* The error queue is empty whatever the socket holds: EAGAIN at once, blocking too. */
+	const ssize_t quickError = recv(fd, peeked, sizeof(peeked), MSG_PEEK | MSG_ERRQUEUE | MSG_DONTWAIT);
+	const int quickErrno = errno;
+	alarm(30);
+	const ssize_t blockingError = recv(fd, peeked, sizeof(peeked), MSG_PEEK | MSG_ERRQUEUE);
+	alarm(0);
+	std::printf("error queue peeks %zd %s %zd %s\n", quickError, quickError < 0 ? strerrorname_np(quickErrno) : "-",
+		    blockingError, blockingError < 0 ? strerrorname_np(errno) : "-");
 	if (!pollThenReadTo20(ssl, fd, 1))
 		return 3;
 	SSL_free(ssl);

@@ -48,12 +48,24 @@ ssize_t forwardRead(Function LibcApi::*function, int fd, bool peek, size_t asked
 }
 
 /*
- * A read of no bytes from a socket whose data OpenSSL holds: the kernel, which would have
- * that data queued, answers 0 at once, where the empty socket says EAGAIN or blocks.
+ * An ask of the socket's data (not of its error queue) on a connection whose records
+ * OpenSSL holds, outside OpenSSL's calls: the kernel would have them queued.
  */
-bool emptyAskOfHeld(Process &p, int fd, size_t len) noexcept
+bool asksHeld(Process &p, int fd, int flags) noexcept
 {
-	return len == 0 && !p.buffered.empty() && !CallScope::active() && p.buffered.holds(fd);
+	return !(flags & MSG_ERRQUEUE) && !p.buffered.empty() && !CallScope::active() && p.buffered.holds(fd);
+}
+
+/*
+ * The kernel's answer, without waiting, to an ask that must not wait on a connection
+ * whose records OpenSSL holds: what it says stands (bytes still queued, a pipe's
+ * ENOTSOCK), except that its socket is empty. ask(flags) makes the real call.
+ */
+template <typename Ask>
+bool kernelAnswered(Ask ask, int flags, ssize_t *n) noexcept
+{
+	*n = ask(flags | MSG_DONTWAIT);
+	return *n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
 }
 
 /*
@@ -76,17 +88,17 @@ ssize_t forwardPeek(Function LibcApi::*function, int fd, void *buf, size_t len, 
 		    struct sockaddr *from, socklen_t *fromlen, Args... args)
 {
 	Process &p = process();
-	if (emptyAskOfHeld(p, fd, len))
-		return answered(0, from, fromlen);
 	/*
-	 * A blocking peek would wait for bytes the socket no longer has: OpenSSL holds them,
-	 * and the kernel, which would have had them queued, answers at once. Ask without
-	 * waiting, then answer as peekBuffered does.
+	 * A read of no bytes, or a blocking peek, would wait for bytes the socket no longer
+	 * has: OpenSSL holds them, and the kernel, which would have had them queued, answers
+	 * at once (0 for no bytes, a peek as peekBuffered does).
 	 */
-	if ((flags & (MSG_PEEK | MSG_DONTWAIT)) == MSG_PEEK && len > 0 && !p.buffered.empty() &&
-	    !CallScope::active() && p.buffered.holds(fd)) {
-		const ssize_t n = p.libc.recv(fd, buf, len, flags | MSG_DONTWAIT);
-		return answered(peekBuffered(p.buffered, fd, buf, len, flags | MSG_DONTWAIT, n), from, fromlen);
+	if ((len == 0 || (flags & (MSG_PEEK | MSG_DONTWAIT)) == MSG_PEEK) && asksHeld(p, fd, flags)) {
+		ssize_t n;
+		if (kernelAnswered([&](int asked) { return p.libc.recv(fd, buf, len, asked); }, flags, &n))
+			return answered(n, from, fromlen);
+		return answered(len == 0 ? 0 : peekBuffered(p.buffered, fd, buf, len, flags | MSG_DONTWAIT, n), from,
+				fromlen);
 	}
 	ssize_t n = forwardRead(function, fd, (flags & MSG_PEEK) != 0, len, buf, len, args...);
 	if (!(flags & MSG_PEEK) || CallScope::active())
@@ -138,11 +150,16 @@ TLSTUNE_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t bufl
 TLSTUNE_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
 	/* More than UIO_MAXIOV parts: the kernel's EMSGSIZE, before the shim counts them. */
-	if (msg && msg->msg_controllen == 0 && msg->msg_iovlen <= 1024 && !process().buffered.empty()) {
+	Process &p = process();
+	if (msg && msg->msg_controllen == 0 && msg->msg_iovlen <= 1024 && !p.buffered.empty()) {
 		size_t asked = 0;
 		for (size_t i = 0; i < msg->msg_iovlen; i++)
 			asked += msg->msg_iov[i].iov_len;
-		if (emptyAskOfHeld(process(), fd, asked)) {
+		ssize_t n;
+		/* No bytes asked: as forwardPeek answers. */
+		if (asked == 0 && asksHeld(p, fd, flags)) {
+			if (kernelAnswered([&](int flagsNow) { return p.libc.recvmsg(fd, msg, flagsNow); }, flags, &n))
+				return n;
 			msg->msg_flags = 0;
 			if (msg->msg_name)
 				msg->msg_namelen = 0; /* as answered() */

@@ -152,7 +152,8 @@ inline void countBufferedBytes(const BufferedFds &buffered, int fd, int *bytes) 
 inline ssize_t peekBuffered(const BufferedFds &buffered, int fd, void *buffer, size_t length,
 			    int flags, ssize_t n) noexcept
 {
-	if (!(flags & MSG_PEEK) || length == 0 || buffered.empty())
+	/* MSG_ERRQUEUE: an empty error queue says EAGAIN, whatever the socket holds. */
+	if (!(flags & MSG_PEEK) || (flags & MSG_ERRQUEUE) || length == 0 || buffered.empty())
 		return n;
 	if (n > 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) || !buffered.holds(fd))
 		return n;
