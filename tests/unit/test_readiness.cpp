@@ -904,6 +904,43 @@ TEST_F(EpollMerged, ManyRegistrationsAddedAndDeletedLeaveOnlyTheLiveOnes)
 	expectOneReportedWhenHeld(250, "every copy closed, the file open");
 }
 
+/*
+ * The kernel keys a registration by file and number: when the number names the file
+ * again (a dup2 of a copy over it, a shell's restore), EPOLL_CTL_DEL and MOD reach it
+ * (a hunt: a deleted registration went on being reported with its old data).
+ */
+TEST_F(EpollMerged, ARegistrationWhoseNumberNamesItsFileAgainIsDeletedAndModified)
+{
+	const int number = pair_.fds[0];
+	for (bool learnt : { false, true }) {
+		SCOPED_TRACE(learnt ? "its file learnt by a wait first" : "pending");
+		add(number, EPOLLIN, 1);
+		if (learnt) {
+			hold(number);
+			struct epoll_event events[4];
+			ASSERT_EQ(wait(events, 4), 1);
+			buffered_.set(&kOwner, number, inodeOf(number), false);
+		}
+		const int copy = dup(number);
+		ASSERT_GE(copy, 0);
+		/* dup2(copy, number): the number is closed and made the same file again. */
+		sets_.closing(number, number);
+		ASSERT_EQ(dup2(copy, number), number);
+		buffered_.closed(number, number);
+		sets_.closed(number, number);
+		closeFd(copy);
+		control(EPOLL_CTL_MOD, number, EPOLLIN, 2);
+		expectOneReportedWhenHeld(2, "modified through the number again");
+		control(EPOLL_CTL_DEL, number, 0, 0);
+		expectTableMatchesKernel("deleted through the number again");
+		struct epoll_event events[4];
+		EXPECT_EQ(wait(events, 4), 0);
+		EXPECT_EQ(sets_.registrations(epfd_), 0u);
+		EXPECT_TRUE(sets_.exact(epfd_));
+		buffered_.set(&kOwner, number, inodeOf(number), false);
+	}
+}
+
 TEST_F(EpollMerged, TableFollowsADupRegisteredToo)
 {
 	int copy = dup(pair_.fds[0]);

@@ -273,6 +273,8 @@ void EpollSets::changed(int epfd, int op, int fd, const struct epoll_event *even
 	/* A MOD of a pending registration makes it anew: it was never told anything. */
 	const bool wasPending = dropPending(*set, fd);
 	Stored *stored = live(*set, fd);
+	if (!stored && !wasPending && op != EPOLL_CTL_ADD)
+		stored = reattach(*set, fd);
 	if (op == EPOLL_CTL_DEL) {
 		if (stored)
 			erase(*set, stored);
@@ -360,6 +362,40 @@ void EpollSets::readWhole(int epfd, Set &set) noexcept
 	replace(set, std::move(fresh));
 	/* Unreadable (no /proc) or out of memory: its waits read the kernel's list, as before. */
 	set.exact = read && fits;
+}
+
+EpollSets::Stored *EpollSets::reattach(Set &set, int fd) noexcept
+{
+	if (set.detached == 0)
+		return nullptr;
+	Stored *candidate = nullptr;
+	for (auto &entry : set.byIno) {
+		if (entry.second.detached && entry.second.registration.fd == fd)
+			candidate = &entry.second;
+	}
+	if (!candidate)
+		return nullptr;
+	struct stat st;
+	const int savedErrno = errno;
+	const bool open = fstat(fd, &st) == 0;
+	errno = savedErrno;
+	if (!open)
+		return nullptr;
+	auto range = set.byIno.equal_range(st.st_ino);
+	for (auto it = range.first; it != range.second; ++it) {
+		Stored &stored = it->second;
+		if (!stored.detached || stored.registration.fd != fd)
+			continue;
+		try {
+			set.liveByFd[fd] = st.st_ino;
+		} catch (const std::bad_alloc &) {
+			return nullptr; /* the caller finds none: the set reads the kernel's list */
+		}
+		stored.detached = false;
+		set.detached--;
+		return &stored;
+	}
+	return nullptr;
 }
 
 void EpollSets::detach(Set &set, int fd) noexcept

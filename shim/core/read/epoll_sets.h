@@ -195,6 +195,12 @@ private:
 	void index(Set &set, Stored *stored);
 	void unindex(Set &set, const Stored *stored) noexcept;
 	void detach(Set &set, int fd) noexcept;
+	/*
+	 * Under the lock: the detached registration the kernel reaches again by fd (its number
+	 * names its file once more: a dup2 of the file over its own number, a restore), made
+	 * live, or null. The kernel keys a registration by file and number, not by an open fd.
+	 */
+	Stored *reattach(Set &set, int fd) noexcept;
 	/* Under the lock: the inodes of set's unresolved registrations (at fd, or all), by fstat. */
 	void resolve(Set &set) noexcept;
 	void resolve(Set &set, int fd) noexcept;
