@@ -33,7 +33,7 @@
  *                     in one segment): reads one line, then asks the socket as connection
  *                     pools do whether the peer is still there: recv(MSG_PEEK|MSG_DONTWAIT)
  *                     and FIONREAD. Prints "peek R" and "fionread positive|zero".
- *   close-unread [free-first|forked|written-last|one-record] --cert C --key K
+ *   close-unread [free-first|forked|written-last|one-record|longjmp|throw] --cert C --key K
  *                     a forked TCP server sends 20 lines at once, then waits for the
  *                     client's end with recv(); the client reads one line and closes the
  *                     socket with the other 19 unread, then frees the SSL (free-first:
@@ -41,8 +41,11 @@
  *                     closes its copy last, so the end is a FIN; written-last: writes a
  *                     line just before the close; one-record: the 20 lines come in one
  *                     record, of which the client reads 10 bytes, so the kernel holds
- *                     nothing unread). The kernel resets a connection closed with unread
- *                     data. Prints "server saw reset" or "server saw fin".
+ *                     nothing unread; longjmp and throw: once all 20 are sent, a message
+ *                     callback leaves SSL_read at the first record header, by longjmp or
+ *                     by an exception, then the client frees and closes). The kernel
+ *                     resets a connection closed with unread data. Prints "server saw
+ *                     reset" or "server saw fin".
  *   half-record --cert C --key K
  *                     a forked TCP server sends half of a record of 1,000 bytes, and the
  *                     rest only once it has read 2 bytes from the client. The client
@@ -123,6 +126,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csetjmp>
 #include <csignal>
 #include <cstdint>
 #include <cstring>
@@ -133,6 +137,7 @@
 #include <condition_variable>
 #include <fstream>
 #include <mutex>
+#include <stdexcept>
 #include <sys/epoll.h>
 #include <sys/syscall.h>
 #include <thread>
@@ -455,9 +460,39 @@ int halfRecord(SSL_CTX *server)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
+jmp_buf g_leaveRead;
+/* What the server writes after the lines in close-unread longjmp and throw. */
+constexpr int kLeaveBlock = 8192;
+
+/* A message callback that leaves SSL_read at the first record header it is shown. */
+void leaveAtFirstHeader(int writing, int, int contentType, const void *, size_t, SSL *ssl, void *)
+{
+	if (writing || contentType != SSL3_RT_HEADER)
+		return;
+	SSL_set_msg_callback(ssl, nullptr);
+	if (SSL_get_app_data(ssl))
+		throw std::runtime_error("left");
+	longjmp(g_leaveRead, 1);
+}
+
+/* SSL_read left by its message callback (throw: by an exception, else by longjmp), the lines unread. */
+void leaveRead(SSL *ssl, bool throwing)
+{
+	SSL_set_app_data(ssl, throwing ? ssl : nullptr);
+	SSL_set_msg_callback(ssl, leaveAtFirstHeader);
+	char buffer[64];
+	if (throwing) {
+		try {
+			SSL_read(ssl, buffer, sizeof(buffer));
+		} catch (const std::runtime_error &) {
+		}
+	} else if (setjmp(g_leaveRead) == 0)
+		SSL_read(ssl, buffer, sizeof(buffer));
+}
+
 int closeUnread(SSL_CTX *server, const std::string &how)
 {
-	const bool freeFirst = how == "free-first";
+	const bool freeFirst = how == "free-first" || how == "longjmp" || how == "throw";
 	int port = 0;
 	const int listener = listenOn(0, &port);
 	int result[2];
@@ -483,6 +518,11 @@ int closeUnread(SSL_CTX *server, const std::string &how)
 				_exit(2);
 			at = end;
 		}
+		/* longjmp, throw: a block after the lines, which the client waits for. */
+		const std::string block(kLeaveBlock, 'b');
+		if ((how == "longjmp" || how == "throw") &&
+		    SSL_write(ssl, block.data(), static_cast<int>(block.size())) <= 0)
+			_exit(2);
 		/* Past what the client wrote last (written-last), to its end. */
 		char byte;
 		ssize_t n = 0;
@@ -499,7 +539,20 @@ int closeUnread(SSL_CTX *server, const std::string &how)
 	const int fd = connectTo("127.0.0.1", std::to_string(port));
 	SSL *ssl = connectTls(ctx, fd);
 	std::string line;
-	if (how == "one-record") {
+	if (how == "longjmp" || how == "throw") {
+		/* Every line and the block in the socket first: the call that leaves reads them ahead. */
+		struct pollfd readable = { fd, POLLIN, 0 };
+		int queued = 0;
+		for (int i = 0; i < 1000 && queued < kLeaveBlock && poll(&readable, 1, kPollMs) == 1; i++) {
+			if (ioctl(fd, FIONREAD, &queued) != 0)
+				fail("FIONREAD");
+			if (queued < kLeaveBlock)
+				poll(nullptr, 0, 1); /* more is on its way: the peer's writes */
+		}
+		if (queued < kLeaveBlock)
+			fail("the block never came");
+		leaveRead(ssl, how == "throw");
+	} else if (how == "one-record") {
 		char part[10];
 		struct pollfd readable = { fd, POLLIN, 0 };
 		while (poll(&readable, 1, kPollMs) == 1 && SSL_read(ssl, part, sizeof(part)) <= 0) {

@@ -233,12 +233,22 @@ TLSTUNE_EXPORT int SSL_clear(SSL *s)
 	return api.SSL_clear ? api.SSL_clear(s) : 0;
 }
 
-/* Held plaintext becomes a record before the connection goes (TLSTUNE_COALESCE=records). */
+/*
+ * Held plaintext becomes a record before the connection goes (TLSTUNE_COALESCE=records).
+ * A call left by a longjmp recorded nothing of what OpenSSL read ahead in it: that is
+ * recorded now, so that the close resets the connection as the kernel, holding it unread,
+ * would (a hunt: a FIN).
+ */
 TLSTUNE_EXPORT void SSL_free(SSL *s)
 {
 	const OpenSsl &o = openssl();
 	if (o.records && s)
 		process().held.free(s);
+	if (o.tracking) {
+		Connection *connection = o.slot.existing(o.api, s);
+		if (connection && !connection->buffered())
+			settleConnection(o, s, connection, false, true);
+	}
 	if (o.api.SSL_free)
 		o.api.SSL_free(s);
 }

@@ -160,6 +160,52 @@ constexpr bool writes() noexcept
 }
 
 /*
+ * After a call on a connection (the outermost on it in this thread): whether OpenSSL now
+ * holds data for it. progressed: the call made progress (a record read, a write done).
+ * A call that did not return (left) says nothing of what it waits for: what OpenSSL holds
+ * is the program's, a part of a record too.
+ */
+inline void settleConnection(const OpenSsl &o, SSL *ssl, Connection *connection, bool progressed,
+			     bool left = false) noexcept
+{
+	int savedErrno = errno;
+	const bool pending = holdsData(o.api, ssl);
+	connection->afterCall(process().buffered, progressed || left,
+			      !left && o.api.SSL_want(ssl) == SSL_READING, pending,
+			      pending && (!o.api.SSL_pending || o.api.SSL_pending(ssl) == 0));
+	errno = savedErrno;
+}
+
+/*
+ * A call left by an exception or a cancellation (a callback's throw, pthread_exit): what
+ * OpenSSL read ahead before is still the program's to wait for, and to reset at its close
+ * (a hunt: poll missed it, and the close was a FIN). A longjmp runs no destructor: see
+ * docs/limits.md.
+ */
+class SettledOnUnwinding {
+public:
+	SettledOnUnwinding(const OpenSsl &o, SSL *ssl, Connection *connection, const CallScope &scope) noexcept
+		: o_(o), ssl_(ssl), connection_(connection), scope_(scope)
+	{
+	}
+	~SettledOnUnwinding()
+	{
+		if (!returned && scope_.outermost())
+			settleConnection(o_, ssl_, connection_, false, true);
+	}
+	SettledOnUnwinding(const SettledOnUnwinding &) = delete;
+	SettledOnUnwinding &operator=(const SettledOnUnwinding &) = delete;
+
+	bool returned = false;
+
+private:
+	const OpenSsl &o_;
+	SSL *const ssl_;
+	Connection *const connection_;
+	const CallScope &scope_;
+};
+
+/*
  * Runs the program's call on ssl with the connection marked as this thread's current one
  * (so its socket reads are attributed to it), then records whether OpenSSL now holds data
  * for it. errno and the return value are the real call's.
@@ -185,21 +231,17 @@ int onConnection(SSL *ssl, Function OpenSslApi::*function, Args... args)
 		return real(ssl, args...);
 
 	CallScope scope(connection);
+	SettledOnUnwinding unwinding(o, ssl, connection, scope);
 	int result = real(ssl, args...);
-	if (scope.outermost()) {
-		int savedErrno = errno;
-		/*
-		 * A write that succeeds while OpenSSL holds part of a record leaves it waiting for
-		 * the rest: the socket's readiness stands for it (a poll loop spun on it). Unless
-		 * the write read the socket (a handshake it ran).
-		 */
-		const bool pending = holdsData(o.api, ssl);
-		const bool progressed = result > 0 && (!writes<Function>() || connection->readDuringCall());
-		connection->afterCall(process().buffered, progressed,
-				      o.api.SSL_want(ssl) == SSL_READING, pending,
-				      pending && (!o.api.SSL_pending || o.api.SSL_pending(ssl) == 0));
-		errno = savedErrno;
-	}
+	unwinding.returned = true;
+	/*
+	 * A write that succeeds while OpenSSL holds part of a record leaves it waiting for the
+	 * rest: the socket's readiness stands for it (a poll loop spun on it). Unless the
+	 * write read the socket (a handshake it ran).
+	 */
+	if (scope.outermost())
+		settleConnection(o, ssl, connection,
+				 result > 0 && (!writes<Function>() || connection->readDuringCall()));
 	return result;
 }
 

@@ -161,6 +161,11 @@ bool ConnectionSlot::attach(const OpenSslApi &api, SSL *ssl) const noexcept
 	return of(api, ssl) != nullptr;
 }
 
+Connection *ConnectionSlot::existing(const OpenSslApi &api, SSL *ssl) const noexcept
+{
+	return ssl && index_ >= 0 ? static_cast<Connection *>(api.SSL_get_ex_data(ssl, index_)) : nullptr;
+}
+
 Connection *ConnectionSlot::of(const OpenSslApi &api, SSL *ssl) const noexcept
 {
 	if (!ssl || index_ < 0)

@@ -137,6 +137,8 @@ public:
 	bool init(const OpenSslApi &api, BufferedFds *buffered) noexcept;
 	/* The SSL's Connection, attached on first use; nullptr when out of memory. */
 	Connection *of(const OpenSslApi &api, SSL *ssl) const noexcept;
+	/* The SSL's Connection if it has one. */
+	Connection *existing(const OpenSslApi &api, SSL *ssl) const noexcept;
 	/* SSL_new's hook: attach now so later calls find it. */
 	bool attach(const OpenSslApi &api, SSL *ssl) const noexcept;
 
