@@ -247,7 +247,7 @@ TLSTUNE_EXPORT void SSL_free(SSL *s)
 	if (o.tracking) {
 		Connection *connection = o.slot.existing(o.api, s);
 		if (connection && !connection->buffered())
-			settleConnection(o, s, connection, false, true);
+			settleConnection(o, s, connection, false);
 	}
 	if (o.api.SSL_free)
 		o.api.SSL_free(s);

@@ -162,16 +162,12 @@ constexpr bool writes() noexcept
 /*
  * After a call on a connection (the outermost on it in this thread): whether OpenSSL now
  * holds data for it. progressed: the call made progress (a record read, a write done).
- * A call that did not return (left) says nothing of what it waits for: what OpenSSL holds
- * is the program's, a part of a record too.
  */
-inline void settleConnection(const OpenSsl &o, SSL *ssl, Connection *connection, bool progressed,
-			     bool left = false) noexcept
+inline void settleConnection(const OpenSsl &o, SSL *ssl, Connection *connection, bool progressed) noexcept
 {
 	int savedErrno = errno;
 	const bool pending = holdsData(o.api, ssl);
-	connection->afterCall(process().buffered, progressed || left,
-			      !left && o.api.SSL_want(ssl) == SSL_READING, pending,
+	connection->afterCall(process().buffered, progressed, o.api.SSL_want(ssl) == SSL_READING, pending,
 			      pending && (!o.api.SSL_pending || o.api.SSL_pending(ssl) == 0));
 	errno = savedErrno;
 }
@@ -191,7 +187,7 @@ public:
 	~SettledOnUnwinding()
 	{
 		if (!returned && scope_.outermost())
-			settleConnection(o_, ssl_, connection_, false, true);
+			settleConnection(o_, ssl_, connection_, false);
 	}
 	SettledOnUnwinding(const SettledOnUnwinding &) = delete;
 	SettledOnUnwinding &operator=(const SettledOnUnwinding &) = delete;
