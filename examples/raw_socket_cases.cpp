@@ -12,8 +12,10 @@
  *                     "recvfrom R length L, peek some length L, count some length L", a
  *                     recvmsg of no bytes with room for one ("recvmsg R name length L"),
  *                     peeks at the error queue, without waiting and blocking ("error queue
- *                     peeks R E R E"), then "lines 20" or "poll timed out after N lines"
- *                     (exit 3).
+ *                     peeks R E R E"), reads it ("error queue read R E"), a blocking
+ *                     recvmsg of no bytes with room for control messages ("recvmsg with
+ *                     room for control R control length L"), then "lines 20" or "poll timed
+ *                     out after N lines" (exit 3).
  *   callback-read PORT
  *                     against tls_server --burst 20: a message callback reads one byte of
  *                     a non-blocking pipe of the program's inside every OpenSSL call. After
@@ -131,6 +133,19 @@ int emptyRecv(const char *port)
 	alarm(0);
 	std::printf("error queue peeks %zd %s %zd %s\n", quickError, quickError < 0 ? strerrorname_np(quickErrno) : "-",
 		    blockingError, blockingError < 0 ? strerrorname_np(errno) : "-");
+	/* Reading the error queue takes none of the socket's bytes: the poll below still sees them. */
+	const ssize_t queueRead = recv(fd, peeked, sizeof(peeked), MSG_ERRQUEUE | MSG_DONTWAIT);
+	std::printf("error queue read %zd %s\n", queueRead, queueRead < 0 ? strerrorname_np(errno) : "-");
+	/* No bytes, room for control messages: answered at once, as without them. */
+	char control[256];
+	msghdr withControl = {};
+	withControl.msg_control = control;
+	withControl.msg_controllen = sizeof(control);
+	alarm(30);
+	const ssize_t controlled = recvmsg(fd, &withControl, 0);
+	alarm(0);
+	std::printf("recvmsg with room for control %zd control length %zu\n", controlled,
+		    static_cast<size_t>(withControl.msg_controllen));
 	if (!pollThenReadTo20(ssl, fd, 1))
 		return 3;
 	SSL_free(ssl);

@@ -15,11 +15,23 @@ using namespace tlstune;
 
 namespace {
 
+/* A read that does not return (a cancellation point's unwinding) says so (CallScope::readLeft). */
+struct Reading {
+	bool returned = false;
+	~Reading()
+	{
+		if (!returned)
+			CallScope::readLeft();
+	}
+};
+
 /* asked: the bytes the read asks for (Connection::kWholeBuffer where it is an iovec's). */
 template <typename Function, typename... Args>
 ssize_t forward(Function LibcApi::*function, int fd, size_t asked, Args... args)
 {
+	Reading reading;
 	ssize_t n = (process().libc.*function)(fd, args...);
+	reading.returned = true;
 	int savedErrno = errno;
 	noteRead(fd, n, asked);
 	errno = savedErrno;
@@ -27,14 +39,23 @@ ssize_t forward(Function LibcApi::*function, int fd, size_t asked, Args... args)
 }
 
 /*
- * A read of the program's own (not a peek) that found the socket empty: what OpenSSL
- * holds is not reported until the connection's next OpenSSL call.
+ * A read that takes the socket's bytes: not a peek, nor a read of the error queue or of
+ * the urgent byte (a hunt: MSG_ERRQUEUE's EAGAIN quieted a connection holding records).
+ */
+bool takesBytes(int flags) noexcept
+{
+	return !(flags & (MSG_PEEK | MSG_ERRQUEUE | MSG_OOB));
+}
+
+/*
+ * A read of the program's own that takes the socket's bytes (takes) and found the socket
+ * empty: what OpenSSL holds is not reported until the connection's next OpenSSL call.
  */
 template <typename Function, typename... Args>
-ssize_t forwardRead(Function LibcApi::*function, int fd, bool peek, size_t asked, Args... args)
+ssize_t forwardRead(Function LibcApi::*function, int fd, bool takes, size_t asked, Args... args)
 {
 	ssize_t n = forward(function, fd, asked, args...);
-	if (!peek && !CallScope::active()) {
+	if (takes && !CallScope::active()) {
 		Process &p = process();
 		/* Records a freed SSL left unread there: the kernel would have given them to this read. */
 		p.buffered.readByProgram(fd);
@@ -100,7 +121,7 @@ ssize_t forwardPeek(Function LibcApi::*function, int fd, void *buf, size_t len, 
 		return answered(len == 0 ? 0 : peekBuffered(p.buffered, fd, buf, len, flags | MSG_DONTWAIT, n), from,
 				fromlen);
 	}
-	ssize_t n = forwardRead(function, fd, (flags & MSG_PEEK) != 0, len, buf, len, args...);
+	ssize_t n = forwardRead(function, fd, takesBytes(flags), len, buf, len, args...);
 	if (!(flags & MSG_PEEK) || CallScope::active())
 		return n;
 	const ssize_t peeked = peekBuffered(p.buffered, fd, buf, len, flags, n);
@@ -111,17 +132,17 @@ ssize_t forwardPeek(Function LibcApi::*function, int fd, void *buf, size_t len, 
 
 TLSTUNE_EXPORT ssize_t read(int fd, void *buf, size_t count)
 {
-	return forwardRead(&LibcApi::read, fd, false, count, buf, count);
+	return forwardRead(&LibcApi::read, fd, true, count, buf, count);
 }
 
 TLSTUNE_EXPORT ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen)
 {
-	return forwardRead(&LibcApi::read_chk, fd, false, count, buf, count, buflen);
+	return forwardRead(&LibcApi::read_chk, fd, true, count, buf, count, buflen);
 }
 
 TLSTUNE_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 {
-	return forwardRead(&LibcApi::readv, fd, false, Connection::kWholeBuffer, iov, iovcnt);
+	return forwardRead(&LibcApi::readv, fd, true, Connection::kWholeBuffer, iov, iovcnt);
 }
 
 TLSTUNE_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
@@ -149,25 +170,28 @@ TLSTUNE_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t bufl
 
 TLSTUNE_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
-	/* More than UIO_MAXIOV parts: the kernel's EMSGSIZE, before the shim counts them. */
 	Process &p = process();
-	if (msg && msg->msg_controllen == 0 && msg->msg_iovlen <= 1024 && !p.buffered.empty()) {
+	ssize_t n = -1;
+	bool answered = false;
+	/* More than UIO_MAXIOV parts: the kernel's EMSGSIZE, before the shim counts them. */
+	if (msg && msg->msg_iovlen <= 1024 && !p.buffered.empty()) {
 		size_t asked = 0;
 		for (size_t i = 0; i < msg->msg_iovlen; i++)
 			asked += msg->msg_iov[i].iov_len;
-		ssize_t n;
-		/* No bytes asked: as forwardPeek answers. */
+		/* No bytes asked: as forwardPeek answers, with no control message either. */
 		if (asked == 0 && asksHeld(p, fd, flags)) {
-			if (kernelAnswered([&](int flagsNow) { return p.libc.recvmsg(fd, msg, flagsNow); }, flags, &n))
-				return n;
-			msg->msg_flags = 0;
-			if (msg->msg_name)
-				msg->msg_namelen = 0; /* as answered() */
-			return 0;
+			answered = true;
+			if (!kernelAnswered([&](int flagsNow) { return p.libc.recvmsg(fd, msg, flagsNow); }, flags, &n)) {
+				n = 0;
+				msg->msg_flags = 0;
+				msg->msg_controllen = 0;
+				if (msg->msg_name)
+					msg->msg_namelen = 0; /* as answered() */
+			}
 		}
 	}
-	const ssize_t n =
-		forwardRead(&LibcApi::recvmsg, fd, (flags & MSG_PEEK) != 0, Connection::kWholeBuffer, msg, flags);
+	if (!answered)
+		n = forwardRead(&LibcApi::recvmsg, fd, takesBytes(flags), Connection::kWholeBuffer, msg, flags);
 	/* A copy of a socket received with SCM_RIGHTS is a duplicate, as a dup's is. */
 	if (n >= 0 && msg && msg->msg_controllen > 0)
 		noteReceivedDescriptors(process(), msg);

@@ -162,21 +162,25 @@ constexpr bool writes() noexcept
 /*
  * After a call on a connection (the outermost on it in this thread): whether OpenSSL now
  * holds data for it. progressed: the call made progress (a record read, a write done).
+ * waiting: the call was waiting for the socket when it was left, whatever SSL_want says.
  */
-inline void settleConnection(const OpenSsl &o, SSL *ssl, Connection *connection, bool progressed) noexcept
+inline void settleConnection(const OpenSsl &o, SSL *ssl, Connection *connection, bool progressed,
+			     bool waiting = false) noexcept
 {
 	int savedErrno = errno;
 	const bool pending = holdsData(o.api, ssl);
-	connection->afterCall(process().buffered, progressed, o.api.SSL_want(ssl) == SSL_READING, pending,
-			      pending && (!o.api.SSL_pending || o.api.SSL_pending(ssl) == 0));
+	connection->afterCall(process().buffered, progressed, waiting || o.api.SSL_want(ssl) == SSL_READING,
+			      pending, pending && (!o.api.SSL_pending || o.api.SSL_pending(ssl) == 0));
 	errno = savedErrno;
 }
 
 /*
- * A call left by an exception or a cancellation (a callback's throw, pthread_exit): what
- * OpenSSL read ahead before is still the program's to wait for, and to reset at its close
- * (a hunt: poll missed it, and the close was a FIN). A longjmp runs no destructor: see
- * docs/limits.md.
+ * A call left by an exception or pthread_exit (a callback's): what OpenSSL read ahead in
+ * it is still the program's to wait for, and to reset at its close (a hunt: poll missed
+ * it, and the close was a FIN). Left by a cancellation in its socket read, it was waiting
+ * for the socket: what OpenSSL holds is part of a record, which the kernel would not
+ * report (a hunt: poll said readable after a reader was cancelled in the middle of one).
+ * A longjmp runs no destructor: see docs/limits.md.
  */
 class SettledOnUnwinding {
 public:
@@ -187,7 +191,7 @@ public:
 	~SettledOnUnwinding()
 	{
 		if (!returned && scope_.outermost())
-			settleConnection(o_, ssl_, connection_, false);
+			settleConnection(o_, ssl_, connection_, false, CallScope::takeReadLeft());
 	}
 	SettledOnUnwinding(const SettledOnUnwinding &) = delete;
 	SettledOnUnwinding &operator=(const SettledOnUnwinding &) = delete;

@@ -30,6 +30,8 @@ void logFd(int from, int to, ino_t ino) noexcept
 __attribute__((tls_model("initial-exec"))) thread_local CallScope *innermost = nullptr;
 __attribute__((tls_model("initial-exec"))) thread_local uint64_t innermostCookie = 0;
 __attribute__((tls_model("initial-exec"))) thread_local uint64_t lastCookie = 0;
+/* Set by a read that a forced unwinding left; the thread ends with that unwinding. */
+__attribute__((tls_model("initial-exec"))) thread_local bool leftReading = false;
 
 void freeConnection(void * /*parent*/, void *ptr, CRYPTO_EX_DATA * /*ad*/, int /*idx*/,
 		    long /*argl*/, void *argp)
@@ -197,6 +199,18 @@ std::atomic<bool> ConnectionSlot::made_{false};
 bool CallScope::live(const CallScope *scope, uint64_t cookie, const void *below) noexcept
 {
 	return scope && static_cast<const void *>(scope) > below && scope->cookie_ == cookie;
+}
+
+void CallScope::readLeft() noexcept
+{
+	leftReading = true;
+}
+
+bool CallScope::takeReadLeft() noexcept
+{
+	const bool left = leftReading;
+	leftReading = false;
+	return left;
 }
 
 CallScope::CallScope(Connection *connection) noexcept : connection_(connection), cookie_(++lastCookie)

@@ -180,6 +180,13 @@ public:
 				   size_t asked = Connection::kWholeBuffer) noexcept;
 	/* This thread is inside an OpenSSL call on some connection. */
 	static bool active() noexcept;
+	/*
+	 * A read of this thread was left by a cancellation or pthread_exit (no read returns
+	 * into a C++ exception): the OpenSSL call around it, if any, was waiting for the
+	 * socket. takeReadLeft answers once.
+	 */
+	static void readLeft() noexcept;
+	static bool takeReadLeft() noexcept;
 
 private:
 	static bool live(const CallScope *scope, uint64_t cookie, const void *below) noexcept;
