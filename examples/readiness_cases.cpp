@@ -46,6 +46,11 @@
  *                     by an exception, then the client frees and closes). The kernel
  *                     resets a connection closed with unread data. Prints "server saw
  *                     reset" or "server saw fin".
+ *   cancel-half-record --cert C --key K
+ *                     the same server; a thread reads in a loop, and is cancelled once it
+ *                     waits for the rest of the record (its message callback saw the
+ *                     record's header, then it sleeps). Prints "poll after the cancel R"
+ *                     (a poll of the socket at once: 0, OpenSSL holds part of a record).
  *   half-record --cert C --key K
  *                     a forked TCP server sends half of a record of 1,000 bytes, and the
  *                     rest only once it has read 2 bytes from the client. The client
@@ -125,6 +130,7 @@
  */
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <csetjmp>
 #include <csignal>
@@ -414,6 +420,84 @@ int pipes(SSL_CTX *server, bool pty)
 	while (recv(fd, &end, 1, 0) > 0) {
 	}
 	_exit(0);
+}
+
+int g_headerSeen[2]; /* a pipe: cancel-half-record's reader saw the big record's header */
+
+/* The header of the half record (not of a session ticket, a few hundred bytes). */
+void noteBigHeader(int writing, int, int contentType, const void *bytes, size_t length, SSL *, void *)
+{
+	const auto *header = static_cast<const unsigned char *>(bytes);
+	if (!writing && contentType == SSL3_RT_HEADER && length == 5 && (header[3] << 8 | header[4]) > 900 &&
+	    write(g_headerSeen[1], "h", 1) != 1)
+		_exit(2);
+}
+
+void *readForEver(void *ssl)
+{
+	char buffer[2000];
+	while (SSL_read(static_cast<SSL *>(ssl), buffer, sizeof(buffer)) > 0) {
+	}
+	return nullptr;
+}
+
+/* Until the thread sleeps (or 100,000 looks). */
+void untilAsleep(pid_t tid)
+{
+	const std::string path = "/proc/self/task/" + std::to_string(tid) + "/stat";
+	for (int i = 0; i < 100000; i++) {
+		std::ifstream stat(path);
+		std::string line;
+		std::getline(stat, line);
+		const std::string::size_type end = line.rfind(')');
+		if (end != std::string::npos && line.compare(end, 3, ") S") == 0)
+			return;
+		sched_yield();
+	}
+}
+
+/* cancel-half-record: a reader cancelled while it waits for the rest of the record. */
+int cancelHalfRecord(SSL_CTX *server)
+{
+	int port = 0;
+	const int listener = listenOn(0, &port);
+	if (pipe(g_headerSeen) != 0)
+		fail("pipe");
+	std::fflush(stdout);
+	const pid_t child = fork();
+	if (child == 0)
+		serveHalves(server, listener);
+	close(listener);
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	const int fd = connectTo("127.0.0.1", std::to_string(port));
+	SSL *ssl = connectTls(ctx, fd);
+	SSL_set_msg_callback(ssl, noteBigHeader);
+	static std::atomic<pid_t> readerTid{ 0 };
+	pthread_t reader;
+	if (pthread_create(
+		    &reader, nullptr,
+		    [](void *arg) -> void * {
+			    readerTid = static_cast<pid_t>(syscall(SYS_gettid));
+			    return readForEver(arg);
+		    },
+		    ssl) != 0)
+		fail("pthread_create");
+	char seen;
+	if (read(g_headerSeen[0], &seen, 1) != 1)
+		fail("the record's header");
+	untilAsleep(readerTid);
+	pthread_cancel(reader);
+	pthread_join(reader, nullptr);
+	/* Part of a record in OpenSSL, none in the socket: nothing to read yet. */
+	struct pollfd pfd = { fd, POLLIN, 0 };
+	std::printf("poll after the cancel %d\n", poll(&pfd, 1, 0));
+	std::fflush(stdout);
+	SSL_free(ssl);
+	close(fd); /* the server, waiting for 2 bytes, ends */
+	int status = 0;
+	waitpid(child, &status, 0);
+	SSL_CTX_free(ctx);
+	return 0;
 }
 
 int halfRecord(SSL_CTX *server)
@@ -1185,11 +1269,12 @@ int main(int argc, char **argv)
 	if (which == "duplicate" && argc > 3)
 		return anotherFd(argv[3], argv[2]);
 	if (which == "pipes" || which == "pty" || which == "stoptls" || which == "close-unread" ||
-	    which == "half-record") {
+	    which == "half-record" || which == "cancel-half-record") {
 		SSL_CTX *server = serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", ""));
 		int status = which == "pipes" || which == "pty" ? pipes(server, which == "pty")
 			     : which == "stoptls"                  ? stoptls(server)
 			     : which == "half-record"              ? halfRecord(server)
+			     : which == "cancel-half-record"       ? cancelHalfRecord(server)
 								   : closeUnread(server, argc > 2 ? argv[2] : "");
 		SSL_CTX_free(server);
 		return status;

@@ -205,6 +205,16 @@ TEST(Readiness, AWriteWhileOpenSslHoldsHalfARecordLeavesTheSocketsReadinessToThe
 	expectBothWays(bothWays(withIdentity("half-record")), "poll after a write 0\nread 1000\n");
 }
 
+TEST(Readiness, AReaderCancelledWhileItWaitsForTheRestOfARecordLeavesNothingReadable)
+{
+	RecordProperty("fault", "pthread_cancel of a thread blocked in SSL_read on half a record, then poll: "
+				"the shim reported the half it read ahead readable");
+	/* As in test_unwinding_cases: its sigaltstack interceptor misreads a cancelled thread's stack. */
+	if (sanitizerBuild() && !threadSanitizerBuild())
+		GTEST_SKIP() << "AddressSanitizer misreads a cancelled thread's stack";
+	expectBothWays(bothWays(withIdentity("cancel-half-record")), "poll after the cancel 0\n");
+}
+
 TEST(Readiness, ADrainAfterShutdownWaitsForTheFinAsWithoutTheShim)
 {
 	RecordProperty("fault", "SSL_shutdown, then poll + recv(MSG_DONTWAIT) until the peer's FIN: empty wake-ups");
