@@ -260,11 +260,16 @@ TEST(Writers, AHandlerThatLeavesAWaitBySiglongjmpLeavesNoLockOfTheShimsHeld)
 	expectTheSameBothWays("longjmp-wait", {}, "rounds 300\n", 0, 1);
 }
 
+/*
+ * A copy made past glibc's fork runs none of the sanitizers' fork handling either: under
+ * AddressSanitizer a child that starts a thread (the shim's flusher) hung now and then in
+ * the allocator's locks (a CI run; 1 run in about 20 with the library of stop 39 too,
+ * none in 60 of the plain build). So the two below run in the plain builds only.
+ */
 TEST(Writers, AChildOfCloneWritesOnAfterWhatTheParentWrote)
 {
 	RecordProperty("fault", "clone() runs no fork handler: the child's 20 lines were lost (held, never sent)");
-	if (threadSanitizerBuild())
-		GTEST_SKIP() << "ThreadSanitizer does not follow a child that starts threads after fork";
+	SKIP_IN_SANITIZER_BUILD();
 	expectTheSameBothWays("clone", {}, "", 0, 1);
 }
 
@@ -280,8 +285,7 @@ TEST(Writers, AChildSharingTheMemoryWritesAndEndsAsWithout)
 TEST(Writers, AChildOfARawForkWritesOnAfterWhatTheParentWrote)
 {
 	RecordProperty("fault", "syscall(SYS_fork) runs no fork handler: the child's 20 lines were lost");
-	if (threadSanitizerBuild())
-		GTEST_SKIP() << "ThreadSanitizer does not follow a child that starts threads after fork";
+	SKIP_IN_SANITIZER_BUILD();
 	expectTheSameBothWays("raw-fork", {}, "", 0, 1);
 }
 
