@@ -21,6 +21,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/asleep.h"
+
 namespace {
 
 enum class Wait { Poll, EpollWait, Select, Read };
@@ -63,22 +65,13 @@ void *wait(void *arg)
 	return nullptr;
 }
 
-/* Until the thread sleeps in its call (or 100,000 looks: cancelled earlier, it still is). */
+/* Until the thread sleeps in its call (cancelled earlier, it still is). */
 void untilAsleep(const Waiter &w)
 {
 	long tid = 0;
 	for (int i = 0; i < 100000 && !(tid = __atomic_load_n(&w.tid, __ATOMIC_ACQUIRE)); i++)
 		sched_yield();
-	const std::string path = "/proc/self/task/" + std::to_string(tid) + "/stat";
-	for (int i = 0; i < 100000; i++) {
-		std::ifstream stat(path);
-		std::string line;
-		std::getline(stat, line);
-		const std::string::size_type end = line.rfind(')');
-		if (end != std::string::npos && line.compare(end, 3, ") S") == 0)
-			return;
-		sched_yield();
-	}
+	example::untilAsleep(static_cast<pid_t>(tid));
 }
 
 bool unwinderLoaded()

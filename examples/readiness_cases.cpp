@@ -154,6 +154,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/asleep.h"
 #include "common/descriptors.h"
 #include "common/example.h"
 #include "common/own_bio.h"
@@ -422,6 +423,20 @@ int pipes(SSL_CTX *server, bool pty)
 	_exit(0);
 }
 
+/* A forked serveHalves, and this process connected to it: the client's SSL; fd and child set. */
+SSL *connectedToHalves(SSL_CTX *server, SSL_CTX *ctx, int *fd, pid_t *child)
+{
+	int port = 0;
+	const int listener = listenOn(0, &port);
+	std::fflush(stdout);
+	*child = fork();
+	if (*child == 0)
+		serveHalves(server, listener);
+	close(listener);
+	*fd = connectTo("127.0.0.1", std::to_string(port));
+	return connectTls(ctx, *fd);
+}
+
 int g_headerSeen[2]; /* a pipe: cancel-half-record's reader saw the big record's header */
 
 /* The header of the half record (not of a session ticket, a few hundred bytes). */
@@ -441,36 +456,15 @@ void *readForEver(void *ssl)
 	return nullptr;
 }
 
-/* Until the thread sleeps (or 100,000 looks). */
-void untilAsleep(pid_t tid)
-{
-	const std::string path = "/proc/self/task/" + std::to_string(tid) + "/stat";
-	for (int i = 0; i < 100000; i++) {
-		std::ifstream stat(path);
-		std::string line;
-		std::getline(stat, line);
-		const std::string::size_type end = line.rfind(')');
-		if (end != std::string::npos && line.compare(end, 3, ") S") == 0)
-			return;
-		sched_yield();
-	}
-}
-
 /* cancel-half-record: a reader cancelled while it waits for the rest of the record. */
 int cancelHalfRecord(SSL_CTX *server)
 {
-	int port = 0;
-	const int listener = listenOn(0, &port);
 	if (pipe(g_headerSeen) != 0)
 		fail("pipe");
-	std::fflush(stdout);
-	const pid_t child = fork();
-	if (child == 0)
-		serveHalves(server, listener);
-	close(listener);
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-	const int fd = connectTo("127.0.0.1", std::to_string(port));
-	SSL *ssl = connectTls(ctx, fd);
+	int fd = -1;
+	pid_t child = -1;
+	SSL *ssl = connectedToHalves(server, ctx, &fd, &child);
 	SSL_set_msg_callback(ssl, noteBigHeader);
 	static std::atomic<pid_t> readerTid{ 0 };
 	pthread_t reader;
@@ -502,16 +496,10 @@ int cancelHalfRecord(SSL_CTX *server)
 
 int halfRecord(SSL_CTX *server)
 {
-	int port = 0;
-	const int listener = listenOn(0, &port);
-	std::fflush(stdout);
-	const pid_t child = fork();
-	if (child == 0)
-		serveHalves(server, listener);
-	close(listener);
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-	const int fd = connectTo("127.0.0.1", std::to_string(port));
-	SSL *ssl = connectTls(ctx, fd);
+	int fd = -1;
+	pid_t child = -1;
+	SSL *ssl = connectedToHalves(server, ctx, &fd, &child);
 	setNonBlocking(fd);
 	struct pollfd pfd = { fd, POLLIN, 0 };
 	char buffer[2000];
