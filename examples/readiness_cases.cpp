@@ -448,8 +448,12 @@ void noteBigHeader(int writing, int, int contentType, const void *bytes, size_t 
 		_exit(2);
 }
 
+std::atomic<pid_t> g_readerTid{ 0 };
+
+/* cancel-half-record's reader: its thread id noted, it reads until it is cancelled. */
 void *readForEver(void *ssl)
 {
+	g_readerTid = static_cast<pid_t>(syscall(SYS_gettid));
 	char buffer[2000];
 	while (SSL_read(static_cast<SSL *>(ssl), buffer, sizeof(buffer)) > 0) {
 	}
@@ -466,22 +470,15 @@ int cancelHalfRecord(SSL_CTX *server)
 	pid_t child = -1;
 	SSL *ssl = connectedToHalves(server, ctx, &fd, &child);
 	SSL_set_msg_callback(ssl, noteBigHeader);
-	static std::atomic<pid_t> readerTid{ 0 };
 	pthread_t reader;
-	if (pthread_create(
-		    &reader, nullptr,
-		    [](void *arg) -> void * {
-			    readerTid = static_cast<pid_t>(syscall(SYS_gettid));
-			    return readForEver(arg);
-		    },
-		    ssl) != 0)
+	if (pthread_create(&reader, nullptr, readForEver, ssl) != 0)
 		fail("pthread_create");
 	/* Bounded: from OpenSSL 3.2 the header is shown with the whole record only. */
 	struct pollfd header = { g_headerSeen[0], POLLIN, 0 };
 	char seen;
 	if (poll(&header, 1, kPollMs) != 1 || read(g_headerSeen[0], &seen, 1) != 1)
 		fail("the record's header was never shown");
-	untilAsleep(readerTid);
+	untilAsleep(g_readerTid);
 	pthread_cancel(reader);
 	pthread_join(reader, nullptr);
 	/* Part of a record in OpenSSL, none in the socket: nothing to read yet. */

@@ -168,33 +168,43 @@ TLSTUNE_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t bufl
 			   fromlen);
 }
 
+namespace {
+
+/*
+ * A recvmsg of no bytes on a connection whose records OpenSSL holds, as forwardPeek
+ * answers one: true when it is answered, *n set. No control message comes with it.
+ */
+bool answeredNoBytes(Process &p, int fd, struct msghdr *msg, int flags, ssize_t *n)
+{
+	/* More than UIO_MAXIOV parts: the kernel's EMSGSIZE, before the shim counts them. */
+	if (!msg || msg->msg_iovlen > 1024 || p.buffered.empty())
+		return false;
+	size_t asked = 0;
+	for (size_t i = 0; i < msg->msg_iovlen; i++)
+		asked += msg->msg_iov[i].iov_len;
+	if (asked != 0 || !asksHeld(p, fd, flags))
+		return false;
+	if (kernelAnswered([&](int flagsNow) { return p.libc.recvmsg(fd, msg, flagsNow); }, flags, n))
+		return true;
+	*n = 0;
+	msg->msg_flags = 0;
+	msg->msg_controllen = 0;
+	if (msg->msg_name)
+		msg->msg_namelen = 0; /* as answered() */
+	return true;
+}
+
+} /* namespace */
+
 TLSTUNE_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
 	Process &p = process();
-	ssize_t n = -1;
-	bool answered = false;
-	/* More than UIO_MAXIOV parts: the kernel's EMSGSIZE, before the shim counts them. */
-	if (msg && msg->msg_iovlen <= 1024 && !p.buffered.empty()) {
-		size_t asked = 0;
-		for (size_t i = 0; i < msg->msg_iovlen; i++)
-			asked += msg->msg_iov[i].iov_len;
-		/* No bytes asked: as forwardPeek answers, with no control message either. */
-		if (asked == 0 && asksHeld(p, fd, flags)) {
-			answered = true;
-			if (!kernelAnswered([&](int flagsNow) { return p.libc.recvmsg(fd, msg, flagsNow); }, flags, &n)) {
-				n = 0;
-				msg->msg_flags = 0;
-				msg->msg_controllen = 0;
-				if (msg->msg_name)
-					msg->msg_namelen = 0; /* as answered() */
-			}
-		}
-	}
-	if (!answered)
+	ssize_t n;
+	if (!answeredNoBytes(p, fd, msg, flags, &n))
 		n = forwardRead(&LibcApi::recvmsg, fd, takesBytes(flags), Connection::kWholeBuffer, msg, flags);
 	/* A copy of a socket received with SCM_RIGHTS is a duplicate, as a dup's is. */
 	if (n >= 0 && msg && msg->msg_controllen > 0)
-		noteReceivedDescriptors(process(), msg);
+		noteReceivedDescriptors(p, msg);
 	return n;
 }
 

@@ -170,10 +170,8 @@ Connection *ConnectionSlot::existing(const OpenSslApi &api, SSL *ssl) const noex
 
 Connection *ConnectionSlot::of(const OpenSslApi &api, SSL *ssl) const noexcept
 {
-	if (!ssl || index_ < 0)
-		return nullptr;
-	auto *connection = static_cast<Connection *>(api.SSL_get_ex_data(ssl, index_));
-	if (connection)
+	Connection *connection = existing(api, ssl);
+	if (connection || !ssl || index_ < 0)
 		return connection;
 
 	connection = new (std::nothrow) Connection;

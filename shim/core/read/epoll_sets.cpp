@@ -166,7 +166,6 @@ bool EpollSets::dropPending(Set &set, int fd) noexcept
 	if (!pending)
 		return false;
 	pending->used = false;
-	set.pendingCount--;
 	countUnresolved(set, -1);
 	return true;
 }
@@ -182,7 +181,6 @@ void EpollSets::record(int epfd, Set &set, int fd, const struct epoll_event &eve
 		set.pending.resize(std::max<size_t>(static_cast<size_t>(fd) + 1, 2 * set.pending.size()));
 	noteUnresolvedFd(set, fd);
 	set.pending[fd] = { event.data.u64, event.events, true };
-	set.pendingCount++;
 	countUnresolved(set, 1);
 }
 
@@ -367,13 +365,6 @@ void EpollSets::readWhole(int epfd, Set &set) noexcept
 EpollSets::Stored *EpollSets::reattach(Set &set, int fd) noexcept
 {
 	if (set.detached == 0)
-		return nullptr;
-	Stored *candidate = nullptr;
-	for (auto &entry : set.byIno) {
-		if (entry.second.detached && entry.second.registration.fd == fd)
-			candidate = &entry.second;
-	}
-	if (!candidate)
 		return nullptr;
 	struct stat st;
 	const int savedErrno = errno;
@@ -894,7 +885,11 @@ size_t EpollSets::registrations(int epfd) const noexcept
 {
 	std::lock_guard<std::mutex> lock(mutex_);
 	const Set *set = find(epfd);
-	return set ? set->byIno.size() + set->pendingCount : 0;
+	if (!set)
+		return 0;
+	const auto pending = std::count_if(set->pending.begin(), set->pending.end(),
+					   [](const Pending &slot) { return slot.used; });
+	return set->byIno.size() + static_cast<size_t>(pending);
 }
 
 bool EpollSets::exact(int epfd) const noexcept

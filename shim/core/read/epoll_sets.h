@@ -162,7 +162,6 @@ private:
 		size_t unresolved = 0;
 		std::vector<int> unresolvedFds;
 		std::vector<Pending> pending; /* by fd, below kPendingFds */
-		size_t pendingCount = 0;
 	};
 	/* Registrations of higher numbers are stored at once: a slot per number below. */
 	static constexpr int kPendingFds = 1 << 16;
