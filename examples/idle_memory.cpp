@@ -10,6 +10,7 @@
  * nginx set it).
  */
 
+#include <atomic>
 #include <csignal>
 #include <fstream>
 #include <sys/socket.h>
@@ -21,6 +22,43 @@
 using namespace example;
 
 namespace {
+
+/* OpenSSL's allocations, each with its length in front. */
+std::atomic<long long> openSslBytes{0};
+constexpr size_t kLengthPrefix = 16;
+
+void *countedMalloc(size_t length, const char *, int)
+{
+	auto *block = static_cast<unsigned char *>(std::malloc(length + kLengthPrefix));
+	if (!block)
+		return nullptr;
+	std::memcpy(block, &length, sizeof(length));
+	openSslBytes += static_cast<long long>(length);
+	return block + kLengthPrefix;
+}
+
+void countedFree(void *data, const char *, int)
+{
+	if (!data)
+		return;
+	unsigned char *block = static_cast<unsigned char *>(data) - kLengthPrefix;
+	size_t length = 0;
+	std::memcpy(&length, block, sizeof(length));
+	openSslBytes -= static_cast<long long>(length);
+	std::free(block);
+}
+
+void *countedRealloc(void *data, size_t length, const char *file, int line)
+{
+	void *moved = countedMalloc(length, file, line);
+	if (!moved || !data)
+		return moved;
+	size_t old = 0;
+	std::memcpy(&old, static_cast<unsigned char *>(data) - kLengthPrefix, sizeof(old));
+	std::memcpy(moved, data, std::min(old, length));
+	countedFree(data, file, line);
+	return moved;
+}
 
 long rssKiB()
 {
@@ -62,6 +100,7 @@ SSL *open(SSL_CTX *ctx, bool accepting, int listener, int port)
 
 int main(int argc, char **argv)
 {
+	const bool counted = CRYPTO_set_mem_functions(countedMalloc, countedRealloc, countedFree) == 1;
 	const bool server = option(argc, argv, "--role", "client") == "server";
 	const int connections = static_cast<int>(number(argc, argv, "--connections", 300));
 	const size_t size = number(argc, argv, "--burst", 65536);
@@ -82,6 +121,7 @@ int main(int argc, char **argv)
 	std::vector<char> buffer(16384);
 	std::vector<SSL *> kept;
 	const long before = rssKiB();
+	const long long openSslBefore = openSslBytes;
 	for (int i = 0; i < connections; i++) {
 		SSL *ssl = open(ctx, server, listener, port);
 		for (size_t got = 0; got < size;) {
@@ -94,6 +134,10 @@ int main(int argc, char **argv)
 	}
 	const long after = rssKiB();
 	std::printf("KiB per connection %.1f\n", static_cast<double>(after - before) / connections);
+	if (counted)
+		std::printf("OpenSSL bytes per connection %lld\n", (openSslBytes - openSslBefore) / connections);
+	else
+		std::printf("OpenSSL bytes per connection not counted: it allocated before main\n");
 	kill(peer, SIGTERM);
 	waitpid(peer, nullptr, 0);
 	return 0;

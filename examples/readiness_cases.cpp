@@ -107,7 +107,8 @@
  *                     read, and after the program sets them itself; and whether
  *                     SSL_get_mode, SSL_set_mode and SSL_clear_mode answer with
  *                     SSL_MODE_RELEASE_BUFFERS after the read, and after the program sets
- *                     and clears it.
+ *                     and clears it; and in a message callback inside a read, which then
+ *                     sets it, and inside one after the program cleared it.
  *   reconnect PORT PORT2
  *                     against two tls_server --burst 20 (the first is reset when the
  *                     program drops its unread lines, so the second serves): an epoll loop
@@ -956,6 +957,31 @@ int drain(const char *port)
 	return 0;
 }
 
+/* What a message callback inside SSL_read does with the mode: asks it, or sets SSL_MODE_RELEASE_BUFFERS. */
+bool callbackSetsRelease = false;
+int releaseSeenInside = -1;
+
+void modeInsideARead(int, int, int, const void *, size_t, SSL *ssl, void *)
+{
+	if (releaseSeenInside >= 0)
+		return;
+	releaseSeenInside = (callbackSetsRelease ? SSL_set_mode(ssl, SSL_MODE_RELEASE_BUFFERS) : SSL_get_mode(ssl)) &
+			    SSL_MODE_RELEASE_BUFFERS ? 1 : 0;
+}
+
+/* Reads the next line with modeInsideARead as the message callback; what it saw. */
+int modeSeenInsideARead(SSL *ssl, int fd, bool sets)
+{
+	callbackSetsRelease = sets;
+	releaseSeenInside = -1;
+	SSL_set_msg_callback(ssl, modeInsideARead);
+	std::string line;
+	if (!pollThenRead(ssl, fd, &line))
+		fail("a line never came");
+	SSL_set_msg_callback(ssl, nullptr);
+	return releaseSeenInside;
+}
+
 int readAheadSetting(const char *port)
 {
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
@@ -977,6 +1003,11 @@ int readAheadSetting(const char *port)
 	std::printf("set %d, then %d\n", other, released(SSL_set_mode(ssl, SSL_MODE_RELEASE_BUFFERS)));
 	const bool cleared = released(SSL_clear_mode(ssl, SSL_MODE_RELEASE_BUFFERS));
 	std::printf("cleared %d, then %d\n", cleared, released(SSL_get_mode(ssl)));
+	std::printf("inside a read %d\n", modeSeenInsideARead(ssl, fd, false));
+	const int setInside = modeSeenInsideARead(ssl, fd, true);
+	std::printf("set inside a read %d, after it %d\n", setInside, released(SSL_get_mode(ssl)));
+	SSL_clear_mode(ssl, SSL_MODE_RELEASE_BUFFERS);
+	std::printf("inside a read after the program cleared it %d\n", modeSeenInsideARead(ssl, fd, false));
 	SSL_set_read_ahead(ssl, 1);
 	std::printf("set by the program %d\n", SSL_get_read_ahead(ssl));
 	SSL_set_read_ahead(ssl, 0);

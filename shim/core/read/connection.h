@@ -72,6 +72,14 @@ public:
 	bool readAheadByShim() const noexcept { return readAheadByShim_; }
 	void setReadAheadByShim(bool on) noexcept { readAheadByShim_ = on; }
 	bool programSetReadAhead() const noexcept { return programSetReadAhead_; }
+	/*
+	 * The shim chose the length of the connection's read buffer (a client's four records); and set
+	 * SSL_MODE_RELEASE_BUFFERS on it for the call now running (core/read/buffer_release.h).
+	 */
+	bool bufferSizedByShim() const noexcept { return bufferSized_; }
+	void noteBufferSized() noexcept { bufferSized_ = true; }
+	bool releasing() const noexcept { return releasing_; }
+	void setReleasing(bool on) noexcept { releasing_ = on; }
 	/* UnseenWaits::generation() when the connection last asked it (core/read/unseen_waits.h). */
 	unsigned unseenSeen() const noexcept { return unseenSeen_; }
 	void setUnseenSeen(unsigned generation) noexcept { unseenSeen_ = generation; }
@@ -102,6 +110,8 @@ private:
 	bool madeThroughShim_ = false;
 	bool readAheadByShim_ = false;
 	bool programSetReadAhead_ = false;
+	bool bufferSized_ = false;
+	bool releasing_ = false;
 	unsigned unseenSeen_ = 0;
 	OwnBio ownBio_ = OwnBio::settled;
 	size_t largestAsk_ = 0;
