@@ -3,7 +3,8 @@
  *   --send BYTES [--seed S]  send the data pattern, then close_notify
  *   --burst LINES            send LINES short lines, one record each, in one TCP segment
  *                            (TCP_CORK), then wait for the client to close; with
- *                            --hangup, close_notify and FIN go in the same segment
+ *                            --hangup, close_notify and FIN go in the same segment;
+ *                            with --line-length N, each line is N bytes (padded with x)
  *   --sink                   read until the client closes; print "received N sha256 H"
  *   --echo                   send back everything read, until the client closes
  *     --key-update           TLS 1.3: before each echo, a KeyUpdate that asks the client
@@ -101,6 +102,7 @@ int main(int argc, char **argv)
 	const std::string tls = option(argc, argv, "--tls", "1.3");
 	const uint64_t sendBytes = number(argc, argv, "--send", 0);
 	const uint64_t burstLines = number(argc, argv, "--burst", 0);
+	const uint64_t lineLength = number(argc, argv, "--line-length", 0);
 	const uint64_t seed = number(argc, argv, "--seed", 1);
 	const uint64_t connections = number(argc, argv, "--connections", 1);
 	bool sink = false, hangup = false, echo = false, lines = false, hold = false, keyUpdate = false;
@@ -180,10 +182,13 @@ int main(int argc, char **argv)
 		} else if (burstLines) {
 			cork(fd, 1);
 			for (uint64_t i = 0; i < burstLines; i++) {
-				char line[32];
-				int n = std::snprintf(line, sizeof(line), "line %06llu\n",
-						      static_cast<unsigned long long>(i));
-				writeAll(ssl, reinterpret_cast<unsigned char *>(line), static_cast<size_t>(n));
+				char number[32];
+				std::snprintf(number, sizeof(number), "line %06llu", static_cast<unsigned long long>(i));
+				std::string line = number;
+				if (line.size() + 1 < lineLength)
+					line.append(lineLength - line.size() - 1, 'x');
+				line += '\n';
+				writeAll(ssl, reinterpret_cast<const unsigned char *>(line.data()), line.size());
 			}
 			if (hangup) {
 				SSL_shutdown(ssl);

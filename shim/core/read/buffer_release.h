@@ -10,13 +10,15 @@ struct OpenSslApi;
 
 /*
  * A read buffer the shim made longer than OpenSSL's own (a client's four records) is let
- * go whenever it is empty, as OpenSSL lets its buffers go under SSL_MODE_RELEASE_BUFFERS:
- * an idle client connection kept three records more than without the shim after a burst
- * (issues 23, 24); now it keeps no read buffer. The mode is OpenSSL's own mechanism: the
- * shim sets it for the length of each of the program's calls that may read on such a
- * connection, where only OpenSSL's read side acts on it (and a write the call makes
+ * go once empty after a read wrote past its first record, as OpenSSL lets its buffers go
+ * under SSL_MODE_RELEASE_BUFFERS: an idle client connection kept three records more than
+ * without the shim after a burst (issues 23, 24); now it keeps no read buffer. The mode
+ * is OpenSSL's own mechanism: the shim sets it for the length of each of the program's
+ * calls that may read on such a connection, from such a read until a call leaves
+ * nothing buffered, where only OpenSSL's read side acts on it (and a write the call makes
  * itself, a handshake's or a key update's), and clears it after. Inside the call, the
  * program's callbacks are told the program's own mode (SSL_get_mode, SSL_set_mode).
+ * Reads within a record (requests and answers) make no malloc and free per call.
  */
 class BufferRelease {
 public:
@@ -24,7 +26,8 @@ public:
 	BufferRelease(const OpenSslApi &api, SSL *ssl, Connection &connection, bool reads) noexcept
 		: api_(api), ssl_(ssl), connection_(connection)
 	{
-		if (reads && connection.bufferSizedByShim())
+		if (reads && connection.bufferSizedByShim() &&
+		    (connection.filledPastOneRecord() || connection.releasing()))
 			begin();
 	}
 	~BufferRelease()
