@@ -140,5 +140,11 @@ int main(int argc, char **argv)
 		std::printf("OpenSSL bytes per connection not counted: it allocated before main\n");
 	kill(peer, SIGTERM);
 	waitpid(peer, nullptr, 0);
+	for (SSL *ssl : kept) {
+		close(SSL_get_fd(ssl));
+		SSL_free(ssl);
+	}
+	SSL_CTX_free(serverCtx);
+	SSL_CTX_free(clientCtx);
 	return 0;
 }
