@@ -961,25 +961,25 @@ int drain(const char *port)
 
 /* What a message callback inside SSL_read does with the mode: asks it, or sets SSL_MODE_RELEASE_BUFFERS. */
 bool callbackSetsRelease = false;
-int releaseSeenInside = -1;
+int releaseSeenInside = -2; /* -2: not listening, -1: listening */
 
 void modeInsideARead(int, int, int, const void *, size_t, SSL *ssl, void *)
 {
-	if (releaseSeenInside >= 0)
+	if (releaseSeenInside != -1)
 		return;
 	releaseSeenInside = (callbackSetsRelease ? SSL_set_mode(ssl, SSL_MODE_RELEASE_BUFFERS) : SSL_get_mode(ssl)) &
 			    SSL_MODE_RELEASE_BUFFERS ? 1 : 0;
 }
 
 /*
- * Reads with modeInsideARead as the message callback until a record's message reaches it
- * (the first read may finish a record an earlier read began); what it saw.
+ * Reads with modeInsideARead listening until a record's message reaches it (the first
+ * read may finish a record an earlier read began); what it saw. The callback is set
+ * before the handshake: from OpenSSL 3.2 a record layer made without one tells none.
  */
 int modeSeenInsideARead(SSL *ssl, int fd, bool sets)
 {
 	callbackSetsRelease = sets;
 	releaseSeenInside = -1;
-	SSL_set_msg_callback(ssl, modeInsideARead);
 	for (int reads = 0; releaseSeenInside < 0; reads++) {
 		struct pollfd pfd = { fd, POLLIN, 0 };
 		char buffer[16384];
@@ -987,8 +987,9 @@ int modeSeenInsideARead(SSL *ssl, int fd, bool sets)
 		    SSL_read(ssl, buffer, sizeof(buffer)) <= 0)
 			fail("no record came");
 	}
-	SSL_set_msg_callback(ssl, nullptr);
-	return releaseSeenInside;
+	const int seen = releaseSeenInside;
+	releaseSeenInside = -2;
+	return seen;
 }
 
 int readAheadSetting(const char *port)
@@ -998,6 +999,7 @@ int readAheadSetting(const char *port)
 	const int fd = connectTo("127.0.0.1", port);
 	SSL *ssl = SSL_new(ctx);
 	SSL_set_fd(ssl, fd);
+	SSL_set_msg_callback(ssl, modeInsideARead);
 	std::printf("new %d\n", SSL_get_read_ahead(ssl));
 	if (SSL_connect(ssl) != 1)
 		fail("SSL_connect");
