@@ -103,8 +103,8 @@
  *                     than 100 polls said readable with nothing to read, else "no spin".
  *   read-ahead-setting PORT
  *                     against tls_server --burst 20 --line-length 4000 (a burst of more
- *                     than a record, after which the shim lets an empty read buffer go
- *                     inside reads): prints what SSL_get_read_ahead and
+ *                     than a record, which fills a read-ahead buffer past its first
+ *                     record): prints what SSL_get_read_ahead and
  *                     SSL_CTX_get_read_ahead answer before and after the handshake and a
  *                     read, and after the program sets them itself; and whether
  *                     SSL_get_mode, SSL_set_mode and SSL_clear_mode answer with

@@ -72,17 +72,6 @@ __attribute__((noinline, cold)) void retriesCleared(SSL *s) noexcept
 		ReadTuning::retryModeCleared(o.api, s, *connection);
 }
 
-/*
- * A mode asked or changed by a callback inside a call whose read buffer OpenSSL lets go
- * when empty at the shim's asking (core/read/buffer_release.h): the program's own.
- */
-__attribute__((noinline, cold)) long modeInsideACall(SSL *s, long larg, long result) noexcept
-{
-	const OpenSsl &o = openssl();
-	Connection *connection = o.tracking ? o.slot.existing(o.api, s) : nullptr;
-	return connection ? BufferRelease::programsMode(*connection, larg, result) : result;
-}
-
 } /* namespace */
 
 TLSTUNE_EXPORT int SSL_pending(const SSL *s)
@@ -119,10 +108,7 @@ TLSTUNE_EXPORT long SSL_ctrl(SSL *s, int cmd, long larg, void *parg)
 {
 	if (__builtin_expect(cmd == SSL_CTRL_CLEAR_MODE && (larg & SSL_MODE_AUTO_RETRY), 0))
 		retriesCleared(s);
-	const long result = query(s, &OpenSslApi::SSL_ctrl, 0, cmd, larg, parg);
-	if ((cmd == SSL_CTRL_MODE || cmd == SSL_CTRL_CLEAR_MODE) && __builtin_expect(BufferRelease::anyHere(), 0))
-		return modeInsideACall(s, larg, result);
-	return result;
+	return query(s, &OpenSslApi::SSL_ctrl, 0, cmd, larg, parg);
 }
 
 /* uint64_t since 3.0, unsigned long (the same on LP64) in 1.1.1: the headers say which. */

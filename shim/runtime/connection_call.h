@@ -232,7 +232,6 @@ int onConnection(SSL *ssl, Function OpenSslApi::*function, Args... args)
 
 	CallScope scope(connection);
 	SettledOnUnwinding unwinding(o, ssl, connection, scope);
-	BufferRelease release(o.api, ssl, *connection, !writes<Function>() && scope.outermost());
 	int result = real(ssl, args...);
 	unwinding.returned = true;
 	/*

@@ -2,7 +2,6 @@
 
 #include <atomic>
 
-#include "core/read/buffer_release.h"
 #include "core/read/buffered_fds.h"
 #include "core/ca/api.h"
 #include "core/read/read_tuning.h"

@@ -193,7 +193,8 @@ TEST(Readiness, AnSslBioTheShimCannotFollowReadsAsWithoutIt)
 TEST(Readiness, ReadAheadAnswersWhatTheProgramSet)
 {
 	RecordProperty("fault", "SSL_get_read_ahead answered 1 where the program set nothing; a callback inside "
-				"SSL_read saw SSL_MODE_RELEASE_BUFFERS, which the shim sets there");
+				"SSL_read must see and own the program's mode (a draft that set SSL_MODE_RELEASE_BUFFERS "
+				"there showed it)");
 	expectBothWays(bothWays({ "read-ahead-setting" }, { "--burst", "20", "--line-length", "4000" }),
 		       "context 0\nnew 0\nafter a read 0, context 0\nrelease buffers 0\nset 0, then 1\n"
 		       "cleared 0, then 0\ninside a read 0\nset inside a read 1, after it 1\n"

@@ -119,36 +119,6 @@ TEST(ReadBuffer, AServerTakesTheReadBufferItIsGiven)
 	EXPECT_GT(server.readSizes.rbegin()->first, 2 * 16413) << describe(server);
 }
 
-/*
- * What OpenSSL keeps for an idle connection after a burst of 64 KiB (examples/idle_memory,
- * its own allocations counted): a client's four-record buffer is let go once empty, so
- * it keeps no more than without the shim, whether or not the program releases its
- * buffers itself; a server keeps OpenSSL's own size. The shim's ex_data slot on each SSL
- * is a few bytes of OpenSSL's.
- */
-TEST(ReadBuffer, AnIdleConnectionKeepsNoMoreOfOpenSslsMemoryThanWithout)
-{
-	constexpr long long kExDataSlack = 256;
-	for (const std::vector<std::string> &mode :
-	     { std::vector<std::string>{}, std::vector<std::string>{ "--release-buffers" },
-	       std::vector<std::string>{ "--role", "server" } }) {
-		std::vector<std::string> argv = { examplePath("idle_memory"), "--connections", "20",
-						  "--cert", certificate().cert, "--key", certificate().key };
-		argv.insert(argv.end(), mode.begin(), mode.end());
-		long long kept[2] = { 0, 0 };
-		for (const bool withShim : { false, true }) {
-			const Captured run = runProgram(argv, withShim);
-			ASSERT_EQ(run.status, 0) << run.out << run.err;
-			const std::string::size_type at = run.out.find("OpenSSL bytes per connection ");
-			ASSERT_NE(at, std::string::npos) << run.out;
-			kept[withShim] = std::atoll(run.out.c_str() + at + 29);
-			ASSERT_GT(kept[withShim], 0) << run.out;
-		}
-		const std::string what = mode.empty() ? "a client" : mode[0];
-		EXPECT_LE(kept[1], kept[0] + kExDataSlack) << what << ": without " << kept[0] << ", with " << kept[1];
-	}
-}
-
 TEST_P(BulkDownload, ReadsWholeRecordsInLargeChunksWithTheShim)
 {
 	const std::string tls = GetParam();

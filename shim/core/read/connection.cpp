@@ -12,9 +12,6 @@ namespace {
 
 std::atomic<unsigned long long> arrivalCount{0};
 
-/* The longest record on the wire: what OpenSSL's own read buffer is made for. */
-constexpr size_t kOpenSslsOwnBuffer = SSL3_RT_HEADER_LENGTH + SSL3_RT_MAX_ENCRYPTED_LENGTH;
-
 /* A server learns one fd per connection, thousands of them: these lines are rate-limited. */
 RateLimit followedLines;
 RateLimit movedLines;
@@ -76,15 +73,12 @@ int keepTheCopysOwn(CRYPTO_EX_DATA *to, const CRYPTO_EX_DATA * /*from*/, void *s
 
 } /* namespace */
 
-void Connection::noteSocketRead(int fd, size_t got, size_t asked) noexcept
+void Connection::noteSocketRead(int fd, bool gotBytes, size_t asked) noexcept
 {
 	/* The BIO named its fd: a read of another one is a callback's (a control pipe, a fetch). */
 	if (fd != fd_ && namedByBio_)
 		return;
-	readBytes_ = readBytes_ || got > 0;
-	/* OpenSSL reads into an empty buffer from its start, and after what it holds otherwise. */
-	readSinceEmpty_ += got;
-	filledPastOneRecord_ = filledPastOneRecord_ || readSinceEmpty_ > kOpenSslsOwnBuffer;
+	readBytes_ = readBytes_ || gotBytes;
 	if (fd == fd_) {
 		if (ownBio_ == OwnBio::measuring && asked > largestAsk_)
 			largestAsk_ = asked;
@@ -140,8 +134,6 @@ void Connection::afterCall(BufferedFds &buffered, bool progressed, bool wantsRea
 	const bool now = fd_ >= 0 && !partial_ && hasPending;
 	const bool arrived = now && readBytes_;
 	readBytes_ = false;
-	if (!hasPending)
-		readSinceEmpty_ = 0;
 	/*
 	 * Numbered process-wide: a new SSL on a socket an edge-triggered registration was told
 	 * of before (SSL_free, then SSL_new on the same fd) must not repeat an old number.
@@ -247,15 +239,13 @@ bool CallScope::active() noexcept
 	return live(innermost, innermostCookie, __builtin_frame_address(0));
 }
 
-bool CallScope::noteSocketRead(int fd, size_t got, size_t asked) noexcept
+bool CallScope::noteSocketRead(int fd, bool gotBytes, size_t asked) noexcept
 {
 	const void *here = __builtin_frame_address(0);
 	if (!live(innermost, innermostCookie, here))
 		return false;
 	for (CallScope *scope = innermost;; scope = scope->previous_) {
-		/* A call nested in one on the same connection (SSL_connect's SSL_do_handshake): once. */
-		if (scope == innermost || scope->connection_ != innermost->connection_)
-			scope->connection_->noteSocketRead(fd, got, asked);
+		scope->connection_->noteSocketRead(fd, gotBytes, asked);
 		if (!live(scope->previous_, scope->previousCookie_, here))
 			break;
 	}

@@ -20,11 +20,10 @@ public:
 	/*
 	 * The socket this connection reads from, learnt from the read syscalls made while
 	 * it is inside an OpenSSL call, where its read BIO names none (SSL_get_rfd() is -1
-	 * for a program's own BIO, curl 7.88's). got: the bytes the read returned; asked:
+	 * for a program's own BIO, curl 7.88's). gotBytes: the read returned data; asked:
 	 * the bytes the read asked the kernel for.
 	 */
-	void noteSocketRead(int fd, size_t got = kSomeBytes, size_t asked = kWholeBuffer) noexcept;
-	static constexpr size_t kSomeBytes = 1;
+	void noteSocketRead(int fd, bool gotBytes = true, size_t asked = kWholeBuffer) noexcept;
 	/* What a read that says nothing of its length counts as: a read-ahead's whole buffer. */
 	static constexpr size_t kWholeBuffer = ~static_cast<size_t>(0);
 	/*
@@ -73,22 +72,6 @@ public:
 	bool readAheadByShim() const noexcept { return readAheadByShim_; }
 	void setReadAheadByShim(bool on) noexcept { readAheadByShim_ = on; }
 	bool programSetReadAhead() const noexcept { return programSetReadAhead_; }
-	/*
-	 * The shim chose the length of the connection's read buffer (a client's four records); and set
-	 * SSL_MODE_RELEASE_BUFFERS on it for the call now running (core/read/buffer_release.h).
-	 */
-	bool bufferSizedByShim() const noexcept { return bufferSized_; }
-	void noteBufferSized() noexcept { bufferSized_ = true; }
-	/*
-	 * Reads once took more than OpenSSL's own buffer holds before OpenSSL held nothing
-	 * again (a burst): they wrote pages of the longer buffer, which an idle connection
-	 * would keep, and a buffer made anew may take those pages again. Such a connection
-	 * lets its buffer go whenever it is empty from then on; one whose reads stay within a
-	 * record (requests and answers) keeps it, and pays no malloc and free per read.
-	 */
-	bool filledPastOneRecord() const noexcept { return filledPastOneRecord_; }
-	bool releasing() const noexcept { return releasing_; }
-	void setReleasing(bool on) noexcept { releasing_ = on; }
 	/* UnseenWaits::generation() when the connection last asked it (core/read/unseen_waits.h). */
 	unsigned unseenSeen() const noexcept { return unseenSeen_; }
 	void setUnseenSeen(unsigned generation) noexcept { unseenSeen_ = generation; }
@@ -119,10 +102,6 @@ private:
 	bool madeThroughShim_ = false;
 	bool readAheadByShim_ = false;
 	bool programSetReadAhead_ = false;
-	bool bufferSized_ = false;
-	bool filledPastOneRecord_ = false;
-	size_t readSinceEmpty_ = 0; /* bytes read from the socket since OpenSSL last held nothing */
-	bool releasing_ = false;
 	unsigned unseenSeen_ = 0;
 	OwnBio ownBio_ = OwnBio::settled;
 	size_t largestAsk_ = 0;
@@ -197,7 +176,7 @@ public:
 	 * connection reads through the outer one, and its program polls the same socket.
 	 * Returns false when the thread is inside no OpenSSL call.
 	 */
-	static bool noteSocketRead(int fd, size_t got = Connection::kSomeBytes,
+	static bool noteSocketRead(int fd, bool gotBytes = true,
 				   size_t asked = Connection::kWholeBuffer) noexcept;
 	/* This thread is inside an OpenSSL call on some connection. */
 	static bool active() noexcept;

@@ -112,11 +112,9 @@ void ReadTuning::tuneConnection(const OpenSslApi &api, const Config &config,
 	connection.setUnseenSeen(generation);
 	const std::size_t buffer = turnOn(api, config, ssl, connecting);
 	connection.setReadAheadByShim(true);
-	if (buffer) {
-		connection.noteBufferSized();
-		logLimited(tunedLines, LogLevel::Info, "connection tuned: read-ahead on, read buffer %zu bytes, "
-			   "let go when empty", buffer);
-	} else
+	if (buffer)
+		logLimited(tunedLines, LogLevel::Info, "connection tuned: read-ahead on, read buffer %zu bytes", buffer);
+	else
 		logLimited(tunedLines, LogLevel::Info, "connection tuned: read-ahead on, OpenSSL's own read buffer "
 			   "(a server)");
 }
