@@ -174,12 +174,22 @@ std::atomic<bool> g_kernelTlsSet{false};
 constexpr int kSetKernelTls = 72;
 #endif
 
+long passedOn(BIO *bio, int command, long number, void *pointer);
+
+/* The ask of every record first, in a few instructions; the rest outlined. */
 long filterCtrl(BIO *bio, int command, long number, void *pointer)
 {
-	const OpenSslApi &api = *g_api;
 #ifdef BIO_CTRL_GET_KTLS_SEND
 	if (command == BIO_CTRL_GET_KTLS_SEND && !g_kernelTlsSet.load(std::memory_order_relaxed))
 		return 0;
+#endif
+	return passedOn(bio, command, number, pointer);
+}
+
+__attribute__((noinline)) long passedOn(BIO *bio, int command, long number, void *pointer)
+{
+	const OpenSslApi &api = *g_api;
+#ifdef BIO_CTRL_GET_KTLS_SEND
 	if (command == kSetKernelTls)
 		g_kernelTlsSet.store(true, std::memory_order_relaxed);
 #endif
