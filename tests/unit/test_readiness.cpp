@@ -230,6 +230,35 @@ TEST(BufferedFds, AFreedConnectionsRecordsResetTheSocketAtItsCloseUnlessTheProgr
 	EXPECT_TRUE(buffered.idle());
 }
 
+/*
+ * The connection's number closed while a copy keeps the socket, then the copy: the
+ * socket's last close resets it (the records are unread) and the entry goes with it (a
+ * hunt: an epoll registration the kernel had dropped was reported at once, for ever).
+ */
+TEST(BufferedFds, AConnectionKeptByACopyGoesAtTheCopysCloseWithTheKernelsReset)
+{
+	SocketPair pair;
+	BufferedFds buffered;
+	const int socket = pair.fds[0];
+	const ino_t ino = inodeOf(socket);
+	const int copy = dup(socket);
+	buffered.duplicated(copy);
+	buffered.set(&kOwner, socket, ino, true);
+	buffered.closing(socket, socket);
+	EXPECT_FALSE(resetsAtClose(socket)) << "the copy keeps the socket open";
+	close(socket);
+	buffered.closed(socket, socket);
+	EXPECT_TRUE(buffered.holdsInode(ino)) << "the kernel's readiness is the socket's";
+	EXPECT_TRUE(knownFds().mayHave(copy)) << "the copy's close must reach the shim";
+	buffered.closing(copy, copy);
+	EXPECT_TRUE(resetsAtClose(copy)) << "the last close, with records unread";
+	close(copy);
+	buffered.closed(copy, copy);
+	EXPECT_FALSE(buffered.holdsInode(ino)) << "the socket is gone";
+	EXPECT_TRUE(buffered.empty());
+	buffered.forget(&kOwner);
+}
+
 TEST(BufferedFds, PlaintextOfTheRecordBeingReadIsNoReasonForAReset)
 {
 	SocketPair pair;

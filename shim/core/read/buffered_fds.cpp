@@ -120,18 +120,29 @@ void BufferedFds::forgetUnread(int first, int last) noexcept
 	unreadCount_.store(unread_.size(), std::memory_order_relaxed);
 }
 
-bool BufferedFds::openElsewhere(ino_t ino, int first, int last) const noexcept
+int BufferedFds::openElsewhere(ino_t ino, int first, int last) const noexcept
 {
 	for (const Entry &other : entries_) {
 		if (other.ino == ino && other.fd >= 0 && (other.fd < first || other.fd > last))
-			return true;
+			return other.fd;
 	}
 	for (int fd = copies_.highestBelow(FdBitmap::kNumbers); fd >= 0; fd = copies_.highestBelow(fd)) {
 		ino_t copy;
 		if ((fd < first || fd > last) && streamInode(fd, &copy) && copy == ino)
-			return true;
+			return fd;
 	}
-	return false;
+	return -1;
+}
+
+int BufferedFds::copyAmong(ino_t ino, int first, int last) const noexcept
+{
+	const int above = last < FdBitmap::kNumbers - 1 ? last + 1 : FdBitmap::kNumbers;
+	for (int fd = copies_.highestBelow(above); fd >= first && fd >= 0; fd = copies_.highestBelow(fd)) {
+		ino_t copy;
+		if (streamInode(fd, &copy) && copy == ino)
+			return fd;
+	}
+	return -1;
 }
 
 void BufferedFds::closing(int first, int last, AbortiveCloses *made) noexcept
@@ -139,17 +150,25 @@ void BufferedFds::closing(int first, int last, AbortiveCloses *made) noexcept
 	if (idle())
 		return;
 	std::lock_guard<std::mutex> lock(mutex_);
-	/* The kernel resets at the last close only (a hunt: a dup kept the socket, and lost data). */
+	/*
+	 * The kernel resets at the last close only (a hunt: a dup kept the socket, and lost
+	 * data); which may be that of a copy that kept a closed connection's socket (another
+	 * hunt: a FIN).
+	 */
 	for (const Entry &entry : entries_) {
-		if (entry.fd >= first && entry.fd <= last && entry.records && !entry.shared &&
-		    !openElsewhere(entry.ino, first, last))
-			resetAtClose(entry.fd, made);
+		if (!entry.records || entry.shared)
+			continue;
+		const int closing = entry.fd >= first && entry.fd <= last ? entry.fd
+				    : entry.fd < 0			   ? copyAmong(entry.ino, first, last)
+									   : -1;
+		if (closing >= 0 && openElsewhere(entry.ino, first, last) < 0)
+			resetAtClose(closing, made);
 	}
 	const auto closed = std::remove_if(unread_.begin(), unread_.end(), [&](int fd) {
 		if (fd < first || fd > last)
 			return false;
 		ino_t ino;
-		if (!streamInode(fd, &ino) || !openElsewhere(ino, first, last))
+		if (!streamInode(fd, &ino) || openElsewhere(ino, first, last) < 0)
 			resetAtClose(fd, made, true);
 		return true;
 	});
@@ -263,13 +282,22 @@ bool BufferedFds::holdsInode(ino_t ino) const noexcept
 void BufferedFds::closed(int first, int last) noexcept
 {
 	std::lock_guard<std::mutex> lock(mutex_);
+	/*
+	 * An entry whose number closed stays while another descriptor names its socket (the
+	 * kernel's readiness is the socket's): the connection's next call gives it its fd
+	 * again. That descriptor's own close comes here too (its number is noted as known),
+	 * and the entry goes with the socket's last one (a hunt: a registration the kernel had
+	 * dropped was reported, at once and for ever).
+	 */
 	entries_.erase(std::remove_if(entries_.begin(), entries_.end(),
 				      [&](Entry &e) {
-					      if (e.fd < first || e.fd > last)
+					      if (e.fd >= 0 && (e.fd < first || e.fd > last))
 						      return false;
-					      if (!openElsewhere(e.ino, first, last))
+					      const int keeper = openElsewhere(e.ino, first, last);
+					      if (keeper < 0)
 						      return true;
 					      e.fd = -1;
+					      knownFds().note(keeper);
 					      return false;
 				      }),
 		       entries_.end());

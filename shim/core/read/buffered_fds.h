@@ -189,10 +189,12 @@ private:
 
 	const Entry *find(int fd) const noexcept;
 	/*
-	 * Under the lock: a descriptor outside first..last names the socket whose inode is
-	 * ino (another entry's, or a copy's: one fstat per copy number).
+	 * Under the lock: a descriptor outside first..last that names the socket whose inode
+	 * is ino (another entry's, or a copy's: one fstat per copy number), or -1.
 	 */
-	bool openElsewhere(ino_t ino, int first, int last) const noexcept;
+	int openElsewhere(ino_t ino, int first, int last) const noexcept;
+	/* Under the lock: a copy among first..last that names the socket whose inode is ino, or -1. */
+	int copyAmong(ino_t ino, int first, int last) const noexcept;
 	void forgetUnread(int first, int last) noexcept;
 	/* The inode registered for fd, if any. */
 	bool lookup(int fd, ino_t *ino) const noexcept;
