@@ -14,8 +14,9 @@
  *                     peeks at the error queue, without waiting and blocking ("error queue
  *                     peeks R E R E"), reads it ("error queue read R E"), a blocking
  *                     recvmsg of no bytes with room for control messages ("recvmsg with
- *                     room for control R control length L"), then "lines 20" or "poll timed
- *                     out after N lines" (exit 3).
+ *                     room for control R control length L"), recvmmsg of two messages of
+ *                     no bytes ("recvmmsg of no bytes R lengths L L"), then "lines 20" or
+ *                     "poll timed out after N lines" (exit 3).
  *   callback-read PORT
  *                     against tls_server --burst 20: a message callback reads one byte of
  *                     a non-blocking pipe of the program's inside every OpenSSL call. After
@@ -146,6 +147,12 @@ int emptyRecv(const char *port)
 	alarm(0);
 	std::printf("recvmsg with room for control %zd control length %zu\n", controlled,
 		    static_cast<size_t>(withControl.msg_controllen));
+	/* Two messages of no bytes at once, blocking: each answered at once. */
+	mmsghdr two[2] = {};
+	alarm(30);
+	const int both = recvmmsg(fd, two, 2, 0, nullptr);
+	alarm(0);
+	std::printf("recvmmsg of no bytes %d lengths %u %u\n", both, two[0].msg_len, two[1].msg_len);
 	if (!pollThenReadTo20(ssl, fd, 1))
 		return 3;
 	SSL_free(ssl);

@@ -174,23 +174,61 @@ namespace {
  * A recvmsg of no bytes on a connection whose records OpenSSL holds, as forwardPeek
  * answers one: true when it is answered, *n set. No control message comes with it.
  */
-bool answeredNoBytes(Process &p, int fd, struct msghdr *msg, int flags, ssize_t *n)
+/* msg asks for no bytes. More than UIO_MAXIOV parts: the kernel's EMSGSIZE, before the shim counts them. */
+bool asksNoBytes(const struct msghdr *msg) noexcept
 {
-	/* More than UIO_MAXIOV parts: the kernel's EMSGSIZE, before the shim counts them. */
-	if (!msg || msg->msg_iovlen > 1024 || p.buffered.empty())
+	if (!msg || msg->msg_iovlen > 1024)
 		return false;
-	size_t asked = 0;
-	for (size_t i = 0; i < msg->msg_iovlen; i++)
-		asked += msg->msg_iov[i].iov_len;
-	if (asked != 0 || !asksHeld(p, fd, flags))
-		return false;
-	if (kernelAnswered([&](int flagsNow) { return p.libc.recvmsg(fd, msg, flagsNow); }, flags, n))
-		return true;
-	*n = 0;
+	for (size_t i = 0; i < msg->msg_iovlen; i++) {
+		if (msg->msg_iov[i].iov_len != 0)
+			return false;
+	}
+	return true;
+}
+
+/* The kernel's answer of no bytes to msg: no flags, no control data, no address. */
+void answerNoBytes(struct msghdr *msg) noexcept
+{
 	msg->msg_flags = 0;
 	msg->msg_controllen = 0;
 	if (msg->msg_name)
 		msg->msg_namelen = 0; /* as answered() */
+}
+
+bool answeredNoBytes(Process &p, int fd, struct msghdr *msg, int flags, ssize_t *n)
+{
+	if (p.buffered.empty() || !asksNoBytes(msg) || !asksHeld(p, fd, flags))
+		return false;
+	if (kernelAnswered([&](int flagsNow) { return p.libc.recvmsg(fd, msg, flagsNow); }, flags, n))
+		return true;
+	*n = 0;
+	answerNoBytes(msg);
+	return true;
+}
+
+/* recvmmsg's: each of the messages asks for no bytes (a hunt: it waited for the peer). */
+bool answeredNoBytes(Process &p, int fd, struct mmsghdr *vector, unsigned int length, int flags,
+		     struct timespec *timeout, int *n)
+{
+	if (p.buffered.empty() || !vector || length == 0 || length > 1024)
+		return false;
+	for (unsigned int i = 0; i < length; i++) {
+		if (!asksNoBytes(&vector[i].msg_hdr))
+			return false;
+	}
+	if (!asksHeld(p, fd, flags))
+		return false;
+	ssize_t answered;
+	if (kernelAnswered([&](int flagsNow) { return p.libc.recvmmsg(fd, vector, length, flagsNow, timeout); },
+			   flags, &answered)) {
+		*n = static_cast<int>(answered);
+		return true;
+	}
+	for (unsigned int i = 0; i < length; i++) {
+		answerNoBytes(&vector[i].msg_hdr);
+		vector[i].msg_len = 0;
+	}
+	*n = static_cast<int>(length);
 	return true;
 }
 
@@ -216,7 +254,10 @@ TLSTUNE_EXPORT int recvmmsg(int fd, struct mmsghdr *vector, unsigned int length,
 		errno = ENOSYS;
 		return -1;
 	}
-	const int received = p.libc.recvmmsg(fd, vector, length, flags, timeout);
+	int received;
+	if (!answeredNoBytes(p, fd, vector, length, flags, timeout, &received))
+		received = static_cast<int>(forwardRead(&LibcApi::recvmmsg, fd, takesBytes(flags),
+							Connection::kWholeBuffer, vector, length, flags, timeout));
 	for (int i = 0; i < received; i++) {
 		if (vector[i].msg_hdr.msg_controllen > 0)
 			noteReceivedDescriptors(p, &vector[i].msg_hdr);

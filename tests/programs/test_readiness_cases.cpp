@@ -387,12 +387,14 @@ TEST(RawSocket, AReadOfNoBytesAnswersZeroWhileOpenSslHoldsRecords)
 				"(the shim wrote into it: SIGSEGV), the same by recvfrom and recvmsg with an "
 				"address buffer (the shim left its length as given), MSG_PEEK|MSG_ERRQUEUE (the shim "
 				"answered 1 byte), a read of the error queue (it quieted the connection), a "
-				"blocking recvmsg of no bytes with a control buffer (it waited), then poll before each read");
+				"blocking recvmsg of no bytes with a control buffer (it waited), the same by recvmmsg "
+				"(it waited), then poll before each read");
 	expectBothWays(bothWaysOf("raw_socket_cases", { "empty-recv" }, { "--burst", "20" }),
 		       "empty recv 0 0\ncounted without a buffer some\n"
 		       "recvfrom 0 length 0, peek some length 0, count some length 0\nrecvmsg 0 name length 0\n"
 		       "error queue peeks -1 EAGAIN -1 EAGAIN\nerror queue read -1 EAGAIN\n"
-		       "recvmsg with room for control 0 control length 0\nlines 20\n");
+		       "recvmsg with room for control 0 control length 0\n"
+		       "recvmmsg of no bytes 2 lengths 0 0\nlines 20\n");
 }
 
 TEST(RawSocket, ACallbackReadingAPipeInsideOpenSslCallsLeavesTheConnectionsSocket)
