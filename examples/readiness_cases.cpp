@@ -33,7 +33,8 @@
  *                     in one segment): reads one line, then asks the socket as connection
  *                     pools do whether the peer is still there: recv(MSG_PEEK|MSG_DONTWAIT)
  *                     and FIONREAD. Prints "peek R" and "fionread positive|zero".
- *   close-unread [free-first|forked|written-last|one-record|longjmp|throw] --cert C --key K
+ *   close-unread [free-first|forked|written-last|one-record|longjmp|throw|copy-last|abort|exec]
+ *                --cert C --key K
  *                     a forked TCP server sends 20 lines at once, then waits for the
  *                     client's end with recv(); the client reads one line and closes the
  *                     socket with the other 19 unread, then frees the SSL (free-first:
@@ -43,9 +44,12 @@
  *                     record, of which the client reads 10 bytes, so the kernel holds
  *                     nothing unread; longjmp and throw: once all 20 are sent, a message
  *                     callback leaves SSL_read at the first record header, by longjmp or
- *                     by an exception, then the client frees and closes). The kernel
- *                     resets a connection closed with unread data. Prints "server saw
- *                     reset" or "server saw fin".
+ *                     by an exception, then the client frees and closes; copy-last: a
+ *                     copy of the socket is made and the socket's own number closed
+ *                     first, then the copy; abort, exec: the client is a forked child
+ *                     that calls abort(), or execs /bin/true, which inherits the socket).
+ *                     The kernel resets a connection closed with unread data. Prints
+ *                     "server saw reset" or "server saw fin".
  *   cancel-half-record --cert C --key K
  *                     the same server; a thread reads in a loop, and is cancelled once it
  *                     waits for the rest of the record (its message callback saw the
@@ -152,6 +156,7 @@
 #include <thread>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -609,6 +614,19 @@ int closeUnread(SSL_CTX *server, const std::string &how)
 	}
 	close(listener);
 	close(result[1]);
+	/* abort, exec: the client's image ends with the socket (a hunt: a FIN). */
+	const bool imageEnds = how == "abort" || how == "exec";
+	const pid_t doomed = imageEnds ? fork() : -1;
+	if (doomed > 0) {
+		char seen[16] = {};
+		if (read(result[0], seen, sizeof(seen) - 1) <= 0)
+			fail("the server said nothing");
+		std::printf("server saw %s\n", seen);
+		int status = 0, doomedStatus = 0;
+		waitpid(child, &status, 0);
+		waitpid(doomed, &doomedStatus, 0);
+		return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+	}
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	const int fd = connectTo("127.0.0.1", std::to_string(port));
 	SSL *ssl = connectTls(ctx, fd);
@@ -654,9 +672,23 @@ int closeUnread(SSL_CTX *server, const std::string &how)
 			_exit(0);
 		}
 	}
+	if (how == "abort") {
+		const struct rlimit noCore = { 0, 0 };
+		setrlimit(RLIMIT_CORE, &noCore);
+		abort();
+	}
+	if (how == "exec") {
+		execl("/bin/true", "true", static_cast<char *>(nullptr));
+		_exit(4);
+	}
 	if (freeFirst) {
 		SSL_free(ssl);
 		close(fd);
+	} else if (how == "copy-last") {
+		const int copy = dup(fd);
+		close(fd);
+		close(copy);
+		SSL_free(ssl);
 	} else {
 		close(fd);
 		SSL_free(ssl);

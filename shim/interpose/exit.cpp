@@ -37,6 +37,40 @@ namespace {
 	for (size_t i = 1; i <= count_; i++)                                    \
 		argv[i] = va_arg(rest, char *);
 
+/*
+ * An exec: what is held goes to the kernel first, and a socket whose records OpenSSL holds
+ * unread will close as the kernel closes it; an exec that fails, and returns, takes those
+ * resets back.
+ */
+class ImageMayEnd {
+public:
+	ImageMayEnd() noexcept { process().drainBeforeImageEnds(Process::ImageEnd::MayReturn, &made_); }
+	~ImageMayEnd()
+	{
+		if (made_.count)
+			process().buffered.closeFailed(made_);
+	}
+	ImageMayEnd(const ImageMayEnd &) = delete;
+	ImageMayEnd &operator=(const ImageMayEnd &) = delete;
+
+private:
+	AbortiveCloses made_;
+};
+
+/*
+ * The program's own abort: OpenSSL is intact, and held plaintext is only try-locked. The
+ * process dies with its sockets, and those with records held unread are reset, as the
+ * kernel resets them (a hunt: a FIN, also after an uncaught exception).
+ */
+void beforeAbort(Process &p) noexcept
+{
+	if (p.inVforkChild())
+		return;
+	p.held.encryptAll();
+	p.coalescer.drainForAbort();
+	p.buffered.imageEnds();
+}
+
 } /* namespace */
 
 TLSTUNE_EXPORT void _exit(int status)
@@ -85,11 +119,7 @@ TLSTUNE_EXPORT void quick_exit(int status)
 TLSTUNE_EXPORT void abort(void)
 {
 	Process &p = process();
-	if (!p.inVforkChild()) {
-		/* The program's own abort: OpenSSL is intact, and held plaintext is only try-locked. */
-		p.held.encryptAll();
-		p.coalescer.drainForAbort();
-	}
+	beforeAbort(p);
 	if (p.libc.abort)
 		p.libc.abort();
 	/* Unresolved only if it came first of all: abort's own way out, then. */
@@ -103,11 +133,7 @@ TLSTUNE_EXPORT void __assert_fail(const char *assertion, const char *file, unsig
 				  const char *function)
 {
 	Process &p = process();
-	if (!p.inVforkChild()) {
-		/* The program's own abort: OpenSSL is intact, and held plaintext is only try-locked. */
-		p.held.encryptAll();
-		p.coalescer.drainForAbort();
-	}
+	beforeAbort(p);
 	if (p.libc.assert_fail)
 		p.libc.assert_fail(assertion, file, line, function);
 	abort();
@@ -115,31 +141,31 @@ TLSTUNE_EXPORT void __assert_fail(const char *assertion, const char *file, unsig
 
 TLSTUNE_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
-	process().drainBeforeImageEnds(Process::ImageEnd::MayReturn);
+	ImageMayEnd ending;
 	return process().libc.execve(path, argv, envp);
 }
 
 TLSTUNE_EXPORT int execv(const char *path, char *const argv[])
 {
-	process().drainBeforeImageEnds(Process::ImageEnd::MayReturn);
+	ImageMayEnd ending;
 	return process().libc.execv(path, argv);
 }
 
 TLSTUNE_EXPORT int execvp(const char *file, char *const argv[])
 {
-	process().drainBeforeImageEnds(Process::ImageEnd::MayReturn);
+	ImageMayEnd ending;
 	return process().libc.execvp(file, argv);
 }
 
 TLSTUNE_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
-	process().drainBeforeImageEnds(Process::ImageEnd::MayReturn);
+	ImageMayEnd ending;
 	return process().libc.execvpe(file, argv, envp);
 }
 
 TLSTUNE_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
-	process().drainBeforeImageEnds(Process::ImageEnd::MayReturn);
+	ImageMayEnd ending;
 	return process().libc.fexecve(fd, argv, envp);
 }
 
@@ -151,7 +177,7 @@ TLSTUNE_EXPORT int execveat(int dirfd, const char *path, char *const argv[], cha
 		errno = ENOSYS;
 		return -1;
 	}
-	p.drainBeforeImageEnds(Process::ImageEnd::MayReturn);
+	ImageMayEnd ending;
 	return p.libc.execveat(dirfd, path, argv, envp, flags);
 }
 
@@ -159,7 +185,7 @@ TLSTUNE_EXPORT int execl(const char *path, const char *arg, ...)
 {
 	COLLECT_ARGUMENTS(arg, argv, rest)
 	va_end(rest);
-	process().drainBeforeImageEnds(Process::ImageEnd::MayReturn);
+	ImageMayEnd ending;
 	return process().libc.execv(path, argv);
 }
 
@@ -167,7 +193,7 @@ TLSTUNE_EXPORT int execlp(const char *file, const char *arg, ...)
 {
 	COLLECT_ARGUMENTS(arg, argv, rest)
 	va_end(rest);
-	process().drainBeforeImageEnds(Process::ImageEnd::MayReturn);
+	ImageMayEnd ending;
 	return process().libc.execvp(file, argv);
 }
 
@@ -176,6 +202,6 @@ TLSTUNE_EXPORT int execle(const char *path, const char *arg, ...)
 	COLLECT_ARGUMENTS(arg, argv, rest)
 	char *const *envp = va_arg(rest, char *const *);
 	va_end(rest);
-	process().drainBeforeImageEnds(Process::ImageEnd::MayReturn);
+	ImageMayEnd ending;
 	return process().libc.execve(path, argv, envp);
 }

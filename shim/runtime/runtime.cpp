@@ -372,15 +372,18 @@ bool Process::inVforkChild() const noexcept
 	return getpid() != pid;
 }
 
-void Process::drainBeforeImageEnds(ImageEnd end) noexcept
+void Process::drainBeforeImageEnds(ImageEnd end, AbortiveCloses *made) noexcept
 {
-	/* Its sockets close with the process: records OpenSSL holds unread reset them. */
-	const bool resets = end == ImageEnd::Never && !buffered.idle();
+	/*
+	 * Its sockets close with the process, or pass to a new image that cannot read what
+	 * OpenSSL holds (a hunt: an exec's closed with a FIN): records held unread reset them.
+	 */
+	const bool resets = !buffered.idle();
 	/* No system call before that (getpid): a sandbox may forbid it (seccomp, issue 22). */
 	if ((!resets && coalescer.idle()) || inVforkChild())
 		return;
 	if (resets)
-		buffered.imageEnds();
+		buffered.imageEnds(end == ImageEnd::MayReturn ? made : nullptr);
 	if (coalescer.idle())
 		return;
 	const int savedErrno = errno;

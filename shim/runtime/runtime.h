@@ -42,7 +42,7 @@ struct Process {
 		Never,     /* _exit, _Exit, quick_exit, exit: nothing interrupted resumes */
 		MayReturn, /* an exec, which returns when it fails */
 	};
-	void drainBeforeImageEnds(ImageEnd end = ImageEnd::Never) noexcept;
+	void drainBeforeImageEnds(ImageEnd end = ImageEnd::Never, AbortiveCloses *made = nullptr) noexcept;
 	/*
 	 * The program confines itself (seccomp): the calls the shim makes for it (send,
 	 * getsockopt, a thread) may be forbidden from now on. What is held goes out first,

@@ -264,10 +264,12 @@ TEST_P(ClosingUnread, ResetsTheConnectionAsTheKernelDoes)
 /*
  * written-last: the peer had not acknowledged the last line at the close; a FIN came, to
  * keep it. longjmp, throw: the SSL_read that read the lines ahead was left by its message
- * callback, and recorded nothing (a hunt).
+ * callback, and recorded nothing (a hunt). copy-last, abort, exec: the last close was a
+ * copy's, or the image's end (another hunt: a FIN).
  */
 INSTANTIATE_TEST_SUITE_P(Readiness, ClosingUnread,
-			 ::testing::Values("close-first", "free-first", "written-last", "longjmp", "throw"));
+			 ::testing::Values("close-first", "free-first", "written-last", "longjmp", "throw", "copy-last",
+					   "abort", "exec"));
 
 TEST(Readiness, AConnectionClosedWithPartOfARecordsPlaintextUnreadEndsWithAFin)
 {

@@ -195,7 +195,7 @@ void BufferedFds::closeFailed(const AbortiveCloses &made) noexcept
 	errno = savedErrno;
 }
 
-void BufferedFds::imageEnds() const noexcept
+void BufferedFds::imageEnds(AbortiveCloses *made) const noexcept
 {
 	if (idle())
 		return;
@@ -207,11 +207,11 @@ void BufferedFds::imageEnds() const noexcept
 	if (!lock.owns_lock())
 		return;
 	for (const Entry &entry : entries_) {
-		if (entry.records && !entry.shared)
-			resetAtClose(entry.fd);
+		if (entry.records && !entry.shared && entry.fd >= 0)
+			resetAtClose(entry.fd, made);
 	}
 	for (int fd : unread_)
-		resetAtClose(fd);
+		resetAtClose(fd, made, true);
 }
 
 const BufferedFds::Entry *BufferedFds::find(int fd) const noexcept

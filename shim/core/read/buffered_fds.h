@@ -88,10 +88,12 @@ public:
 			forgetUnread(fd, fd);
 	}
 	/*
-	 * The process ends (exit, _exit): its sockets close with it, and those whose records
-	 * OpenSSL holds unread are reset, as the kernel resets them.
+	 * The process image ends (exit, _exit, abort, an exec): its sockets close with it, or
+	 * are left to a new image that knows nothing of OpenSSL's buffers, and those whose
+	 * records OpenSSL holds unread are reset at their last close, as the kernel resets
+	 * them. made: where each socket's own setting is kept, for an exec that fails.
 	 */
-	void imageEnds() const noexcept;
+	void imageEnds(AbortiveCloses *made = nullptr) const noexcept;
 
 	/* True when fd has buffered data. */
 	bool holds(int fd) const noexcept;
