@@ -63,14 +63,16 @@
  *                     "a", polls again for 300 ms (nothing comes: the server waits for
  *                     "b"), writes "b", then reads the record. Prints "poll after a write
  *                     R" and "read 1000".
- *   nested [poll|select|early|copy|poll-copy] PORT
+ *   nested [poll|select|early|copy|poll-copy|moved-inner] PORT
  *                     against tls_server --burst 20: the connection in an epoll set (level-
  *                     triggered), that set inside another; before each line the program
  *                     waits on the outer set, then on the inner one (timeout 0), then
  *                     reads. poll or select: waits on the set's own fd with that call
  *                     instead of an outer set; early: both sets, and both registrations,
  *                     made before the process's first SSL; copy and poll-copy: a dup of the
- *                     inner set's fd is what the outer set holds, or what poll waits on.
+ *                     inner set's fd is what the outer set holds, or what poll waits on;
+ *                     moved-inner: the inner set's own number is closed after a dup of it,
+ *                     which the program waits on from then on.
  *                     Prints "lines 20", or "epoll timed out after N lines" and exits 3.
  *   blocking-peek PORT
  *                     against tls_server --burst 3 (no hangup): reads one line, then peeks
@@ -1135,6 +1137,12 @@ int nested(const char *port, const std::string &how)
 	interest.data.u64 = 8;
 	if (shown < 0 || epoll_ctl(outer, EPOLL_CTL_ADD, shown, &interest) != 0)
 		fail("epoll_ctl outer");
+	/* moved-inner: the inner set's number closed, a copy keeps it: the outer registration stays. */
+	int innerNow = inner;
+	if (how == "moved-inner") {
+		innerNow = dup(inner);
+		close(inner);
+	}
 	if (early)
 		ssl = connectTls(ctx, fd); /* blocking, then as the others */
 	if (fcntl(fd, F_SETFL, O_NONBLOCK) != 0)
@@ -1143,7 +1151,7 @@ int nested(const char *port, const std::string &how)
 	for (; lines < 20; lines++) {
 		if (SSL_pending(ssl) == 0) {
 			struct epoll_event event;
-			if (!setReady(shown, outer, wait) || epoll_wait(inner, &event, 1, 0) != 1 ||
+			if (!setReady(shown, outer, wait) || epoll_wait(innerNow, &event, 1, 0) != 1 ||
 			    event.data.u64 != 7) {
 				std::printf("epoll timed out after %d lines\n", lines);
 				return 3;
@@ -1161,7 +1169,7 @@ int nested(const char *port, const std::string &how)
 	std::printf("lines %d\n", lines);
 	SSL_free(ssl);
 	close(fd);
-	close(inner);
+	close(innerNow);
 	if (copy)
 		close(shown);
 	close(outer);

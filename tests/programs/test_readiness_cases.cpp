@@ -305,6 +305,8 @@ TEST(Readiness, ACopyOfASetsFdIsThatSet)
 				"sets by their first number only, and both stalled");
 	expectBothWays(bothWays({ "nested", "copy" }, { "--burst", "20" }), "lines 20\n");
 	expectBothWays(bothWays({ "nested", "poll-copy" }, { "--burst", "20" }), "lines 20\n");
+	/* The inner set's number closed while a copy keeps it (a hunt: the outer wait stalled). */
+	expectBothWays(bothWays({ "nested", "moved-inner" }, { "--burst", "20" }), "lines 20\n");
 }
 
 TEST(Readiness, AnEpollSetWaitedOnByPollOrSelectIsReadyWhileItHasAConnectionToReport)

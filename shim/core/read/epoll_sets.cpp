@@ -596,6 +596,13 @@ void EpollSets::moveToCopy(int epfd) noexcept
 		if (alias.second == epfd)
 			alias.second = successor;
 	}
+	/* An outer set's registration of it stays the kernel's while the file lives (a hunt's stalled). */
+	for (auto &entry : sets_) {
+		for (auto &stored : entry.second.byIno) {
+			if (stored.second.innerSet == epfd)
+				stored.second.innerSet = successor;
+		}
+	}
 }
 
 void EpollSets::prune(int epfd) noexcept
@@ -778,7 +785,14 @@ int EpollSets::claimNested(Set &outer, const BufferedFds &buffered, EpollRegistr
 	int found = 0;
 	for (auto &entry : outer.byIno) {
 		Stored &stored = entry.second;
-		if (found >= max || stored.innerSet < 0 || stored.detached || !armed(stored))
+		if (found >= max || stored.innerSet < 0 || !armed(stored))
+			continue;
+		/*
+		 * Its number closed: the kernel keeps it while a copy keeps the inner set, which the
+		 * shim knows by that copy's number now; not a set that took the number later.
+		 */
+		struct stat st;
+		if (stored.detached && (fstat(stored.innerSet, &st) != 0 || st.st_ino != stored.registration.ino))
 			continue;
 		Set *inner = find(stored.innerSet);
 		/* Made before the first connection: its list is the kernel's, read now (a hunt's stalled). */
