@@ -25,7 +25,7 @@ start_time() {
 # of 64 KiB on each of 300 (examples/idle_memory ARG...: its role, --release-buffers).
 idle_kib() {
 	LD_PRELOAD="$1" "$tree/examples/idle_memory" --cert "$work/cert.pem" --key "$work/key.pem" "${@:2}" |
-		awk '{ print $4 }'
+		awk '/^KiB per connection / { print $4 }'
 }
 
 # floor_libraries: $work/floor-c.so, an empty preload library in C, and $work/floor-cxx.so,
