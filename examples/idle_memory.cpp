@@ -2,9 +2,12 @@
  * What an idle TLS connection keeps after a burst: this process reads BURST bytes on each
  * of N connections and keeps them all open; a forked peer makes the connections one after
  * another and sends each burst. Prints "KiB per connection X", this process's RSS growth
- * over the N connections.
+ * over the N connections; with --openssl-bytes, also "OpenSSL bytes per connection Y", the
+ * growth of what OpenSSL has allocated and not freed (counted through
+ * CRYPTO_set_mem_functions, which moves the heap's layout: the RSS is then not a plain
+ * program's), the same question without the allocator's and the kernel's noise.
  * Usage: idle_memory --cert C --key K [--role client|server] [--connections N]
- *                    [--burst BYTES] [--release-buffers]
+ *                    [--burst BYTES] [--release-buffers] [--openssl-bytes]
  * --role: whether this process connects (the default) or accepts; the peer does the other.
  * --release-buffers: SSL_MODE_RELEASE_BUFFERS on this process's context (curl, python and
  * nginx set it).
@@ -100,7 +103,10 @@ SSL *open(SSL_CTX *ctx, bool accepting, int listener, int port)
 
 int main(int argc, char **argv)
 {
-	const bool counted = CRYPTO_set_mem_functions(countedMalloc, countedRealloc, countedFree) == 1;
+	bool counting = false;
+	for (int i = 1; i < argc; i++)
+		counting = counting || std::string(argv[i]) == "--openssl-bytes";
+	const bool counted = counting && CRYPTO_set_mem_functions(countedMalloc, countedRealloc, countedFree) == 1;
 	const bool server = option(argc, argv, "--role", "client") == "server";
 	const int connections = static_cast<int>(number(argc, argv, "--connections", 300));
 	const size_t size = number(argc, argv, "--burst", 65536);
@@ -136,7 +142,7 @@ int main(int argc, char **argv)
 	std::printf("KiB per connection %.1f\n", static_cast<double>(after - before) / connections);
 	if (counted)
 		std::printf("OpenSSL bytes per connection %lld\n", (openSslBytes - openSslBefore) / connections);
-	else
+	else if (counting)
 		std::printf("OpenSSL bytes per connection not counted: it allocated before main\n");
 	kill(peer, SIGTERM);
 	waitpid(peer, nullptr, 0);

@@ -132,7 +132,7 @@ TEST(ReadBuffer, AnIdleConnectionKeepsNoMoreOfOpenSslsMemoryThanWithout)
 	     { std::vector<std::string>{}, std::vector<std::string>{ "--release-buffers" },
 	       std::vector<std::string>{ "--role", "server" },
 	       std::vector<std::string>{ "--role", "server", "--release-buffers" } }) {
-		std::vector<std::string> argv = { examplePath("idle_memory"), "--connections", "20",
+		std::vector<std::string> argv = { examplePath("idle_memory"), "--connections", "20", "--openssl-bytes",
 						  "--cert", certificate().cert, "--key", certificate().key };
 		argv.insert(argv.end(), mode.begin(), mode.end());
 		std::string what = "idle_memory";
