@@ -571,6 +571,15 @@ void leaveRead(SSL *ssl, bool throwing)
 		SSL_read(ssl, buffer, sizeof(buffer));
 }
 
+/* close-unread's last line: how the server's read of the client's end ended, from its pipe. */
+void printWhatTheServerSaw(int from)
+{
+	char seen[16] = {};
+	if (read(from, seen, sizeof(seen) - 1) <= 0)
+		fail("the server said nothing");
+	std::printf("server saw %s\n", seen);
+}
+
 int closeUnread(SSL_CTX *server, const std::string &how)
 {
 	const bool freeFirst = how == "free-first" || how == "longjmp" || how == "throw";
@@ -620,10 +629,7 @@ int closeUnread(SSL_CTX *server, const std::string &how)
 	const bool imageEnds = how == "abort" || how == "exec";
 	const pid_t doomed = imageEnds ? fork() : -1;
 	if (doomed > 0) {
-		char seen[16] = {};
-		if (read(result[0], seen, sizeof(seen) - 1) <= 0)
-			fail("the server said nothing");
-		std::printf("server saw %s\n", seen);
+		printWhatTheServerSaw(result[0]);
 		int status = 0, doomedStatus = 0;
 		waitpid(child, &status, 0);
 		waitpid(doomed, &doomedStatus, 0);
@@ -695,10 +701,7 @@ int closeUnread(SSL_CTX *server, const std::string &how)
 		close(fd);
 		SSL_free(ssl);
 	}
-	char seen[16] = {};
-	if (read(result[0], seen, sizeof(seen) - 1) <= 0)
-		fail("the server said nothing");
-	std::printf("server saw %s\n", seen);
+	printWhatTheServerSaw(result[0]);
 	int status = 0, readerStatus = 0;
 	waitpid(child, &status, 0);
 	if (reader > 0)
