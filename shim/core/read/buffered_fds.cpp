@@ -210,8 +210,9 @@ void BufferedFds::imageEnds(AbortiveCloses *made) const noexcept
 		if (entry.records && !entry.shared && entry.fd >= 0)
 			resetAtClose(entry.fd, made);
 	}
+	/* Not marked unread: they stay listed, and an exec that fails only restores the setting. */
 	for (int fd : unread_)
-		resetAtClose(fd, made, true);
+		resetAtClose(fd, made);
 }
 
 const BufferedFds::Entry *BufferedFds::find(int fd) const noexcept
