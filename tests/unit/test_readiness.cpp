@@ -259,6 +259,25 @@ TEST(BufferedFds, AConnectionKeptByACopyGoesAtTheCopysCloseWithTheKernelsReset)
 	buffered.forget(&kOwner);
 }
 
+/* An exec leaves held sockets to an image that cannot read OpenSSL's buffers; a failed one takes that back. */
+TEST(BufferedFds, AnEndingImageResetsHeldSocketsAndAnExecThatFailsTakesItBack)
+{
+	SocketPair pair;
+	BufferedFds buffered;
+	const int socket = pair.fds[0];
+	buffered.set(&kOwner, socket, inodeOf(socket), true);
+	AbortiveCloses made;
+	buffered.imageEnds(&made);
+	EXPECT_TRUE(resetsAtClose(socket)) << "closed by the image's end, or the next one's, with records unread";
+	ASSERT_EQ(made.count, 1);
+	buffered.closeFailed(made);
+	EXPECT_FALSE(resetsAtClose(socket)) << "the exec failed: the program goes on with its socket";
+	EXPECT_TRUE(buffered.holds(socket));
+	buffered.forget(&kOwner);
+	buffered.closing(socket, socket);
+	EXPECT_TRUE(buffered.idle());
+}
+
 TEST(BufferedFds, PlaintextOfTheRecordBeingReadIsNoReasonForAReset)
 {
 	SocketPair pair;
