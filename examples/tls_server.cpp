@@ -10,7 +10,8 @@
  *     --key-update           TLS 1.3: before each echo, a KeyUpdate that asks the client
  *                            to update its keys too (update_requested)
  *     --renegotiate          TLS 1.2: before the first echo, a HelloRequest: the client
- *                            renegotiates when it next reads
+ *                            renegotiates when it next reads; with --renegotiations N,
+ *                            before each of the first N echoes
  *   --lines                  print each line read as "line TEXT" as soon as it arrives
  *   --close-after BYTES      with --sink: after reading BYTES, send close_notify, then
  *                            read on until the client closes
@@ -107,6 +108,7 @@ int main(int argc, char **argv)
 	const uint64_t connections = number(argc, argv, "--connections", 1);
 	bool sink = false, hangup = false, echo = false, lines = false, hold = false, keyUpdate = false;
 	bool renegotiate = false;
+	uint64_t renegotiations = number(argc, argv, "--renegotiations", 1);
 	const uint64_t closeAfter = number(argc, argv, "--close-after", 0);
 	const uint64_t resetAfter = number(argc, argv, "--reset-after", 0);
 	const uint64_t stampSize = number(argc, argv, "--stamps", 0);
@@ -205,7 +207,7 @@ int main(int argc, char **argv)
 				if (renegotiate) {
 					if (!SSL_renegotiate(ssl) || SSL_do_handshake(ssl) != 1)
 						fail("SSL_renegotiate");
-					renegotiate = false;
+					renegotiate = --renegotiations > 0;
 				}
 				writeAll(ssl, buffer, n);
 			}

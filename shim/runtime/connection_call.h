@@ -168,6 +168,7 @@ inline void settleConnection(const OpenSsl &o, SSL *ssl, Connection *connection,
 			     bool waiting = false) noexcept
 {
 	int savedErrno = errno;
+	ReadTuning::followRenegotiation(o.api, ssl, *connection);
 	const bool pending = holdsData(o.api, ssl);
 	connection->afterCall(process().buffered, progressed, waiting || o.api.SSL_want(ssl) == SSL_READING,
 			      pending, pending && (!o.api.SSL_pending || o.api.SSL_pending(ssl) == 0));

@@ -16,6 +16,7 @@ namespace {
 RateLimit tunedLines;
 RateLimit untunedLines;
 RateLimit chunkedLines;
+RateLimit renegotiationLines;
 
 /* TLS's largest record payload: a BIO that asks the kernel for less reads in chunks of its own. */
 constexpr size_t kOneRecord = 16384;
@@ -173,6 +174,14 @@ void ReadTuning::turnOff(const OpenSslApi &api, SSL *ssl, Connection &connection
 	/* What OpenSSL holds already it still hands out; it reads no further ahead. */
 	api.SSL_set_read_ahead(ssl, 0);
 	connection.setReadAheadByShim(false);
+}
+
+void ReadTuning::renegotiationBegan(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept
+{
+	if (api.SSL_renegotiate_pending(ssl)) {
+		turnOff(api, ssl, connection);
+		logLimited(renegotiationLines, LogLevel::Info, "read-ahead off: the connection renegotiates");
+	}
 }
 
 void ReadTuning::unseenChanged(const OpenSslApi &api, const UnseenWaits &unseen, SSL *ssl,
