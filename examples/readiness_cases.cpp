@@ -33,8 +33,8 @@
  *                     in one segment): reads one line, then asks the socket as connection
  *                     pools do whether the peer is still there: recv(MSG_PEEK|MSG_DONTWAIT)
  *                     and FIONREAD. Prints "peek R" and "fionread positive|zero".
- *   close-unread [free-first|forked|written-last|one-record|longjmp|throw|copy-last|abort|exec]
- *                --cert C --key K
+ *   close-unread [free-first|forked|written-last|one-record|longjmp|throw|copy-last|free-copy|
+ *                 copy-exit|abort|abort-handled|exec] --cert C --key K
  *                     a forked TCP server sends 20 lines at once, then waits for the
  *                     client's end with recv(); the client reads one line and closes the
  *                     socket with the other 19 unread, then frees the SSL (free-first:
@@ -46,10 +46,14 @@
  *                     callback leaves SSL_read at the first record header, by longjmp or
  *                     by an exception, then the client frees and closes; copy-last: a
  *                     copy of the socket is made and the socket's own number closed
- *                     first, then the copy; abort, exec: the client is a forked child
- *                     that calls abort(), or execs /bin/true, which inherits the socket).
- *                     The kernel resets a connection closed with unread data. Prints
- *                     "server saw reset" or "server saw fin".
+ *                     first, then the copy; free-copy: the copy made, the SSL freed,
+ *                     then both closed; abort, exec, copy-exit: the client is a forked
+ *                     child that calls abort(), execs /bin/true, which inherits the
+ *                     socket, or exits after closing the socket's number behind a copy;
+ *                     abort-handled: a SIGABRT handler goes back with siglongjmp, and the
+ *                     client reads the 19 lines, so the close is a FIN). The kernel
+ *                     resets a connection closed with unread data. Prints "server saw
+ *                     reset" or "server saw fin".
  *   cancel-half-record --cert C --key K
  *                     the same server; a thread reads in a loop, and is cancelled once it
  *                     waits for the rest of the record (its message callback saw the
@@ -542,6 +546,8 @@ int halfRecord(SSL_CTX *server)
 }
 
 jmp_buf g_leaveRead;
+/* close-unread abort-handled: where its SIGABRT handler goes back to. */
+sigjmp_buf g_afterAbort;
 /* What the server writes after the lines in close-unread longjmp and throw. */
 constexpr int kLeaveBlock = 8192;
 
@@ -569,6 +575,30 @@ void leaveRead(SSL *ssl, bool throwing)
 		}
 	} else if (setjmp(g_leaveRead) == 0)
 		SSL_read(ssl, buffer, sizeof(buffer));
+}
+
+/*
+ * close-unread abort-handled: abort(), whose SIGABRT handler goes back with siglongjmp;
+ * then the other 19 lines. Prints "lines 20", or "poll timed out after N lines" and
+ * answers false.
+ */
+bool readOnAfterAbort(SSL *ssl, int fd)
+{
+	struct sigaction back = {};
+	back.sa_handler = [](int) { siglongjmp(g_afterAbort, 1); };
+	sigaction(SIGABRT, &back, nullptr);
+	if (sigsetjmp(g_afterAbort, 1) == 0)
+		abort();
+	/* Lines, not records: the server's writes may be merged (the shim in the server). */
+	std::string line;
+	for (size_t lines = 1; lines < 20; lines += std::count(line.begin(), line.end(), '\n')) {
+		if (!pollThenRead(ssl, fd, &line)) {
+			std::printf("poll timed out after %zu lines\n", lines);
+			return false;
+		}
+	}
+	std::printf("lines 20\n");
+	return true;
 }
 
 /* close-unread's last line: how the server's read of the client's end ended, from its pipe. */
@@ -626,7 +656,7 @@ int closeUnread(SSL_CTX *server, const std::string &how)
 	close(listener);
 	close(result[1]);
 	/* abort, exec: the client's image ends with the socket (a hunt: a FIN). */
-	const bool imageEnds = how == "abort" || how == "exec";
+	const bool imageEnds = how == "abort" || how == "exec" || how == "copy-exit";
 	const pid_t doomed = imageEnds ? fork() : -1;
 	if (doomed > 0) {
 		printWhatTheServerSaw(result[0]);
@@ -685,6 +715,14 @@ int closeUnread(SSL_CTX *server, const std::string &how)
 		setrlimit(RLIMIT_CORE, &noCore);
 		abort();
 	}
+	if (how == "copy-exit") {
+		if (dup(fd) < 0)
+			fail("dup");
+		close(fd);
+		exit(0);
+	}
+	if (how == "abort-handled" && !readOnAfterAbort(ssl, fd))
+		return 3;
 	if (how == "exec") {
 		execl("/bin/true", "true", static_cast<char *>(nullptr));
 		_exit(4);
@@ -692,6 +730,11 @@ int closeUnread(SSL_CTX *server, const std::string &how)
 	if (freeFirst) {
 		SSL_free(ssl);
 		close(fd);
+	} else if (how == "free-copy") {
+		const int copy = dup(fd);
+		SSL_free(ssl);
+		close(fd);
+		close(copy);
 	} else if (how == "copy-last") {
 		const int copy = dup(fd);
 		close(fd);

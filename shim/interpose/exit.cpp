@@ -60,7 +60,9 @@ private:
 /*
  * The program's own abort: OpenSSL is intact, and held plaintext is only try-locked. The
  * process dies with its sockets, and those with records held unread are reset, as the
- * kernel resets them (a hunt: a FIN, also after an uncaught exception).
+ * kernel resets them (a hunt: a FIN, also after an uncaught exception); not where a
+ * SIGABRT handler of the program's may take it elsewhere (another hunt: one that
+ * longjmps, and the program read everything and closed with a reset).
  */
 void beforeAbort(Process &p) noexcept
 {
@@ -68,7 +70,10 @@ void beforeAbort(Process &p) noexcept
 		return;
 	p.held.encryptAll();
 	p.coalescer.drainForAbort();
-	p.buffered.imageEnds();
+	struct sigaction action = {};
+	if (sigaction(SIGABRT, nullptr, &action) == 0 && !(action.sa_flags & SA_SIGINFO) &&
+	    (action.sa_handler == SIG_DFL || action.sa_handler == SIG_IGN))
+		p.buffered.imageEnds();
 }
 
 } /* namespace */

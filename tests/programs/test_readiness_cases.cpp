@@ -269,7 +269,16 @@ TEST_P(ClosingUnread, ResetsTheConnectionAsTheKernelDoes)
  */
 INSTANTIATE_TEST_SUITE_P(Readiness, ClosingUnread,
 			 ::testing::Values("close-first", "free-first", "written-last", "longjmp", "throw", "copy-last",
-					   "abort", "exec"));
+					   "free-copy", "copy-exit", "abort", "exec"));
+
+TEST(Readiness, AnAbortWhoseHandlerGoesBackLeavesTheCloseToTheProgram)
+{
+	RecordProperty("fault", "abort() with a SIGABRT handler that siglongjmps, then every line read and a close: "
+				"the shim had made the socket reset at its close");
+	std::vector<std::string> arguments = withIdentity("close-unread");
+	arguments.insert(arguments.begin() + 1, "abort-handled");
+	expectBothWays(bothWays(arguments), "lines 20\nserver saw fin\n");
+}
 
 TEST(Readiness, AConnectionClosedWithPartOfARecordsPlaintextUnreadEndsWithAFin)
 {

@@ -160,6 +160,14 @@ TEST(BufferedFds, AClosedFdNumberIsForgotten)
 	EXPECT_FALSE(buffered.holds(number)) << "reused by another socket";
 }
 
+/* Whether the socket's close will be abortive (SO_LINGER 0): the kernel's reset. */
+bool resetsAtClose(int fd)
+{
+	struct linger setting = {};
+	socklen_t length = sizeof(setting);
+	return getsockopt(fd, SOL_SOCKET, SO_LINGER, &setting, &length) == 0 && setting.l_onoff && !setting.l_linger;
+}
+
 TEST(BufferedFds, ADuplicateIsReadableWhileTheConnectionHoldsDataUntilItIsClosed)
 {
 	SocketPair pair;
@@ -184,7 +192,12 @@ TEST(BufferedFds, ADuplicateIsReadableWhileTheConnectionHoldsDataUntilItIsClosed
 	buffered.forget(&kOwner);
 	EXPECT_FALSE(buffered.idle()) << "the freed connection's records stay unread until the socket's close";
 	buffered.closing(socket, socket);
+	EXPECT_FALSE(resetsAtClose(socket)) << "the copy keeps the socket";
+	EXPECT_FALSE(buffered.idle()) << "the records are the copy's now";
+	buffered.closing(duplicate, duplicate);
+	EXPECT_TRUE(resetsAtClose(duplicate)) << "the socket's last close, with records unread";
 	EXPECT_TRUE(buffered.idle());
+	close(duplicate);
 }
 
 TEST(BufferedFds, ACopyMadeBeforeItsSocketHoldsAnythingIsSeenByTheFileItNames)
@@ -202,13 +215,6 @@ TEST(BufferedFds, ACopyMadeBeforeItsSocketHoldsAnythingIsSeenByTheFileItNames)
 	close(early);
 }
 
-/* Whether the socket's close will be abortive (SO_LINGER 0): the kernel's reset. */
-bool resetsAtClose(int fd)
-{
-	struct linger setting = {};
-	socklen_t length = sizeof(setting);
-	return getsockopt(fd, SOL_SOCKET, SO_LINGER, &setting, &length) == 0 && setting.l_onoff && !setting.l_linger;
-}
 
 TEST(BufferedFds, AFreedConnectionsRecordsResetTheSocketAtItsCloseUnlessTheProgramReadsItFirst)
 {

@@ -72,11 +72,16 @@ namespace {
  */
 void resetAtClose(int fd, AbortiveCloses *made = nullptr, bool unread = false) noexcept
 {
+	/*
+	 * A call that may fail must be able to take the reset back (a hunt: an exec that
+	 * failed left the ninth socket resetting): past the list's room, its close is a FIN.
+	 */
+	if (made && made->count == AbortiveCloses::kMost)
+		return;
 	const int savedErrno = errno;
 	struct linger before = {};
 	socklen_t length = sizeof(before);
-	if (made && made->count < AbortiveCloses::kMost &&
-	    getsockopt(fd, SOL_SOCKET, SO_LINGER, &before, &length) == 0)
+	if (made && getsockopt(fd, SOL_SOCKET, SO_LINGER, &before, &length) == 0)
 		made->made[made->count++] = { fd, before, unread };
 	const struct linger abortive = { 1, 0 };
 	setsockopt(fd, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive));
@@ -99,16 +104,23 @@ void BufferedFds::forget(const void *owner) noexcept
 	 * close after SSL_free), and a reset now would throw away what the peer has not
 	 * acknowledged yet (a hunt: 150 of 200 KiB lost).
 	 */
-	if (it->records && !it->shared && it->fd >= 0) {
-		try {
-			unread_.push_back(it->fd);
-			unreadCount_.store(unread_.size(), std::memory_order_relaxed);
-		} catch (const std::bad_alloc &) {
-			resetAtClose(it->fd); /* out of memory: the reset now, as the close would */
-		}
-	}
+	/* One whose own number closed lists the copy that keeps its socket (a hunt: a FIN). */
+	const int fd = it->fd >= 0 ? it->fd : openElsewhere(it->ino, -1, -1);
+	if (it->records && !it->shared && fd >= 0)
+		leftUnread(fd);
 	entries_.erase(it);
 	publishCount();
+}
+
+void BufferedFds::leftUnread(int fd) noexcept
+{
+	try {
+		unread_.push_back(fd);
+		unreadCount_.store(unread_.size(), std::memory_order_relaxed);
+		knownFds().note(fd); /* its close comes here */
+	} catch (const std::bad_alloc &) {
+		resetAtClose(fd); /* out of memory: the reset now, as the close would */
+	}
 }
 
 void BufferedFds::forgetUnread(int first, int last) noexcept
@@ -164,15 +176,19 @@ void BufferedFds::closing(int first, int last, AbortiveCloses *made) noexcept
 		if (closing >= 0 && openElsewhere(entry.ino, first, last) < 0)
 			resetAtClose(closing, made);
 	}
-	const auto closed = std::remove_if(unread_.begin(), unread_.end(), [&](int fd) {
+	/* A freed connection's records unread: the socket's last close resets, a copy's maybe. */
+	for (int &fd : unread_) {
 		if (fd < first || fd > last)
-			return false;
+			continue;
 		ino_t ino;
-		if (!streamInode(fd, &ino) || openElsewhere(ino, first, last) < 0)
+		const int keeper = streamInode(fd, &ino) ? openElsewhere(ino, first, last) : -1;
+		if (keeper < 0)
 			resetAtClose(fd, made, true);
-		return true;
-	});
-	unread_.erase(closed, unread_.end());
+		else
+			knownFds().note(keeper);
+		fd = keeper;
+	}
+	unread_.erase(std::remove(unread_.begin(), unread_.end(), -1), unread_.end());
 	unreadCount_.store(unread_.size(), std::memory_order_relaxed);
 }
 
@@ -207,8 +223,10 @@ void BufferedFds::imageEnds(AbortiveCloses *made) const noexcept
 	if (!lock.owns_lock())
 		return;
 	for (const Entry &entry : entries_) {
-		if (entry.records && !entry.shared && entry.fd >= 0)
-			resetAtClose(entry.fd, made);
+		/* One whose own number closed: the copy that keeps its socket (a hunt: a FIN). */
+		const int fd = entry.fd >= 0 ? entry.fd : openElsewhere(entry.ino, -1, -1);
+		if (entry.records && !entry.shared && fd >= 0)
+			resetAtClose(fd, made);
 	}
 	/* Not marked unread: they stay listed, and an exec that fails only restores the setting. */
 	for (int fd : unread_)

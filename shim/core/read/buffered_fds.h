@@ -22,7 +22,7 @@ bool streamInode(int fd, ino_t *ino) noexcept;
 
 /* The abortive closes a closing() set, to take back when the close fails (a dup2 from a bad fd). */
 struct AbortiveCloses {
-	static constexpr int kMost = 8;
+	static constexpr int kMost = 64;
 	struct Made {
 		int fd;
 		struct linger before; /* the socket's own setting */
@@ -198,6 +198,8 @@ private:
 	/* Under the lock: a copy among first..last that names the socket whose inode is ino, or -1. */
 	int copyAmong(ino_t ino, int first, int last) const noexcept;
 	void forgetUnread(int first, int last) noexcept;
+	/* Under the lock: records a freed connection left unread in fd's socket. */
+	void leftUnread(int fd) noexcept;
 	/* The inode registered for fd, if any. */
 	bool lookup(int fd, ino_t *ino) const noexcept;
 	void publishCount() noexcept { count_.store(entries_.size(), std::memory_order_relaxed); }
