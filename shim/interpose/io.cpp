@@ -170,10 +170,6 @@ TLSTUNE_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t bufl
 
 namespace {
 
-/*
- * A recvmsg of no bytes on a connection whose records OpenSSL holds, as forwardPeek
- * answers one: true when it is answered, *n set. No control message comes with it.
- */
 /* msg asks for no bytes. More than UIO_MAXIOV parts: the kernel's EMSGSIZE, before the shim counts them. */
 bool asksNoBytes(const struct msghdr *msg) noexcept
 {
@@ -195,6 +191,10 @@ void answerNoBytes(struct msghdr *msg) noexcept
 		msg->msg_namelen = 0; /* as answered() */
 }
 
+/*
+ * A recvmsg of no bytes on a connection whose records OpenSSL holds, as forwardPeek
+ * answers one: true when it is answered, *n set. No control message comes with it.
+ */
 bool answeredNoBytes(Process &p, int fd, struct msghdr *msg, int flags, ssize_t *n)
 {
 	if (p.buffered.empty() || !asksNoBytes(msg) || !asksHeld(p, fd, flags))
