@@ -265,6 +265,26 @@ TEST(BufferedFds, AConnectionKeptByACopyGoesAtTheCopysCloseWithTheKernelsReset)
 	buffered.forget(&kOwner);
 }
 
+/* The same, the SSL freed between the two closes: its records stay unread in the copy's socket. */
+TEST(BufferedFds, AConnectionFreedAfterItsNumberClosedLeavesItsRecordsToTheCopy)
+{
+	SocketPair pair;
+	BufferedFds buffered;
+	const int socket = pair.fds[0];
+	const int copy = dup(socket);
+	buffered.duplicated(copy);
+	buffered.set(&kOwner, socket, inodeOf(socket), true);
+	buffered.closing(socket, socket);
+	close(socket);
+	buffered.closed(socket, socket);
+	buffered.forget(&kOwner);
+	EXPECT_FALSE(buffered.idle()) << "the records are unread in the copy's socket";
+	buffered.closing(copy, copy);
+	EXPECT_TRUE(resetsAtClose(copy)) << "the socket's last close";
+	EXPECT_TRUE(buffered.idle());
+	close(copy);
+}
+
 /* An exec leaves held sockets to an image that cannot read OpenSSL's buffers; a failed one takes that back. */
 TEST(BufferedFds, AnEndingImageResetsHeldSocketsAndAnExecThatFailsTakesItBack)
 {
