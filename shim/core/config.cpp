@@ -38,10 +38,8 @@ const Option kOptions[] = {
 	    "(made through its SSL_new, read through its SSL_read)." },
 	  Kind::Bool, &Config::readAhead, nullptr, nullptr, nullptr },
 	{ { "TLSTUNE_READ_BUFFER", "bytes from 16KiB to 1MiB, suffix K, KiB, M or MiB", "65655",
-	    "The read buffer length of a client that lets its buffers go when empty "
-	    "(`SSL_MODE_RELEASE_BUFFERS`: curl, python): the default holds four whole 16 KiB TLS "
-	    "records. A server, and a client that keeps its buffers, keep OpenSSL's one record unless "
-	    "this is set; set, it sizes every connection." },
+	    "A client's read buffer length: the default holds four whole 16 KiB TLS records (a server "
+	    "keeps OpenSSL's one unless this is set)." },
 	  Kind::Size, nullptr, &Config::readBuffer, nullptr, nullptr },
 	{ { "TLSTUNE_READINESS", "1/true/yes/on or 0/false/no/off", "on",
 	    "Make poll/select/epoll report a connection readable while OpenSSL holds its data. "

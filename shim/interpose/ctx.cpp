@@ -29,8 +29,8 @@ SSL_CTX *created(Create create)
 		int savedErrno = errno;
 		Stats::add(process().stats.contextsTuned, 1);
 		logLimited(contextLines, LogLevel::Info, "new SSL_CTX: the connections tlstune follows get "
-			   "read-ahead and a %zu-byte read buffer (a server's, and a client's that keeps its "
-			   "buffers: OpenSSL's own, unless TLSTUNE_READ_BUFFER is set)", process().config.readBuffer);
+			   "read-ahead and a %zu-byte read buffer (a server's: OpenSSL's own, unless "
+			   "TLSTUNE_READ_BUFFER is set)", process().config.readBuffer);
 		errno = savedErrno;
 	}
 	return ctx;

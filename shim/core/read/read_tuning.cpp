@@ -73,17 +73,16 @@ void ReadTuning::noteContextSetting(const OpenSslApi &api, SSL_CTX *ctx) const n
 std::size_t ReadTuning::turnOn(const OpenSslApi &api, const Config &config, SSL *ssl, bool connecting) noexcept
 {
 	/*
-	 * Four records, one recv, for a client whose buffer OpenSSL lets go when empty
-	 * (SSL_MODE_RELEASE_BUFFERS: curl, python, nginx and haproxy set it): it downloads
-	 * (64 reads per MiB with one). A buffer that stays between bursts keeps OpenSSL's own
-	 * size, one record, so that an idle connection keeps what it keeps without the shim
-	 * (issue 23: four records kept three more, 77 against 41 KiB): a client's that keeps
-	 * its buffers, and a server's, which may hold thousands of connections. Read-ahead
-	 * still takes what that buffer holds at once. TLSTUNE_READ_BUFFER, given, sizes all.
+	 * Four records, one recv, for a client: it downloads (64 reads per MiB with one). A
+	 * server keeps OpenSSL's own size, one record: it may hold thousands of connections,
+	 * and a burst then costs what it costs without the shim, while read-ahead still takes
+	 * what that buffer holds at once; unless TLSTUNE_READ_BUFFER names another size. (A
+	 * client that keeps its buffers between bursts then keeps four records idle: sizing
+	 * by SSL_MODE_RELEASE_BUFFERS was tried, and curl 8, which no longer sets it, read one
+	 * record at a time: the README's read buffer paragraph.)
 	 */
 	const bool server = !connecting && api.SSL_is_server && api.SSL_is_server(ssl);
-	const bool releases = api.SSL_ctrl && (api.SSL_ctrl(ssl, SSL_CTRL_MODE, 0, nullptr) & SSL_MODE_RELEASE_BUFFERS);
-	const bool sized = config.readBufferSet || (!server && releases);
+	const bool sized = !server || config.readBufferSet;
 	if (sized)
 		api.SSL_set_default_read_buffer_len(ssl, config.readBuffer);
 	api.SSL_set_read_ahead(ssl, 1);
@@ -121,7 +120,7 @@ void ReadTuning::tuneConnection(const OpenSslApi &api, const Config &config,
 		logLimited(tunedLines, LogLevel::Info, "connection tuned: read-ahead on, read buffer %zu bytes", buffer);
 	else
 		logLimited(tunedLines, LogLevel::Info, "connection tuned: read-ahead on, OpenSSL's own read buffer "
-			   "(a server's, or a client's that keeps its buffers)");
+			   "(a server)");
 }
 
 bool ReadTuning::retriesItself(const OpenSslApi &api, SSL *ssl) noexcept

@@ -39,8 +39,7 @@ public:
 	/*
 	 * Read-ahead and the read buffer on ssl, before OpenSSL makes the buffer. connecting:
 	 * ssl reads as a client whatever its method said (SSL_connect makes it one). Returns
-	 * the buffer length set, 0 where OpenSSL's own stays (a server's, or a client's that
-	 * keeps its buffers).
+	 * the buffer length set, 0 where OpenSSL's own stays (a server's).
 	 */
 	static std::size_t turnOn(const OpenSslApi &api, const Config &config, SSL *ssl,
 				  bool connecting = false) noexcept;
