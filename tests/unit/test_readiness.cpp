@@ -168,6 +168,15 @@ bool resetsAtClose(int fd)
 	return getsockopt(fd, SOL_SOCKET, SO_LINGER, &setting, &length) == 0 && setting.l_onoff && !setting.l_linger;
 }
 
+/* fd's close is its socket's last, with a freed connection's records unread: a reset, and nothing is left. */
+void expectTheLastCloseResets(BufferedFds &buffered, int fd)
+{
+	buffered.closing(fd, fd);
+	EXPECT_TRUE(resetsAtClose(fd)) << "the socket's last close, with records unread";
+	EXPECT_TRUE(buffered.idle());
+	close(fd);
+}
+
 TEST(BufferedFds, ADuplicateIsReadableWhileTheConnectionHoldsDataUntilItIsClosed)
 {
 	SocketPair pair;
@@ -194,10 +203,7 @@ TEST(BufferedFds, ADuplicateIsReadableWhileTheConnectionHoldsDataUntilItIsClosed
 	buffered.closing(socket, socket);
 	EXPECT_FALSE(resetsAtClose(socket)) << "the copy keeps the socket";
 	EXPECT_FALSE(buffered.idle()) << "the records are the copy's now";
-	buffered.closing(duplicate, duplicate);
-	EXPECT_TRUE(resetsAtClose(duplicate)) << "the socket's last close, with records unread";
-	EXPECT_TRUE(buffered.idle());
-	close(duplicate);
+	expectTheLastCloseResets(buffered, duplicate);
 }
 
 TEST(BufferedFds, ACopyMadeBeforeItsSocketHoldsAnythingIsSeenByTheFileItNames)
@@ -279,10 +285,7 @@ TEST(BufferedFds, AConnectionFreedAfterItsNumberClosedLeavesItsRecordsToTheCopy)
 	buffered.closed(socket, socket);
 	buffered.forget(&kOwner);
 	EXPECT_FALSE(buffered.idle()) << "the records are unread in the copy's socket";
-	buffered.closing(copy, copy);
-	EXPECT_TRUE(resetsAtClose(copy)) << "the socket's last close";
-	EXPECT_TRUE(buffered.idle());
-	close(copy);
+	expectTheLastCloseResets(buffered, copy);
 }
 
 /* An exec leaves held sockets to an image that cannot read OpenSSL's buffers; a failed one takes that back. */
