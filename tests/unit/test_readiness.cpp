@@ -247,19 +247,28 @@ TEST(BufferedFds, AFreedConnectionsRecordsResetTheSocketAtItsCloseUnlessTheProgr
  * socket's last close resets it (the records are unread) and the entry goes with it (a
  * hunt: an epoll registration the kernel had dropped was reported at once, for ever).
  */
-TEST(BufferedFds, AConnectionKeptByACopyGoesAtTheCopysCloseWithTheKernelsReset)
+/*
+ * A connection holding records on socket, whose number the program closes behind a copy
+ * of it (dup, then close): the copy, which keeps the socket open.
+ */
+int closedBehindACopy(BufferedFds &buffered, int socket)
 {
-	SocketPair pair;
-	BufferedFds buffered;
-	const int socket = pair.fds[0];
-	const ino_t ino = inodeOf(socket);
 	const int copy = dup(socket);
 	buffered.duplicated(copy);
-	buffered.set(&kOwner, socket, ino, true);
+	buffered.set(&kOwner, socket, inodeOf(socket), true);
 	buffered.closing(socket, socket);
 	EXPECT_FALSE(resetsAtClose(socket)) << "the copy keeps the socket open";
 	close(socket);
 	buffered.closed(socket, socket);
+	return copy;
+}
+
+TEST(BufferedFds, AConnectionKeptByACopyGoesAtTheCopysCloseWithTheKernelsReset)
+{
+	SocketPair pair;
+	BufferedFds buffered;
+	const ino_t ino = inodeOf(pair.fds[0]);
+	const int copy = closedBehindACopy(buffered, pair.fds[0]);
 	EXPECT_TRUE(buffered.holdsInode(ino)) << "the kernel's readiness is the socket's";
 	EXPECT_TRUE(knownFds().mayHave(copy)) << "the copy's close must reach the shim";
 	buffered.closing(copy, copy);
@@ -276,13 +285,7 @@ TEST(BufferedFds, AConnectionFreedAfterItsNumberClosedLeavesItsRecordsToTheCopy)
 {
 	SocketPair pair;
 	BufferedFds buffered;
-	const int socket = pair.fds[0];
-	const int copy = dup(socket);
-	buffered.duplicated(copy);
-	buffered.set(&kOwner, socket, inodeOf(socket), true);
-	buffered.closing(socket, socket);
-	close(socket);
-	buffered.closed(socket, socket);
+	const int copy = closedBehindACopy(buffered, pair.fds[0]);
 	buffered.forget(&kOwner);
 	EXPECT_FALSE(buffered.idle()) << "the records are unread in the copy's socket";
 	expectTheLastCloseResets(buffered, copy);
