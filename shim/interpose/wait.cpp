@@ -220,8 +220,8 @@ TLSTUNE_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevent
 	if (nothingToWaitFor())
 		return process().libc.epoll_wait(epfd, events, maxevents, timeout);
 	return mergedWait([=](Process &p) {
-		return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents, [&](bool zero) {
-			return p.libc.epoll_wait(epfd, events, maxevents, zero ? 0 : timeout);
+		return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents, [&](bool zero, int room) {
+			return p.libc.epoll_wait(epfd, events, room, zero ? 0 : timeout);
 		});
 	});
 }
@@ -232,8 +232,8 @@ TLSTUNE_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxeven
 	if (nothingToWaitFor())
 		return process().libc.epoll_pwait(epfd, events, maxevents, timeout, sigmask);
 	return mergedWait([=](Process &p) {
-		return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents, [&](bool zero) {
-			return p.libc.epoll_pwait(epfd, events, maxevents, zero ? 0 : timeout, zero ? nullptr : sigmask);
+		return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents, [&](bool zero, int room) {
+			return p.libc.epoll_pwait(epfd, events, room, zero ? 0 : timeout, zero ? nullptr : sigmask);
 		});
 	});
 }
@@ -248,8 +248,8 @@ TLSTUNE_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxeve
 	if (straightToTheKernel(timeout))
 		return process().libc.epoll_pwait2(epfd, events, maxevents, timeout, sigmask);
 	return mergedWait([=](Process &p) {
-		return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents, [&](bool zero) {
-			return p.libc.epoll_pwait2(epfd, events, maxevents, zero ? &kZeroSpec : timeout,
+		return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents, [&](bool zero, int room) {
+			return p.libc.epoll_pwait2(epfd, events, room, zero ? &kZeroSpec : timeout,
 						   zero ? nullptr : sigmask);
 		});
 	});

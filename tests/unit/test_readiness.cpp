@@ -675,7 +675,7 @@ protected:
 	{
 		/* Never blocks: the tests' sockets are idle, so the program's timeout is 0 too. */
 		return epollMerged(buffered_, sets_, ::epoll_ctl, epfd, events, max,
-				   [&](bool) { return epoll_wait(epfd, events, max, 0); });
+				   [&](bool, int room) { return epoll_wait(epfd, events, room, 0); });
 	}
 	int wait(struct epoll_event *events, int max) { return waitOn(epfd_, events, max); }
 	/* OpenSSL holds data for the socket fd (of the connection owner), since that arrival. */
@@ -861,6 +861,37 @@ TEST_F(EpollMerged, AnAlwaysReadyFdDoesNotStarveAHeldConnection)
 	EXPECT_EQ(eventfdTurns, 3);
 	control(EPOLL_CTL_DEL, ready, 0, 0);
 	close(ready);
+}
+
+/*
+ * The wait after one the kernel's events filled serves the held connection first, and the
+ * kernel's events take the room it leaves, as the kernel's own wait would have filled it
+ * (a hunt: 10 ready eventfds and a held connection, the second epoll_wait(64) returned
+ * the connection alone, and the third all 11).
+ */
+TEST_F(EpollMerged, TheHeldConnectionsTurnLeavesTheRestOfTheRoomToTheKernel)
+{
+	constexpr int kReady = 3;
+	std::vector<int> always;
+	for (int i = 0; i < kReady; i++) {
+		always.push_back(eventfd(1, EFD_CLOEXEC)); /* readable for ever: nobody reads it */
+		ASSERT_GE(always.back(), 0);
+		add(always.back(), EPOLLIN, 100 + i);
+	}
+	add(pair_.fds[0], EPOLLIN, 1);
+	hold(pair_.fds[0], 1);
+	struct epoll_event events[8];
+	ASSERT_EQ(wait(events, kReady), kReady) << "the kernel's events fill the wait";
+	ASSERT_EQ(wait(events, 8), kReady + 1) << "the held connection, and the kernel's events in the room left";
+	std::set<uint64_t> reported;
+	for (int i = 0; i < kReady + 1; i++)
+		reported.insert(events[i].data.u64);
+	EXPECT_EQ(reported, (std::set<uint64_t>{ 1, 100, 101, 102 }));
+	EXPECT_EQ(wait(events, 8), kReady + 1) << "and every wait with room after it";
+	for (int fd : always) {
+		control(EPOLL_CTL_DEL, fd, 0, 0);
+		close(fd);
+	}
 }
 
 TEST_F(EpollMerged, ANewSslOnTheSameSocketGetsItsOwnEdge)
@@ -1242,7 +1273,7 @@ TEST(EpollSetsThreads, WaitsAndChangesOnOneSetAtOnce)
 				buffered.set(&owner, pair.fds[0], ino, true, static_cast<unsigned long long>(i));
 				struct epoll_event events[8];
 				int n = epollMerged(buffered, sets, ::epoll_ctl, epfd, events, 8,
-						    [&](bool) { return epoll_wait(epfd, events, 8, 0); });
+						    [&](bool, int room) { return epoll_wait(epfd, events, room, 0); });
 				wrong += n < 0;
 				buffered.set(&owner, pair.fds[0], ino, false);
 				wrong += epoll_ctl(epfd, EPOLL_CTL_DEL, pair.fds[0], nullptr) != 0;

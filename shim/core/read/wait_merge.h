@@ -181,7 +181,10 @@ void disarmOneShot(EpollCtl realCtl, int epfd, const EpollRegistration &registra
  * arrival (EpollSets::claim), so a server that leaves data unread on purpose (nginx under
  * backpressure) is not woken again until more arrives.
  */
-/* realWait(zeroTimeout): the real epoll wait, its mask left out of the probe as for ppoll. */
+/*
+ * realWait(zeroTimeout, room): the real epoll wait for at most room events (room <=
+ * maxevents), its mask left out of the probe as for ppoll.
+ */
 template <typename RealWait>
 __attribute__((noinline)) int epollMergedFully(const BufferedFds &buffered, EpollSets &sets, EpollCtl realCtl,
 					       int epfd, struct epoll_event *events, int maxevents,
@@ -200,7 +203,7 @@ inline int epollMerged(const BufferedFds &buffered, EpollSets &sets, EpollCtl re
 {
 	if (!buffered.empty() && maxevents > 0)
 		return epollMergedFully(buffered, sets, realCtl, epfd, events, maxevents, realWait);
-	int ready = realWait(false);
+	int ready = realWait(false, maxevents);
 	const bool wakeIdle = ready <= 0 || sets.wake().idle();
 	if (ready <= 0 || (wakeIdle && sets.noOneShots()))
 		return ready;
@@ -229,7 +232,7 @@ int epollMergedFully(const BufferedFds &buffered, EpollSets &sets, EpollCtl real
 	for (;;) {
 		bool woken = false;
 		if (buffered.empty() || maxevents <= 0) {
-			int ready = realWait(false);
+			int ready = realWait(false, maxevents);
 			if (ready > 0 && !wake.idle())
 				ready = wake.strip(epfd, realCtl, events, ready, &woken);
 			if (woken && ready == 0)
@@ -243,16 +246,17 @@ int epollMergedFully(const BufferedFds &buffered, EpollSets &sets, EpollCtl real
 		int found = sets.claim(epfd, buffered, extra, claimable);
 		/*
 		 * The last wait's maxevents were filled by the kernel's events (an always-readable
-		 * eventfd next to the socket, maxevents 1): this one serves the held connections,
-		 * and the kernel's events stay queued for the next, as the kernel's rotating ready
-		 * list would have served them in turn.
+		 * eventfd next to the socket, maxevents 1): this one serves the held connections
+		 * first, and the kernel's events take the room they leave (none with maxevents 1),
+		 * as the kernel's rotating ready list would have served them in turn (a hunt: all
+		 * the room went to the held connections, 1 event where the kernel gave 11).
 		 */
 		const bool shimsTurn = found > 0 && sets.takeOwed(epfd);
-		int ready = shimsTurn ? 0 : realWait(found > 0);
+		const int room = shimsTurn ? maxevents - found : maxevents;
+		int ready = room > 0 ? realWait(found > 0, room) : 0;
 		if (ready > 0 && !wake.idle())
 			ready = wake.strip(epfd, realCtl, events, ready, &woken);
-		if (!shimsTurn)
-			sets.delivered(epfd, events, ready);
+		sets.delivered(epfd, events, ready);
 		/* Woken by the shim: a registration of a held connection was armed during the wait. */
 		if (woken && found == 0)
 			found = sets.claim(epfd, buffered, extra, claimable);
