@@ -677,6 +677,26 @@ int keptList(const Pki &p)
 }
 
 /*
+ * A load made while this thread holds the store's lock (a hunt; a callback OpenSSL runs
+ * under that lock would do the same): OpenSSL's adds cannot take the lock again, and the
+ * load fails and trusts nothing (3.0 and 3.5).
+ */
+int lockedLoad(const Pki &p)
+{
+	writeFile(path("ca.pem"), bundle(p));
+	X509_STORE *store = X509_STORE_new();
+	const int locked = X509_STORE_lock(store);
+	const int loaded = X509_STORE_load_locations(store, path("ca.pem").c_str(), nullptr);
+	if (locked)
+		X509_STORE_unlock(store);
+	std::printf("locked load %d\n", loaded);
+	printErrors("locked load");
+	verify(store, p.leaf, "locked");
+	X509_STORE_free(store);
+	return 0;
+}
+
+/*
  * Loading compares certificates of one subject (X509_cmp), which makes their SHA-1
  * fingerprints: where SHA-1 cannot be fetched, that load leaves the errors.
  */
@@ -740,7 +760,7 @@ int main(int argc, char **argv)
 		{ "make-pki", makePkiFiles },      { "fifo", fifo },
 		{ "seccomp", confined },           { "own-lookup", ownLookup },
 		{ "check-issued", checkIssuedCase }, { "check-issued-walk", checkIssuedWalk },
-		{ "kept-list", keptList },
+		{ "kept-list", keptList },         { "locked-load", lockedLoad },
 		{ "trailing-bytes", trailingBytes }, { "twins-after", twinsAfter },
 	};
 	for (const char *change : { "unload-default", "properties-after", "fips-after", "default-context",

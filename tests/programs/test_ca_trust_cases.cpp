@@ -55,6 +55,8 @@ const TrustCase kCases[] = {
 	{ "check-issued", "check_issued sees 3 objects", 1 },
 	{ "check-issued-walk", "walk verify 1 code 0 (ok)\nwalk found the valid root A", 1 },
 	{ "kept-list", "kept after two loads 3", 1 },
+	/* 1.1.1 takes no notice of the lock's failure, and loads. */
+	{ "locked-load", "locked load", -1 },
 	{ "trailing-bytes", "trailing verify", 0 },
 	/*
 	 * On 3.0 the second load's comparison cannot make the fingerprints, and leaves its

@@ -30,6 +30,8 @@ public:
 	StoreLock(const StoreLock &) = delete;
 	StoreLock &operator=(const StoreLock &) = delete;
 
+	bool taken() const noexcept { return taken_; }
+
 private:
 	const CaApi &api_;
 	X509_STORE *store_;
@@ -183,6 +185,12 @@ int LazyStores::attach(X509_STORE *store, const std::shared_ptr<const CaIndex> &
 	if (slot_ < 0)
 		return -1;
 	StoreLock lock(*api_, store);
+	/*
+	 * This thread holds the lock (a load from under X509_STORE_lock, a hunt): OpenSSL's
+	 * adds cannot take it, and its load fails and adds nothing. Let it.
+	 */
+	if (!lock.taken())
+		return -1;
 	State *s = stateOrNew(store);
 	bool ok = s != nullptr && aheadFor(s, index);
 	if (ok && ordered_) {
