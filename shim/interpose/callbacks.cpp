@@ -28,7 +28,7 @@ void observed(bool set) noexcept
 		return;
 	Process &p = process();
 	p.recordCallbacks.store(true, std::memory_order_relaxed);
-	p.held.encryptAll();
+	p.held.encryptAllNow();
 }
 
 } /* namespace */

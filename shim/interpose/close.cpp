@@ -40,7 +40,7 @@ bool tracking(Process &p)
  */
 void beforeClose(Process &p, int first, int last, AbortiveCloses *made = nullptr)
 {
-	p.held.encryptAll();
+	p.held.encryptAllNow();
 	p.coalescer.closing(first, last);
 	if (!p.buffered.idle())
 		p.buffered.closing(first, last, made);
@@ -202,7 +202,7 @@ TLSTUNE_EXPORT int shutdown(int fd, int how)
 	Process &p = process();
 	if (how == SHUT_RD || !knownFds().mayHave(fd) || !tracking(p))
 		return p.libc.shutdown(fd, how);
-	p.held.encryptAll();
+	p.held.encryptAllNow();
 	p.coalescer.shuttingDown(fd);
 	const int result = p.libc.shutdown(fd, how);
 	if (result == 0)

@@ -37,7 +37,7 @@ int singleThreaded(bool needsOneThread, Call call)
 	if (p.inVforkChild())
 		return result;
 	const int savedErrno = errno;
-	p.held.encryptAll();
+	p.held.encryptAllNow();
 	p.coalescer.flushAll();
 	p.coalescer.endFlusher();
 	errno = savedErrno;

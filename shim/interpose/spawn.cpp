@@ -47,7 +47,7 @@ void handOver() noexcept
 	if (p.coalescer.idle() || p.inVforkChild())
 		return;
 	const int savedErrno = errno;
-	p.held.encryptAll();
+	p.held.encryptAllNow();
 	p.coalescer.flushAll();
 	errno = savedErrno;
 }

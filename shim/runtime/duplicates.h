@@ -95,7 +95,7 @@ inline void handOverSentSocket(Process &p, int fd)
 		return;
 	const int savedErrno = errno;
 	p.coalescer.sendingAway(fd);
-	p.held.encryptAll();
+	p.held.encryptAllNow();
 	p.coalescer.shuttingDown(fd);
 	errno = savedErrno;
 }

@@ -90,7 +90,7 @@ void lockForFork()
 	 * _exit, which the shim never sees: records left with the parent were lost, and the
 	 * child's next records reached the peer out of sequence (bad record mac).
 	 */
-	process().held.encryptAll();
+	process().held.encryptAllNow();
 	process().coalescer.flushAll();
 	process().held.lockForFork();
 	process().caCache.lockForFork();
@@ -323,7 +323,7 @@ void Process::handOverAndStopHolding()
 	}
 	const int savedErrno = errno;
 	held.stopHolding();
-	held.encryptAll();
+	held.encryptAllNow();
 	coalescer.stopHolding();
 	errno = savedErrno;
 }

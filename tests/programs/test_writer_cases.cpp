@@ -225,6 +225,12 @@ TEST(Writers, ARawCloseHandsOverWhatWasWrittenAndSendsNothingIntoTheNewFile)
 	expectTheSameBothWays("raw-close", {}, "socketpair got 0 bytes\nclosed\n", 0, 1);
 }
 
+TEST(Writers, AWayOutWhileTheShimsThreadEncryptsWaitsForItsRecord)
+{
+	RecordProperty("fault", "20 short lines, 100 us, then close, shutdown or dup2 over the socket, 30 times");
+	expectTheSameBothWays("mid-flush", { "--connections", "30" }, "bytes into other files 0\n", 0, 30);
+}
+
 TEST(Writers, FcloseOfAStreamOnTheSocketHandsOverWhatWasWritten)
 {
 	RecordProperty("fault", "20 short lines, then fclose(fdopen(fd)): glibc closes the fd itself");

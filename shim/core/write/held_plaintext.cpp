@@ -48,6 +48,12 @@ using Guard = std::unique_lock<OwnedLock>;
  * finish, stopped inside a lock this one held when a signal interrupted it).
  */
 constexpr std::chrono::milliseconds kEndPatience{200};
+/*
+ * Before a way out of a connection: the same bound, for a lock this thread cannot get
+ * (a handler that interrupted it inside the coalescer's lock, which an encryption in
+ * another thread waits for).
+ */
+constexpr std::chrono::milliseconds kWayOutPatience = kEndPatience;
 
 } /* namespace */
 
@@ -126,12 +132,12 @@ void HeldPlaintext::leave() noexcept
 	inside_--;
 }
 
-bool HeldPlaintext::encryptIfIdle() noexcept
+bool HeldPlaintext::encryptIfIdle(bool patient) noexcept
 {
 	if (encrypting)
 		return false;
 	Guard lock(mutex_, std::try_to_lock);
-	if (!lock.owns_lock())
+	if (!lock.owns_lock() && (!patient || mutex_.heldHere() || !lockWithin(lock, kWayOutPatience)))
 		return false;
 	if (inside_ == 0 && !retired_ && size_.load(std::memory_order_relaxed) > 0)
 		encryptLocked(false, false);
@@ -284,21 +290,44 @@ void HeldRegistry::free(void *ssl) noexcept
 
 void HeldRegistry::encryptAll() noexcept
 {
-	if (encrypting || held_.load(std::memory_order_relaxed) == 0)
+	encryptAll(false);
+}
+
+/*
+ * A hunt: 20 small writes, then close and a socketpair that took the number. The flusher
+ * was encrypting the held record when close only tried the locks, handed the kernel
+ * nothing and closed; the record then went to the socketpair (or was lost, or went after
+ * a shutdown's FIN, or past a message callback set meanwhile), 14 runs in 30.
+ */
+void HeldRegistry::encryptAllNow() noexcept
+{
+	encryptAll(true);
+}
+
+void HeldRegistry::encryptAll(bool patient) noexcept
+{
+	/* passing_ after held_: a pass resets held_ only once passing_ is set. */
+	if (encrypting || (held_.load(std::memory_order_seq_cst) == 0 &&
+			   (!patient || !passing_.load(std::memory_order_seq_cst))))
+		return;
+	/* A handler that interrupted this thread's own pass: nothing to wait for. */
+	if (mutex_.heldHere())
 		return;
 	/* As Coalescer::flushDirty: no siglongjmp out of a handler may leave the lock held. */
 	SignalsBlocked quiet;
 	Guard lock(mutex_, std::try_to_lock);
-	if (!lock.owns_lock())
+	if (!lock.owns_lock() && (!patient || !lockWithin(lock, kWayOutPatience)))
 		return;
+	passing_.store(true, std::memory_order_seq_cst);
 	/* Reset first: a buffer filled after this pass saw it counts again. */
-	held_.store(0, std::memory_order_relaxed);
+	held_.store(0, std::memory_order_seq_cst);
 	int left = 0;
 	for (auto &entry : entries_)
-		if (!entry.second->encryptIfIdle() && entry.second->held())
+		if (!entry.second->encryptIfIdle(patient) && entry.second->held())
 			left++;
 	if (left)
 		held_.fetch_add(left, std::memory_order_relaxed);
+	passing_.store(false, std::memory_order_seq_cst);
 }
 
 void HeldPlaintext::encryptAtImageEnd(bool mayReturn) noexcept

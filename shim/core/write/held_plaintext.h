@@ -77,9 +77,10 @@ public:
 
 	/*
 	 * Anyone else: encrypts what is held unless a call on this SSL is running or the lock
-	 * is busy. True when nothing is held afterwards.
+	 * is busy (patient: waits for it a bounded while, unless this thread holds it). True
+	 * when nothing is held afterwards.
 	 */
-	bool encryptIfIdle() noexcept;
+	bool encryptIfIdle(bool patient = false) noexcept;
 
 	/* SSL_free: what is held is encrypted, and nothing touches the SSL afterwards. */
 	void retire() noexcept;
@@ -177,8 +178,14 @@ public:
 	void noteHeld() noexcept { held_.fetch_add(1, std::memory_order_relaxed); }
 	bool anyHeld() const noexcept { return held_.load(std::memory_order_relaxed) > 0; }
 
-	/* Before a wait, close, exit, fork, and from the flusher: encrypts what it can. */
+	/* Before a wait, and from the flusher: encrypts what it can now. */
 	void encryptAll() noexcept;
+	/*
+	 * Before a way out of a connection (close, shutdown, dup2 over it, a callback set, a
+	 * sandbox, a spawn): the same, waiting a bounded while for an encryption under way in
+	 * another thread, whose record would reach the socket after the way out.
+	 */
+	void encryptAllNow() noexcept;
 	/*
 	 * At _exit, exec or exit: the same, waiting a bounded while for a connection another
 	 * thread is encrypting (its bytes would be lost with the image). A signal handler that
@@ -196,12 +203,15 @@ public:
 	void unlockInChild() noexcept;
 
 private:
+	void encryptAll(bool patient) noexcept;
+
 	OwnedLock mutex_;
 	std::unordered_map<void *, std::unique_ptr<HeldPlaintext>> entries_;
 	static inline std::atomic<int> count_{0};
 	/* Moves on whenever an entry goes: a thread's cached lookup of() is stale then. */
 	std::atomic<unsigned long> generation_{0};
 	std::atomic<int> held_{0}; /* a hint: buffers that became non-empty since the last pass */
+	std::atomic<bool> passing_{false}; /* a pass is encrypting (held_ is reset as it begins) */
 	std::atomic<bool> stopped_{false};
 };
 
