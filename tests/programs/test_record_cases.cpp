@@ -134,3 +134,25 @@ TEST(RecordCases, QueriesOnAnotherThreadWhileTheShimEncryptsHeldLines)
 {
 	expectTheSameEveryWay("queries", { "--sink" }, 1);
 }
+
+/*
+ * DTLS over UDP through a socket BIO (SSL_set_fd): each record is a datagram of its own,
+ * as without the shim (a hunt: the filter merged 30 records into 3 datagrams of up to 15
+ * KiB, past the program's MTU; with the don't-fragment bit set, EMSGSIZE and SIGPIPE).
+ */
+TEST(RecordCases, DtlsOverUdpKeepsADatagramPerRecord)
+{
+	RecordProperty("fault", "DTLS client with SSL_set_fd on a UDP socket, 30 writes of 100 B");
+	const Certificate &identity = certificate();
+	std::string outputs[2];
+	for (bool withShim : { false, true }) {
+		SCOPED_TRACE(withShim ? "with the shim" : "without the shim");
+		const Captured run = runProgram({ examplePath("dtls_datagrams"), "--cert", identity.cert, "--key",
+						  identity.key },
+						withShim, {}, kTimeoutMs);
+		EXPECT_EQ(run.status, 0) << run.err;
+		outputs[withShim] = run.out;
+	}
+	EXPECT_EQ(outputs[0], "datagrams 31 messages 30 bytes 3000\n") << "a datagram per message, and close_notify's";
+	EXPECT_EQ(outputs[1], outputs[0]);
+}

@@ -4,7 +4,7 @@
 #include <cerrno>
 #include <csignal>
 #include <pthread.h>
-#include <sys/stat.h>
+#include <sys/socket.h>
 
 namespace tlstune {
 
@@ -262,7 +262,7 @@ PendingWrites *CoalescingBio::attached(const OpenSslApi &api, SSL *ssl) const no
 	const int type = socket ? api.BIO_method_type(socket) : 0;
 	if (type == type_)
 		return writesOf(socket);
-	/* A confined process (seccomp) may forbid the fstat below and the sends after it. */
+	/* A confined process (seccomp) may forbid the getsockopt below and the sends after it. */
 	if (type != BIO_TYPE_SOCKET || !g_coalescer->holding())
 		return nullptr;
 	/* A socket BIO the program hooked sees every write of its own, as without the shim. */
@@ -276,12 +276,19 @@ PendingWrites *CoalescingBio::attached(const OpenSslApi &api, SSL *ssl) const no
 	int fd = -1;
 	if (api.BIO_ctrl(socket, BIO_C_GET_FD, 0, &fd) < 0 || fd < 0)
 		return nullptr;
-	/* A socket BIO over a pipe (SSL_set_wfd): send(2) would fail there with ENOTSOCK. */
-	struct stat st;
+	/*
+	 * A stream socket only: over a pipe (SSL_set_wfd) send(2) would fail with ENOTSOCK,
+	 * and a datagram or seqpacket socket keeps each write's boundaries, which merged sends
+	 * would change (a hunt: DTLS over UDP got 3 datagrams of up to 15 KiB for 30 records,
+	 * past the program's MTU).
+	 */
+	int socketType = 0;
+	socklen_t typeLength = sizeof(socketType);
 	const int savedErrno = errno;
-	const bool isSocket = fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode);
+	const bool stream = getsockopt(fd, SOL_SOCKET, SO_TYPE, &socketType, &typeLength) == 0 &&
+			    socketType == SOCK_STREAM;
 	errno = savedErrno;
-	if (!isSocket)
+	if (!stream)
 		return nullptr;
 
 	PendingWrites *writes = g_coalescer->open(fd);
