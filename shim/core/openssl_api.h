@@ -64,6 +64,9 @@ struct OpenSslApi {
 	/* Optional: without them a moved fd is learnt at the next read, close_notify not seen. */
 	decltype(&::SSL_get_rfd) SSL_get_rfd = nullptr;
 	decltype(&::SSL_is_server) SSL_is_server = nullptr;
+	/* Connections the shim leaves alone: DTLS (1.1.1+) and QUIC objects (3.5+). */
+	int (*SSL_is_dtls)(const SSL *) = nullptr;
+	int (*SSL_is_quic)(const SSL *) = nullptr;
 	decltype(&::SSL_get_shutdown) SSL_get_shutdown = nullptr;
 	decltype(&::SSL_set_shutdown) SSL_set_shutdown = nullptr;
 	decltype(&::CRYPTO_get_ex_new_index) CRYPTO_get_ex_new_index = nullptr;

@@ -239,6 +239,8 @@ bool resolveOpenSsl(OpenSslApi *api) noexcept
 	RESOLVE(SSL_want);
 	RESOLVE(SSL_get_rfd);
 	RESOLVE(SSL_is_server);
+	RESOLVE(SSL_is_dtls);
+	RESOLVE(SSL_is_quic);
 	RESOLVE(SSL_get_shutdown);
 	RESOLVE(SSL_set_shutdown);
 	RESOLVE(CRYPTO_get_ex_new_index);

@@ -1,9 +1,12 @@
 /*
  * examples/record_cases with and without the shim, the shim in each TLSTUNE_COALESCE mode:
- * the same output, exit status and bytes at the server (issue 14, record merging).
+ * the same output, exit status and bytes at the server (issue 14, record merging). And the
+ * connections over datagrams the shim leaves alone: DTLS and QUIC.
  */
 
 #include <gtest/gtest.h>
+
+#include <unistd.h>
 
 #include "process.h"
 #include "tls_fixture.h"
@@ -154,5 +157,31 @@ TEST(RecordCases, DtlsOverUdpKeepsADatagramPerRecord)
 		outputs[withShim] = run.out;
 	}
 	EXPECT_EQ(outputs[0], "datagrams 31 messages 30 bytes 3000\n") << "a datagram per message, and close_notify's";
+	EXPECT_EQ(outputs[1], outputs[0]);
+}
+
+/*
+ * A QUIC connection (OpenSSL 3.5) beside an idle TLS one: the QUIC calls leave the error
+ * queue as OpenSSL does (a hunt: the shim's question after SSL_connect put "no stream" on
+ * it, and the TLS connection's next SSL_get_error said SSL_ERROR_SSL for WANT_READ).
+ */
+TEST(RecordCases, AQuicConnectionLeavesTheErrorQueueAsOpenSslDoes)
+{
+	RecordProperty("fault", "OSSL_QUIC_client_method: SSL_connect, then SSL_read of another TLS connection");
+	const std::string program = examplePath("quic_stream");
+	if (access(program.c_str(), X_OK) != 0)
+		GTEST_SKIP() << "QUIC's server side is OpenSSL 3.5's";
+	const Certificate &identity = certificate();
+	std::string outputs[2];
+	for (bool withShim : { false, true }) {
+		SCOPED_TRACE(withShim ? "with the shim" : "without the shim");
+		const Captured run = runProgram({ program, "--cert", identity.cert, "--key", identity.key }, withShim, {},
+						kTimeoutMs);
+		EXPECT_EQ(run.status, 0) << run.err;
+		outputs[withShim] = run.out;
+	}
+	EXPECT_NE(outputs[0].find("error queue after connect: empty\ntls read after quic: error 2\necho 30 bytes"),
+		  std::string::npos)
+		<< outputs[0];
 	EXPECT_EQ(outputs[1], outputs[0]);
 }

@@ -33,11 +33,25 @@ __attribute__((tls_model("initial-exec"))) thread_local uint64_t lastCookie = 0;
 /* Set by a read that a forced unwinding left; the thread ends with that unwinding. */
 __attribute__((tls_model("initial-exec"))) thread_local bool leftReading = false;
 
+/*
+ * The slot's value for an SSL the shim leaves alone: a DTLS connection (OpenSSL reads each
+ * datagram whole, so what it holds the socket would not show either, and a datagram's
+ * boundaries are the program's) or a QUIC object (3.5: its own engine reads and waits, and
+ * asking it what it holds puts "no stream" on the error queue, a hunt).
+ */
+char unfollowedMark;
+void *const kUnfollowed = &unfollowedMark;
+
+bool unfollowable(const OpenSslApi &api, SSL *ssl) noexcept
+{
+	return (api.SSL_is_dtls && api.SSL_is_dtls(ssl) == 1) || (api.SSL_is_quic && api.SSL_is_quic(ssl) == 1);
+}
+
 void freeConnection(void * /*parent*/, void *ptr, CRYPTO_EX_DATA * /*ad*/, int /*idx*/,
 		    long /*argl*/, void *argp)
 {
 	auto *connection = static_cast<Connection *>(ptr);
-	if (!connection)
+	if (!connection || ptr == kUnfollowed)
 		return;
 	static_cast<BufferedFds *>(argp)->forget(connection);
 	delete connection;
@@ -165,16 +179,23 @@ bool ConnectionSlot::attach(const OpenSslApi &api, SSL *ssl) const noexcept
 
 Connection *ConnectionSlot::existing(const OpenSslApi &api, SSL *ssl) const noexcept
 {
-	return ssl && index_ >= 0 ? static_cast<Connection *>(api.SSL_get_ex_data(ssl, index_)) : nullptr;
+	void *state = ssl && index_ >= 0 ? api.SSL_get_ex_data(ssl, index_) : nullptr;
+	return state == kUnfollowed ? nullptr : static_cast<Connection *>(state);
 }
 
 Connection *ConnectionSlot::of(const OpenSslApi &api, SSL *ssl) const noexcept
 {
-	Connection *connection = existing(api, ssl);
-	if (connection || !ssl || index_ < 0)
-		return connection;
+	if (!ssl || index_ < 0)
+		return nullptr;
+	void *state = api.SSL_get_ex_data(ssl, index_);
+	if (state)
+		return state == kUnfollowed ? nullptr : static_cast<Connection *>(state);
+	if (unfollowable(api, ssl)) {
+		api.SSL_set_ex_data(ssl, index_, kUnfollowed);
+		return nullptr;
+	}
 
-	connection = new (std::nothrow) Connection;
+	Connection *connection = new (std::nothrow) Connection;
 	if (!connection)
 		return nullptr;
 	if (!api.SSL_set_ex_data(ssl, index_, connection)) {
