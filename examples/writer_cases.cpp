@@ -51,6 +51,11 @@
  *                     then), then a way out: close and a socketpair on the number,
  *                     shutdown(SHUT_WR), or dup2 of a file over the number, in turn.
  *                     Prints "bytes into other files N"
+ *   timer-close       PORT is four ports, comma-separated (four tls_server --sink): a
+ *                     thread per port writes 3000 short lines on its own connection, then
+ *                     close_notify, while a 50 us timer's SIGALRM handler calls
+ *                     close_range(900, 999, 0) on numbers that are not open. Prints
+ *                     "threads done"
  *   fclose            20 short lines, then the socket closed by fclose(fdopen(fd)) (glibc
  *                     closes the stream's fd itself): prints "closed"
  *   daemon            20 short lines, daemon(1, 1), then 20 more from the child
@@ -103,6 +108,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <thread>
+#include <vector>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -401,6 +407,51 @@ int midFlushCase(const char *port)
 		}
 	}
 	std::printf("bytes into other files %zu\n", elsewhere);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
+void closeUnopened(int)
+{
+	const int saved = errno;
+	close_range(900, 999, 0);
+	errno = saved;
+}
+
+/*
+ * A hunt: the handler's close waited for locks that the threads it interrupted held (200
+ * to 600 ms a call), or for itself, and the process hung in a third of the runs.
+ */
+int timerCloseCase(const char *ports)
+{
+	std::vector<std::string> each;
+	for (const char *at = ports; *at;) {
+		const char *comma = std::strchr(at, ',');
+		each.emplace_back(at, comma ? static_cast<size_t>(comma - at) : std::strlen(at));
+		at = comma ? comma + 1 : at + std::strlen(at);
+	}
+	SSL_CTX *ctx = client();
+	struct sigaction action = {};
+	action.sa_handler = closeUnopened;
+	action.sa_flags = SA_RESTART;
+	sigaction(SIGALRM, &action, nullptr);
+	const struct itimerval timer = { { 0, 50 }, { 0, 50 } };
+	setitimer(ITIMER_REAL, &timer, nullptr);
+	std::vector<std::thread> writers;
+	for (const std::string &port : each)
+		writers.emplace_back([ctx, port] {
+			int fd = -1;
+			SSL *ssl = connectSsl(ctx, port.c_str(), &fd);
+			writeLines(ssl, 0, 3000);
+			SSL_shutdown(ssl);
+			SSL_free(ssl);
+			close(fd);
+		});
+	for (std::thread &writer : writers)
+		writer.join();
+	const struct itimerval off = {};
+	setitimer(ITIMER_REAL, &off, nullptr);
+	std::printf("threads done\n");
 	SSL_CTX_free(ctx);
 	return 0;
 }
@@ -846,6 +897,8 @@ int main(int argc, char **argv)
 		return fcloseCase(argv[1]);
 	if (how == "mid-flush")
 		return midFlushCase(argv[1]);
+	if (how == "timer-close")
+		return timerCloseCase(argv[1]);
 	if (how == "msg-callback")
 		return msgCallbackCase(argv[1]);
 	if (how == "msg-callback-late")

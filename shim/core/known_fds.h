@@ -33,6 +33,19 @@ public:
 		if (static_cast<unsigned>(fd) < static_cast<unsigned>(kNumbers))
 			words_[fd >> 6].fetch_and(~bit(fd), std::memory_order_relaxed);
 	}
+	/* Whether a number of first..last may be set (numbers from kNumbers up: always maybe). */
+	bool anyIn(int first, int last) const noexcept
+	{
+		if (first < 0 || last >= kNumbers)
+			return true;
+		return first <= last && highestBelow(last + 1) >= first;
+	}
+	void forgetIn(int first, int last) noexcept
+	{
+		for (int fd = highestBelow(last < kNumbers ? last + 1 : kNumbers); fd >= first && fd >= 0;
+		     fd = highestBelow(fd))
+			forget(fd);
+	}
 	/* The highest number below `below` (at most kNumbers) whose bit is set; -1: none. */
 	int highestBelow(int below) const noexcept
 	{

@@ -40,7 +40,7 @@ bool tracking(Process &p)
  */
 void beforeClose(Process &p, int first, int last, AbortiveCloses *made = nullptr)
 {
-	p.held.encryptAllNow();
+	p.held.encryptAllNow(first, last);
 	p.coalescer.closing(first, last);
 	if (!p.buffered.idle())
 		p.buffered.closing(first, last, made);
@@ -53,6 +53,7 @@ void forgetClosed(Process &p, bool closed, int first, int last)
 	if (!closed)
 		return;
 	int savedErrno = errno;
+	p.held.closed(first, last);
 	if (!p.buffered.idle())
 		p.buffered.closed(first, last);
 	p.epoll.closed(first, last);
@@ -202,7 +203,7 @@ TLSTUNE_EXPORT int shutdown(int fd, int how)
 	Process &p = process();
 	if (how == SHUT_RD || !knownFds().mayHave(fd) || !tracking(p))
 		return p.libc.shutdown(fd, how);
-	p.held.encryptAllNow();
+	p.held.encryptAllNow(fd, fd);
 	p.coalescer.shuttingDown(fd);
 	const int result = p.libc.shutdown(fd, how);
 	if (result == 0)

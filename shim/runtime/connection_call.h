@@ -409,6 +409,7 @@ inline bool holdWrite(SSL *ssl, const void *data, size_t length)
 		return false;
 	if (!held && !(held = p.held.attach(ssl, encryptHeld, &o.api.errors)))
 		return false;
+	p.held.holdingFor(held, writes->fd());
 	held->beginRecord(room);
 	return holdMore(p, held, writes, data, length, waits, savedErrno);
 }

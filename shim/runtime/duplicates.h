@@ -95,7 +95,7 @@ inline void handOverSentSocket(Process &p, int fd)
 		return;
 	const int savedErrno = errno;
 	p.coalescer.sendingAway(fd);
-	p.held.encryptAllNow();
+	p.held.encryptAllNow(fd, fd);
 	p.coalescer.shuttingDown(fd);
 	errno = savedErrno;
 }

@@ -231,6 +231,28 @@ TEST(Writers, AWayOutWhileTheShimsThreadEncryptsWaitsForItsRecord)
 	expectTheSameBothWays("mid-flush", { "--connections", "30" }, "bytes into other files 0\n", 0, 30);
 }
 
+TEST(Writers, ATimersCloseOfOtherNumbersAmongWritingThreadsWaitsForNothing)
+{
+	RecordProperty("fault", "4 threads write short lines; a 50 us SIGALRM handler calls close_range(900, 999)");
+	std::vector<std::string> received[2];
+	for (bool withShim : { false, true }) {
+		SCOPED_TRACE(withShim ? "with the shim" : "without the shim");
+		std::vector<std::unique_ptr<ExampleServer>> peers;
+		std::string ports;
+		for (int i = 0; i < 4; i++) {
+			peers.push_back(std::make_unique<ExampleServer>(serverArguments({})));
+			ports += (i ? "," : "") + peers.back()->portText();
+		}
+		const Captured run = runProgram({ examplePath("writer_cases"), ports, "timer-close" }, withShim, {},
+						kTimeoutMs);
+		EXPECT_EQ(run.status, 0) << run.err;
+		EXPECT_EQ(run.out, "threads done\n");
+		for (auto &peer : peers)
+			received[withShim].push_back(peer->process().readLine(kTimeoutMs));
+	}
+	EXPECT_EQ(received[0], received[1]) << "every server got the same bytes both ways";
+}
+
 TEST(Writers, FcloseOfAStreamOnTheSocketHandsOverWhatWasWritten)
 {
 	RecordProperty("fault", "20 short lines, then fclose(fdopen(fd)): glibc closes the fd itself");

@@ -894,6 +894,47 @@ TEST_F(EpollMerged, TheHeldConnectionsTurnLeavesTheRestOfTheRoomToTheKernel)
 	}
 }
 
+/*
+ * Held connections the kernel's events crowded out are the next wait's: each of four is
+ * served within a few waits of 2 beside two always-ready eventfds (a hunt: two of them
+ * waited 22 waits, since the turn had moved past them).
+ */
+TEST_F(EpollMerged, HeldConnectionsCrowdedOutAreServedNext)
+{
+	constexpr int kHeld = 4;
+	std::vector<std::unique_ptr<SocketPair>> pairs;
+	std::vector<int> owners(kHeld);
+	for (int i = 0; i < kHeld; i++) {
+		pairs.push_back(std::make_unique<SocketPair>());
+		add(pairs.back()->fds[0], EPOLLIN, i);
+		hold(pairs.back()->fds[0], 0, &owners[i]);
+	}
+	std::vector<int> always;
+	for (int i = 0; i < 2; i++) {
+		always.push_back(eventfd(1, EFD_CLOEXEC));
+		ASSERT_GE(always.back(), 0);
+		add(always.back(), EPOLLIN, 100 + i);
+	}
+	std::vector<int> served(kHeld);
+	struct epoll_event events[2];
+	for (int round = 0; round < 8; round++) {
+		const int ready = wait(events, 2);
+		ASSERT_EQ(ready, 2);
+		for (int i = 0; i < ready; i++)
+			if (events[i].data.u64 < kHeld)
+				served[events[i].data.u64]++;
+	}
+	EXPECT_EQ(served, std::vector<int>(kHeld, 2)) << "each served twice in 8 waits of 2";
+	for (int fd : always) {
+		control(EPOLL_CTL_DEL, fd, 0, 0);
+		close(fd);
+	}
+	for (auto &pair : pairs) {
+		closeFd(pair->fds[0]);
+		pair->fds[0] = -1;
+	}
+}
+
 TEST_F(EpollMerged, ANewSslOnTheSameSocketGetsItsOwnEdge)
 {
 	add(pair_.fds[0], EPOLLIN | EPOLLET, 1);

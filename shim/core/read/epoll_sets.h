@@ -105,7 +105,8 @@ public:
 	/*
 	 * A wait could not deliver some of the shim's events: the kernel's filled maxevents.
 	 * The kernel's ready list rotates, so every ready file gets its turn; owe() notes the
-	 * debt, and takeOwed() answers (once) whether the next wait serves the shim's first.
+	 * debt, and takeOwed() answers (once) whether the next wait serves the shim's first,
+	 * beginning with the connections this one could not deliver.
 	 */
 	void owe(int epfd) noexcept;
 	bool takeOwed(int epfd) noexcept;
@@ -154,6 +155,7 @@ private:
 		bool unread = false;
 		bool owed = false; /* the last wait left some of the shim's events undelivered */
 		size_t turn = 0;   /* the buffered connection the next claim begins with */
+		size_t claimedFrom = 0; /* turn before the last claim: owe() goes back to it */
 		size_t nested = 0; /* registrations of other sets (innerSet) */
 		/*
 		 * Live registrations whose inode is not looked up yet (pending ones and stored

@@ -290,7 +290,7 @@ void HeldRegistry::free(void *ssl) noexcept
 
 void HeldRegistry::encryptAll() noexcept
 {
-	encryptAll(false);
+	encryptAll(false, 0, INT_MAX);
 }
 
 /*
@@ -299,12 +299,13 @@ void HeldRegistry::encryptAll() noexcept
  * nothing and closed; the record then went to the socketpair (or was lost, or went after
  * a shutdown's FIN, or past a message callback set meanwhile), 14 runs in 30.
  */
-void HeldRegistry::encryptAllNow() noexcept
+void HeldRegistry::encryptAllNow(int first, int last) noexcept
 {
-	encryptAll(true);
+	if (fds_.anyIn(first, last))
+		encryptAll(true, first, last);
 }
 
-void HeldRegistry::encryptAll(bool patient) noexcept
+void HeldRegistry::encryptAll(bool patient, int first, int last) noexcept
 {
 	/* passing_ after held_: a pass resets held_ only once passing_ is set. */
 	if (encrypting || (held_.load(std::memory_order_seq_cst) == 0 &&
@@ -322,9 +323,12 @@ void HeldRegistry::encryptAll(bool patient) noexcept
 	/* Reset first: a buffer filled after this pass saw it counts again. */
 	held_.store(0, std::memory_order_seq_cst);
 	int left = 0;
-	for (auto &entry : entries_)
-		if (!entry.second->encryptIfIdle(patient) && entry.second->held())
+	for (auto &entry : entries_) {
+		const int fd = entry.second->fd();
+		const bool ours = fd < 0 || (fd >= first && fd <= last);
+		if ((!ours || !entry.second->encryptIfIdle(patient)) && entry.second->held())
 			left++;
+	}
 	if (left)
 		held_.fetch_add(left, std::memory_order_relaxed);
 	passing_.store(false, std::memory_order_seq_cst);

@@ -5,10 +5,12 @@
 #include <cstddef>
 #include <memory>
 #include <chrono>
+#include <climits>
 #include <mutex>
 #include <unordered_map>
 
 #include "core/error_queue.h"
+#include "core/known_fds.h"
 #include "core/owned_lock.h"
 
 namespace tlstune {
@@ -89,6 +91,9 @@ public:
 	int takeReportedError() noexcept;
 
 	bool held() const noexcept { return size_.load(std::memory_order_relaxed) > 0; }
+	/* The socket its records go to (-1: not known yet). */
+	int fd() const noexcept { return fd_.load(std::memory_order_relaxed); }
+	void writesTo(int fd) noexcept { fd_.store(fd, std::memory_order_relaxed); }
 	/* The same, ordered after the end of an encryption in another thread. */
 	bool holdsNow() const noexcept { return size_.load(std::memory_order_acquire) > 0; }
 	/* Whether length more bytes fit in the record being gathered. */
@@ -144,6 +149,7 @@ private:
 	int reported_ = 0;
 	std::atomic<std::size_t> size_{0};
 	std::atomic<std::size_t> capacity_{kCapacity}; /* of the record being gathered */
+	std::atomic<int> fd_{-1};
 	/*
 	 * Made by the first write it holds and freed when encrypted: a server's idle
 	 * connections hold nothing, as OpenSSL's own buffers with SSL_MODE_RELEASE_BUFFERS.
@@ -181,11 +187,22 @@ public:
 	/* Before a wait, and from the flusher: encrypts what it can now. */
 	void encryptAll() noexcept;
 	/*
-	 * Before a way out of a connection (close, shutdown, dup2 over it, a callback set, a
-	 * sandbox, a spawn): the same, waiting a bounded while for an encryption under way in
-	 * another thread, whose record would reach the socket after the way out.
+	 * Before a way out of connections (close, shutdown, dup2 over them, a callback set, a
+	 * sandbox, a spawn): the same for those writing to sockets first..last (every one by
+	 * default), waiting a bounded while for an encryption under way in another thread,
+	 * whose record would reach the socket after the way out. A number no connection held
+	 * plaintext for costs a load: a signal handler's close of another fd waits for nothing
+	 * and encrypts nothing (a hunt: 200 to 600 ms, and hangs, in a timer's close_range).
 	 */
-	void encryptAllNow() noexcept;
+	void encryptAllNow(int first = 0, int last = INT_MAX) noexcept;
+	/* A connection holds plaintext for the socket fd: a way out of fd looks at it. */
+	void holdingFor(HeldPlaintext *held, int fd) noexcept
+	{
+		held->writesTo(fd);
+		fds_.note(fd);
+	}
+	/* fds first..last are closed: what was held for them has been handed over. */
+	void closed(int first, int last) noexcept { fds_.forgetIn(first, last); }
 	/*
 	 * At _exit, exec or exit: the same, waiting a bounded while for a connection another
 	 * thread is encrypting (its bytes would be lost with the image). A signal handler that
@@ -203,7 +220,7 @@ public:
 	void unlockInChild() noexcept;
 
 private:
-	void encryptAll(bool patient) noexcept;
+	void encryptAll(bool patient, int first, int last) noexcept;
 
 	OwnedLock mutex_;
 	std::unordered_map<void *, std::unique_ptr<HeldPlaintext>> entries_;
@@ -212,6 +229,7 @@ private:
 	std::atomic<unsigned long> generation_{0};
 	std::atomic<int> held_{0}; /* a hint: buffers that became non-empty since the last pass */
 	std::atomic<bool> passing_{false}; /* a pass is encrypting (held_ is reset as it begins) */
+	FdBitmap fds_; /* the sockets connections held plaintext for */
 	std::atomic<bool> stopped_{false};
 };
 

@@ -35,18 +35,20 @@ constexpr int kBackgroundSend = MSG_DONTWAIT | MSG_NOSIGNAL;
  */
 class ShimLock {
 public:
-	explicit ShimLock(std::mutex &mutex) : lock_(mutex), outer_(held) { held = true; }
-	ShimLock(std::mutex &mutex, std::try_to_lock_t) : lock_(mutex, std::try_to_lock), outer_(held)
+	/*
+	 * Marked held before it is taken: a signal handler that interrupts this thread between
+	 * taking the lock and marking it would wait for itself (a hunt: a timer's close_range
+	 * hung every thread in Coalescer::closing). One that interrupts it while it waits
+	 * leaves the shim's part of its call undone, as for a lock it holds.
+	 */
+	explicit ShimLock(std::mutex &mutex) : outer_(markHeld()), lock_(mutex) {}
+	ShimLock(std::mutex &mutex, std::try_to_lock_t) : outer_(markHeld()), lock_(mutex, std::try_to_lock)
 	{
 		held = outer_ || lock_.owns_lock();
 	}
-	/*
-	 * At the end of the process image: a signal handler may have interrupted this very
-	 * thread inside the lock (between taking it and marking it held), so it never waits
-	 * for ever.
-	 */
+	/* At the end of the process image: it never waits for ever. */
 	ShimLock(std::mutex &mutex, std::chrono::milliseconds patience)
-		: lock_(mutex, std::defer_lock), outer_(held)
+		: outer_(markHeld()), lock_(mutex, std::defer_lock)
 	{
 		const bool taken = lockWithin(lock_, patience);
 		held = outer_ || taken;
@@ -59,9 +61,18 @@ public:
 	static bool heldHere() noexcept { return held; }
 
 private:
+	/* Whether this thread held one already; from now on it does. */
+	static bool markHeld() noexcept
+	{
+		const bool was = held;
+		held = true;
+		std::atomic_signal_fence(std::memory_order_seq_cst);
+		return was;
+	}
+
 	static thread_local bool held;
+	const bool outer_; /* before lock_: marked before the lock is taken */
 	std::unique_lock<std::mutex> lock_;
-	const bool outer_;
 };
 
 /*
