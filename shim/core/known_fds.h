@@ -42,6 +42,10 @@ public:
 	}
 	void forgetIn(int first, int last) noexcept
 	{
+		if (first == last) {
+			forget(first);
+			return;
+		}
 		for (int fd = highestBelow(last < kNumbers ? last + 1 : kNumbers); fd >= first && fd >= 0;
 		     fd = highestBelow(fd))
 			forget(fd);

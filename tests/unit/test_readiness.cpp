@@ -123,6 +123,23 @@ TEST(FdBitmap, FindsTheHighestNumberBelowABound)
 	EXPECT_EQ(bits.highestBelow(FdBitmap::kNumbers), FdBitmap::kNumbers - 1);
 }
 
+TEST(FdBitmap, AnswersForARangeAndForgetsOne)
+{
+	FdBitmap bits;
+	EXPECT_FALSE(bits.anyIn(0, 1000));
+	bits.note(70);
+	bits.note(200);
+	EXPECT_TRUE(bits.anyIn(70, 70));
+	EXPECT_FALSE(bits.anyIn(71, 199)) << "between the two";
+	EXPECT_TRUE(bits.anyIn(0, 1000));
+	EXPECT_TRUE(bits.anyIn(900, FdBitmap::kNumbers)) << "numbers past the map are always maybe";
+	bits.forgetIn(71, 1000);
+	EXPECT_FALSE(bits.anyIn(71, 1000));
+	EXPECT_TRUE(bits.mayHave(70)) << "below the range: kept";
+	bits.forgetIn(70, 70);
+	EXPECT_FALSE(bits.anyIn(0, FdBitmap::kNumbers - 1));
+}
+
 TEST(BufferedFds, HoldsWhatWasSetUntilForgotten)
 {
 	SocketPair pair;
