@@ -411,6 +411,17 @@ int midFlushCase(const char *port)
 	return 0;
 }
 
+std::vector<std::string> portList(const char *ports)
+{
+	std::vector<std::string> each;
+	for (const char *at = ports; *at;) {
+		const char *comma = std::strchr(at, ',');
+		each.emplace_back(at, comma ? static_cast<size_t>(comma - at) : std::strlen(at));
+		at = comma ? comma + 1 : at + std::strlen(at);
+	}
+	return each;
+}
+
 void closeUnopened(int)
 {
 	const int saved = errno;
@@ -424,12 +435,7 @@ void closeUnopened(int)
  */
 int timerCloseCase(const char *ports)
 {
-	std::vector<std::string> each;
-	for (const char *at = ports; *at;) {
-		const char *comma = std::strchr(at, ',');
-		each.emplace_back(at, comma ? static_cast<size_t>(comma - at) : std::strlen(at));
-		at = comma ? comma + 1 : at + std::strlen(at);
-	}
+	const std::vector<std::string> each = portList(ports);
 	SSL_CTX *ctx = client();
 	struct sigaction action = {};
 	action.sa_handler = closeUnopened;

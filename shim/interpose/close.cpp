@@ -40,7 +40,7 @@ bool tracking(Process &p)
  */
 void beforeClose(Process &p, int first, int last, AbortiveCloses *made = nullptr)
 {
-	p.held.encryptAllNow(first, last);
+	p.held.socketsLeaving(first, last);
 	p.coalescer.closing(first, last);
 	if (!p.buffered.idle())
 		p.buffered.closing(first, last, made);
@@ -58,6 +58,13 @@ void forgetClosed(Process &p, bool closed, int first, int last)
 		p.buffered.closed(first, last);
 	p.epoll.closed(first, last);
 	errno = savedErrno;
+}
+
+/* After the real call that beforeClose(first, last) began. */
+void afterClose(Process &p, bool closed, int first, int last)
+{
+	p.held.socketsLeft(first, last);
+	forgetClosed(p, closed, first, last);
 }
 
 /*
@@ -91,7 +98,7 @@ static __attribute__((noinline)) int closeKnown(int fd)
 	/* Linux frees the number even when close reports an error (EINTR, EIO), not for EBADF. */
 	const bool closed = result == 0 || errno != EBADF;
 	closeFailed(!closed, fd);
-	forgetClosed(p, closed, fd, fd);
+	afterClose(p, closed, fd, fd);
 	return result;
 }
 
@@ -117,7 +124,7 @@ TLSTUNE_EXPORT int dup2(int oldfd, int newfd)
 	if (result < 0)
 		p.buffered.closeFailed(made);
 	closeFailed(result < 0, newfd);
-	forgetClosed(p, result >= 0, newfd, newfd);
+	afterClose(p, result >= 0, newfd, newfd);
 	if (oldfd != newfd)
 		noteDuplicate(p, oldfd, result);
 	return result;
@@ -137,7 +144,7 @@ TLSTUNE_EXPORT int dup3(int oldfd, int newfd, int flags)
 	if (result < 0)
 		p.buffered.closeFailed(made);
 	closeFailed(result < 0, newfd);
-	forgetClosed(p, result >= 0, newfd, newfd);
+	afterClose(p, result >= 0, newfd, newfd);
 	noteDuplicate(p, oldfd, result);
 	return result;
 }
@@ -160,6 +167,8 @@ TLSTUNE_EXPORT int close_range(unsigned first, unsigned last, int flags)
 	int result = p.libc.close_range(first, last, flags);
 	if (result != 0)
 		p.buffered.closeFailed(made);
+	if (closes)
+		p.held.socketsLeft(from, to);
 	forgetClosed(p, result == 0 && closes, from, to);
 	return result;
 }
@@ -177,6 +186,8 @@ TLSTUNE_EXPORT void closefrom(int lowfd)
 	if (closes)
 		beforeClose(p, lowfd, INT_MAX);
 	p.libc.closefrom(lowfd);
+	if (closes)
+		p.held.socketsLeft(lowfd, INT_MAX);
 	forgetClosed(p, closes, lowfd, INT_MAX);
 }
 
@@ -193,7 +204,7 @@ TLSTUNE_EXPORT int fclose(FILE *stream)
 	beforeClose(p, fd, fd);
 	const int result = p.libc.fclose(stream);
 	/* The stream's fd is closed whatever fclose reports (a failed flush, EINTR). */
-	forgetClosed(p, true, fd, fd);
+	afterClose(p, true, fd, fd);
 	return result;
 }
 
@@ -203,9 +214,10 @@ TLSTUNE_EXPORT int shutdown(int fd, int how)
 	Process &p = process();
 	if (how == SHUT_RD || !knownFds().mayHave(fd) || !tracking(p))
 		return p.libc.shutdown(fd, how);
-	p.held.encryptAllNow(fd, fd);
+	p.held.socketsLeaving(fd, fd);
 	p.coalescer.shuttingDown(fd);
 	const int result = p.libc.shutdown(fd, how);
+	p.held.socketsLeft(fd, fd);
 	if (result == 0)
 		p.coalescer.shutForWriting(fd);
 	return result;

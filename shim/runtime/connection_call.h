@@ -409,7 +409,8 @@ inline bool holdWrite(SSL *ssl, const void *data, size_t length)
 		return false;
 	if (!held && !(held = p.held.attach(ssl, encryptHeld, &o.api.errors)))
 		return false;
-	p.held.holdingFor(held, writes->fd());
+	if (!p.held.holdingFor(held, writes->fd()))
+		return false;
 	held->beginRecord(room);
 	return holdMore(p, held, writes, data, length, waits, savedErrno);
 }

@@ -95,7 +95,8 @@ inline void handOverSentSocket(Process &p, int fd)
 		return;
 	const int savedErrno = errno;
 	p.coalescer.sendingAway(fd);
-	p.held.encryptAllNow(fd, fd);
+	p.held.socketsLeaving(fd, fd);
+	p.held.socketsLeft(fd, fd); /* what began a record since is held no more (sendingAway) */
 	p.coalescer.shuttingDown(fd);
 	errno = savedErrno;
 }

@@ -76,7 +76,8 @@ bool HeldPlaintext::hold(const void *data, std::size_t length, bool *becameHeld)
 	if (encrypting || length > capacity)
 		return false;
 	Guard lock(mutex_);
-	if (inside_ > 0 || retired_ || ended_ || failure_.sslError)
+	if (inside_ > 0 || retired_ || ended_ || failure_.sslError ||
+	    (leftFd_ >= 0 && leftFd_ == fd_.load(std::memory_order_relaxed)))
 		return false;
 	std::size_t size = size_.load(std::memory_order_relaxed);
 	if (size + length > capacity) {
@@ -116,6 +117,7 @@ HeldPlaintext::Failure HeldPlaintext::enter(Entering how) noexcept
 	failure_ = {};
 	if (how == Entering::Drop) {
 		errors_.clear();
+		leftFd_ = -1; /* a new connection, maybe on a new socket of that number */
 		return {};
 	}
 	if (failure.sslError && errors_.count() > 0)
@@ -132,13 +134,15 @@ void HeldPlaintext::leave() noexcept
 	inside_--;
 }
 
-bool HeldPlaintext::encryptIfIdle(bool patient) noexcept
+bool HeldPlaintext::encryptIfIdle(bool patient, bool socketLeaving) noexcept
 {
 	if (encrypting)
 		return false;
 	Guard lock(mutex_, std::try_to_lock);
 	if (!lock.owns_lock() && (!patient || mutex_.heldHere() || !lockWithin(lock, kWayOutPatience)))
 		return false;
+	if (socketLeaving)
+		leftFd_ = fd_.load(std::memory_order_relaxed);
 	if (inside_ == 0 && !retired_ && size_.load(std::memory_order_relaxed) > 0)
 		encryptLocked(false, false);
 	return size_.load(std::memory_order_relaxed) == 0;
@@ -290,7 +294,7 @@ void HeldRegistry::free(void *ssl) noexcept
 
 void HeldRegistry::encryptAll() noexcept
 {
-	encryptAll(false, 0, INT_MAX);
+	encryptAll(false, 0, INT_MAX, false);
 }
 
 /*
@@ -299,13 +303,23 @@ void HeldRegistry::encryptAll() noexcept
  * nothing and closed; the record then went to the socketpair (or was lost, or went after
  * a shutdown's FIN, or past a message callback set meanwhile), 14 runs in 30.
  */
-void HeldRegistry::encryptAllNow(int first, int last) noexcept
+void HeldRegistry::encryptAllNow() noexcept
 {
-	if (fds_.anyIn(first, last))
-		encryptAll(true, first, last);
+	encryptAll(true, 0, INT_MAX, false);
 }
 
-void HeldRegistry::encryptAll(bool patient, int first, int last) noexcept
+void HeldRegistry::socketsLeaving(int first, int last) noexcept
+{
+	if (first == last)
+		leaving_.note(first);
+	else
+		rangesLeaving_.fetch_add(1, std::memory_order_relaxed);
+	std::atomic_thread_fence(std::memory_order_seq_cst);
+	if (fds_.anyIn(first, last))
+		encryptAll(true, first, last, true);
+}
+
+void HeldRegistry::encryptAll(bool patient, int first, int last, bool socketsLeaving) noexcept
 {
 	/* passing_ after held_: a pass resets held_ only once passing_ is set. */
 	if (encrypting || (held_.load(std::memory_order_seq_cst) == 0 &&
@@ -326,7 +340,8 @@ void HeldRegistry::encryptAll(bool patient, int first, int last) noexcept
 	for (auto &entry : entries_) {
 		const int fd = entry.second->fd();
 		const bool ours = fd < 0 || (fd >= first && fd <= last);
-		if ((!ours || !entry.second->encryptIfIdle(patient)) && entry.second->held())
+		if ((!ours || !entry.second->encryptIfIdle(patient, socketsLeaving && fd >= 0)) &&
+		    entry.second->held())
 			left++;
 	}
 	if (left)

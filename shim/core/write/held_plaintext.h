@@ -82,7 +82,7 @@ public:
 	 * is busy (patient: waits for it a bounded while, unless this thread holds it). True
 	 * when nothing is held afterwards.
 	 */
-	bool encryptIfIdle(bool patient = false) noexcept;
+	bool encryptIfIdle(bool patient = false, bool socketLeaving = false) noexcept;
 
 	/* SSL_free: what is held is encrypted, and nothing touches the SSL afterwards. */
 	void retire() noexcept;
@@ -150,6 +150,7 @@ private:
 	std::atomic<std::size_t> size_{0};
 	std::atomic<std::size_t> capacity_{kCapacity}; /* of the record being gathered */
 	std::atomic<int> fd_{-1};
+	int leftFd_ = -1; /* a way out took this socket: nothing more is held for it */
 	/*
 	 * Made by the first write it holds and freed when encrypted: a server's idle
 	 * connections hold nothing, as OpenSSL's own buffers with SSL_MODE_RELEASE_BUFFERS.
@@ -187,19 +188,41 @@ public:
 	/* Before a wait, and from the flusher: encrypts what it can now. */
 	void encryptAll() noexcept;
 	/*
-	 * Before a way out of connections (close, shutdown, dup2 over them, a callback set, a
-	 * sandbox, a spawn): the same for those writing to sockets first..last (every one by
-	 * default), waiting a bounded while for an encryption under way in another thread,
-	 * whose record would reach the socket after the way out. A number no connection held
-	 * plaintext for costs a load: a signal handler's close of another fd waits for nothing
-	 * and encrypts nothing (a hunt: 200 to 600 ms, and hangs, in a timer's close_range).
+	 * Before a way out of every connection (a callback set, a sandbox, a spawn, fork): the
+	 * same, waiting a bounded while for an encryption under way in another thread, whose
+	 * record would reach the socket after the way out.
 	 */
-	void encryptAllNow(int first = 0, int last = INT_MAX) noexcept;
-	/* A connection holds plaintext for the socket fd: a way out of fd looks at it. */
-	void holdingFor(HeldPlaintext *held, int fd) noexcept
+	void encryptAllNow() noexcept;
+	/*
+	 * Before sockets first..last are closed, shut down or sent away: the same for the
+	 * connections writing to them, and nothing more is held for those sockets (a write
+	 * copied in after this pass, before the close detached the socket, was encrypted into
+	 * a closed socket and lost: a hunt, a thread writing while another closed). A number
+	 * no connection held plaintext for costs a load: a signal handler's close of another
+	 * fd waits for nothing and encrypts nothing (a hunt: 200 to 600 ms, and hangs, in a
+	 * timer's close_range).
+	 */
+	void socketsLeaving(int first, int last) noexcept;
+	/* After the way out that socketsLeaving(first, last) began (whatever it returned). */
+	void socketsLeft(int first, int last) noexcept
+	{
+		if (first == last)
+			leaving_.forget(first);
+		else
+			rangesLeaving_.fetch_sub(1, std::memory_order_relaxed);
+	}
+	/*
+	 * A connection begins a record of plaintext for the socket fd: a way out of fd looks
+	 * at it from now on. False while one is under way (the write then goes out as it is).
+	 * Noted, then asked, as the way out announces itself, then asks: one of the two sees
+	 * the other (a hunt: a record begun as the close passed by was lost).
+	 */
+	bool holdingFor(HeldPlaintext *held, int fd) noexcept
 	{
 		held->writesTo(fd);
 		fds_.note(fd);
+		std::atomic_thread_fence(std::memory_order_seq_cst);
+		return rangesLeaving_.load(std::memory_order_relaxed) == 0 && !leaving_.mayHave(fd);
 	}
 	/* fds first..last are closed: what was held for them has been handed over. */
 	void closed(int first, int last) noexcept { fds_.forgetIn(first, last); }
@@ -220,7 +243,7 @@ public:
 	void unlockInChild() noexcept;
 
 private:
-	void encryptAll(bool patient, int first, int last) noexcept;
+	void encryptAll(bool patient, int first, int last, bool socketsLeaving) noexcept;
 
 	OwnedLock mutex_;
 	std::unordered_map<void *, std::unique_ptr<HeldPlaintext>> entries_;
@@ -230,6 +253,8 @@ private:
 	std::atomic<int> held_{0}; /* a hint: buffers that became non-empty since the last pass */
 	std::atomic<bool> passing_{false}; /* a pass is encrypting (held_ is reset as it begins) */
 	FdBitmap fds_; /* the sockets connections held plaintext for */
+	FdBitmap leaving_; /* sockets a way out is under way for (close, shutdown, sent away) */
+	std::atomic<int> rangesLeaving_{0}; /* close_range and closefrom under way */
 	std::atomic<bool> stopped_{false};
 };
 

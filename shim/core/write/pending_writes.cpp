@@ -46,6 +46,11 @@ PendingWrites::Result PendingWrites::appendRecord(const void *record, std::size_
 	}
 	const unsigned char *begin = static_cast<const unsigned char *>(record);
 	ShimLock lock(mutex_);
+	/* A close detached the socket since the look above: this record would never go out. */
+	if (fd() < 0) {
+		errno = EBADF;
+		return Result::Failed;
+	}
 	/*
 	 * A new batch only on a socket with room for it, asked under the lock: the flusher
 	 * may have emptied the buffer since the caller looked.
