@@ -252,8 +252,12 @@ private:
 	std::atomic<unsigned long> generation_{0};
 	std::atomic<int> held_{0}; /* a hint: buffers that became non-empty since the last pass */
 	std::atomic<bool> passing_{false}; /* a pass is encrypting (held_ is reset as it begins) */
-	FdBitmap fds_; /* the sockets connections held plaintext for */
-	FdBitmap leaving_; /* sockets a way out is under way for (close, shutdown, sent away) */
+	/*
+	 * Process-wide, as the registry is one: zeroes in .bss, so no constructor writes them
+	 * and a process that holds nothing touches none of their 16 KiB.
+	 */
+	static inline FdBitmap fds_; /* the sockets connections held plaintext for */
+	static inline FdBitmap leaving_; /* sockets a way out is under way for (close, shutdown, sent away) */
 	std::atomic<int> rangesLeaving_{0}; /* close_range and closefrom under way */
 	std::atomic<bool> stopped_{false};
 };
