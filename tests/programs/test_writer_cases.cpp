@@ -231,7 +231,7 @@ TEST(Writers, AWayOutWhileTheShimsThreadEncryptsWaitsForItsRecord)
 	expectTheSameBothWays("mid-flush", { "--connections", "30" }, "bytes into other files 0\n", 0, 30);
 }
 
-TEST(Writers, ATimersCloseOfOtherNumbersAmongWritingThreadsWaitsForNothing)
+TEST(Writers, ATimersCloseOfOtherNumbersAmongWritingThreadsEndsAndLosesNothing)
 {
 	RecordProperty("fault", "4 threads write short lines; a 50 us SIGALRM handler calls close_range(900, 999)");
 	std::vector<std::string> received[2];

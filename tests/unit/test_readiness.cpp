@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <set>
 #include <sys/wait.h>
@@ -669,7 +670,18 @@ protected:
 		epfd_ = epoll_create1(EPOLL_CLOEXEC);
 		sets_.created(epfd_);
 	}
-	void TearDown() override { closeFd(epfd_); }
+	void TearDown() override
+	{
+		for (int fd : alwaysReady_) {
+			control(EPOLL_CTL_DEL, fd, 0, 0);
+			close(fd);
+		}
+		for (auto &pair : held_) {
+			closeFd(pair->fds[0]);
+			pair->fds[0] = -1;
+		}
+		closeFd(epfd_);
+	}
 
 	void control(int op, int fd, uint32_t events, uint64_t data)
 	{
@@ -733,10 +745,33 @@ protected:
 		EXPECT_EQ(a, b) << when;
 	}
 
+	/* count sockets in the set, data firstData on, each a connection of its own holding data. */
+	void addHeld(int count, uint64_t firstData)
+	{
+		for (int i = 0; i < count; i++) {
+			held_.push_back(std::make_unique<SocketPair>());
+			owners_.emplace_back();
+			add(held_.back()->fds[0], EPOLLIN, firstData + i);
+			hold(held_.back()->fds[0], 0, &owners_.back());
+		}
+	}
+	/* count eventfds in the set, data firstData on, readable for ever: nobody reads them. */
+	void addAlwaysReady(int count, uint64_t firstData)
+	{
+		for (int i = 0; i < count; i++) {
+			alwaysReady_.push_back(eventfd(1, EFD_CLOEXEC));
+			ASSERT_GE(alwaysReady_.back(), 0);
+			add(alwaysReady_.back(), EPOLLIN, firstData + i);
+		}
+	}
+
 	int epfd_ = -1;
 	BufferedFds buffered_;
 	EpollSets sets_;
 	SocketPair pair_;
+	std::vector<std::unique_ptr<SocketPair>> held_;
+	std::deque<int> owners_; /* the held connections' owners: addresses that stay put */
+	std::vector<int> alwaysReady_;
 };
 
 TEST_F(EpollMerged, ReturnsTheDataTheProgramRegistered)
@@ -796,13 +831,7 @@ TEST_F(EpollMerged, RespectsMaxevents)
 TEST_F(EpollMerged, ManyHeldConnectionsAreServedInTurn)
 {
 	constexpr int kConnections = 100;
-	std::vector<std::unique_ptr<SocketPair>> pairs;
-	std::vector<int> owners(kConnections);
-	for (int i = 0; i < kConnections; i++) {
-		pairs.push_back(std::make_unique<SocketPair>());
-		add(pairs.back()->fds[0], EPOLLIN, 1000 + i);
-		hold(pairs.back()->fds[0], 0, &owners[i]);
-	}
+	addHeld(kConnections, 1000);
 	struct epoll_event events[128];
 	EXPECT_EQ(wait(events, 128), kConnections) << "room for every one";
 
@@ -814,10 +843,6 @@ TEST_F(EpollMerged, ManyHeldConnectionsAreServedInTurn)
 			served.insert(events[i].data.u64);
 	}
 	EXPECT_EQ(served.size(), static_cast<size_t>(kConnections)) << "each within 7 waits of 16";
-	for (auto &pair : pairs) {
-		closeFd(pair->fds[0]);
-		pair->fds[0] = -1;
-	}
 }
 
 TEST_F(EpollMerged, EdgeTriggeredGetsOneEventPerArrival)
@@ -862,9 +887,7 @@ TEST_F(EpollMerged, ModPollsAgainAsTheKernelDoesEdgeTriggeredToo)
 TEST_F(EpollMerged, AnAlwaysReadyFdDoesNotStarveAHeldConnection)
 {
 	RecordProperty("fault", "epoll_wait(maxevents=1) with an always-readable eventfd next to the socket");
-	const int ready = eventfd(1, EFD_CLOEXEC); /* readable for ever: nobody reads it */
-	ASSERT_GE(ready, 0);
-	add(ready, EPOLLIN, 100);
+	addAlwaysReady(1, 100);
 	add(pair_.fds[0], EPOLLIN, 1);
 	hold(pair_.fds[0], 1);
 	struct epoll_event events[1];
@@ -876,8 +899,6 @@ TEST_F(EpollMerged, AnAlwaysReadyFdDoesNotStarveAHeldConnection)
 	}
 	EXPECT_EQ(socketTurns, 3) << "served in turn";
 	EXPECT_EQ(eventfdTurns, 3);
-	control(EPOLL_CTL_DEL, ready, 0, 0);
-	close(ready);
 }
 
 /*
@@ -889,12 +910,7 @@ TEST_F(EpollMerged, AnAlwaysReadyFdDoesNotStarveAHeldConnection)
 TEST_F(EpollMerged, TheHeldConnectionsTurnLeavesTheRestOfTheRoomToTheKernel)
 {
 	constexpr int kReady = 3;
-	std::vector<int> always;
-	for (int i = 0; i < kReady; i++) {
-		always.push_back(eventfd(1, EFD_CLOEXEC)); /* readable for ever: nobody reads it */
-		ASSERT_GE(always.back(), 0);
-		add(always.back(), EPOLLIN, 100 + i);
-	}
+	addAlwaysReady(kReady, 100);
 	add(pair_.fds[0], EPOLLIN, 1);
 	hold(pair_.fds[0], 1);
 	struct epoll_event events[8];
@@ -905,10 +921,6 @@ TEST_F(EpollMerged, TheHeldConnectionsTurnLeavesTheRestOfTheRoomToTheKernel)
 		reported.insert(events[i].data.u64);
 	EXPECT_EQ(reported, (std::set<uint64_t>{ 1, 100, 101, 102 }));
 	EXPECT_EQ(wait(events, 8), kReady + 1) << "and every wait with room after it";
-	for (int fd : always) {
-		control(EPOLL_CTL_DEL, fd, 0, 0);
-		close(fd);
-	}
 }
 
 /*
@@ -919,19 +931,8 @@ TEST_F(EpollMerged, TheHeldConnectionsTurnLeavesTheRestOfTheRoomToTheKernel)
 TEST_F(EpollMerged, HeldConnectionsCrowdedOutAreServedNext)
 {
 	constexpr int kHeld = 4;
-	std::vector<std::unique_ptr<SocketPair>> pairs;
-	std::vector<int> owners(kHeld);
-	for (int i = 0; i < kHeld; i++) {
-		pairs.push_back(std::make_unique<SocketPair>());
-		add(pairs.back()->fds[0], EPOLLIN, i);
-		hold(pairs.back()->fds[0], 0, &owners[i]);
-	}
-	std::vector<int> always;
-	for (int i = 0; i < 2; i++) {
-		always.push_back(eventfd(1, EFD_CLOEXEC));
-		ASSERT_GE(always.back(), 0);
-		add(always.back(), EPOLLIN, 100 + i);
-	}
+	addHeld(kHeld, 0);
+	addAlwaysReady(2, 100);
 	std::vector<int> served(kHeld);
 	struct epoll_event events[2];
 	for (int round = 0; round < 8; round++) {
@@ -942,14 +943,6 @@ TEST_F(EpollMerged, HeldConnectionsCrowdedOutAreServedNext)
 				served[events[i].data.u64]++;
 	}
 	EXPECT_EQ(served, std::vector<int>(kHeld, 2)) << "each served twice in 8 waits of 2";
-	for (int fd : always) {
-		control(EPOLL_CTL_DEL, fd, 0, 0);
-		close(fd);
-	}
-	for (auto &pair : pairs) {
-		closeFd(pair->fds[0]);
-		pair->fds[0] = -1;
-	}
 }
 
 TEST_F(EpollMerged, ANewSslOnTheSameSocketGetsItsOwnEdge)
