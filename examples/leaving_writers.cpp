@@ -29,6 +29,10 @@
  *                   a child's thread writes 100-byte lines while its main thread, once 100
  *                   are accepted, leaves by exit, _exit or an exec of /bin/true; the parent prints "accepted N"
  *                   (what SSL_write had accepted, in shared memory) once the child is gone
+ *   close-while-writing
+ *                   a thread writes 100-byte lines while main, once 100 are accepted,
+ *                   closes the socket under it (the program's own race); the writer stops
+ *                   at its first failed write; prints "accepted N"
  */
 
 #include <csignal>
@@ -237,6 +241,33 @@ int exitWhileWritingCase(const char *port, const std::string &way)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+int closeWhileWritingCase(const char *port)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	std::atomic<long> accepted{0};
+	std::thread writer([ssl, &accepted] {
+		const std::string line = std::string(99, 'w') + "\n";
+		/* Bounded: the close comes after the hundredth line. */
+		for (int i = 0; i < 1000000; i++) {
+			if (SSL_write(ssl, line.data(), static_cast<int>(line.size())) <= 0)
+				return;
+			accepted.fetch_add(100);
+		}
+	});
+	/* No sleep: the close lands while the writer is in full flow. */
+	while (accepted.load() < 100 * 100)
+		sched_yield();
+	close(fd);
+	writer.join();
+	ERR_clear_error();
+	SSL_free(ssl);
+	SSL_CTX_free(ctx);
+	std::printf("accepted %ld\n", accepted.load());
+	return 0;
+}
+
 int termCase(const char *port)
 {
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
@@ -273,6 +304,8 @@ int main(int argc, char **argv)
 		return termCase(argv[1]);
 	if (how == "alarm-exit")
 		return alarmCase(argv[1]);
+	if (how == "close-while-writing")
+		return closeWhileWritingCase(argv[1]);
 	if (how == "exit-while-writing" && argc > 3)
 		return exitWhileWritingCase(argv[1], argv[3]);
 	fail("unknown case");

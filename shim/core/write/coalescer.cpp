@@ -341,8 +341,8 @@ void Coalescer::closing(int first, int last)
 	/* Hands what fd's connection holds to the kernel; then it leaves the index. */
 	auto visit = [&](std::unordered_multimap<int, PendingWrites *>::iterator it) {
 		PendingWrites *writes = it->second;
-		handOver(writes);
-		writes->detach();
+		handOver(writes, true);
+		writes->detach(); /* the lock was not to be had: detached all the same */
 		return byFd_.erase(it);
 	};
 	if (static_cast<long long>(last) - first < kLookedUpRange) {
@@ -386,13 +386,16 @@ void Coalescer::shutForWriting(int fd)
 	forEachOf(fd, [](PendingWrites *writes) { writes->fail(EPIPE); });
 }
 
-void Coalescer::handOver(PendingWrites *writes)
+void Coalescer::handOver(PendingWrites *writes, bool detach)
 {
 	/* Bounded (kDrainTimeoutMs): a cancelled thread hands the bytes over first. */
 	CancelDeferred whole;
+	const int fd = writes->fd(); /* for the log: a detach forgets it */
 	{
 		SignalsBlocked quiet;
-		if (!writes->dirty() || writes->sendPatiently(kPatience) != PendingWrites::Result::Again)
+		/* Clean or not: a detach takes the lock, after whatever record the owner is appending. */
+		if ((!detach && !writes->dirty()) ||
+		    writes->sendPatiently(kPatience, detach) != PendingWrites::Result::Again)
 			return;
 	}
 	/*
@@ -400,19 +403,20 @@ void Coalescer::handOver(PendingWrites *writes)
 	 * socket's own doing (another descriptor filled it, or it shrank): the bytes go out
 	 * here, as the program's write would have sent them, waiting a bounded while.
 	 */
-	drainHere(writes, std::chrono::steady_clock::now() + std::chrono::milliseconds(kDrainTimeoutMs));
+	drainHere(writes, std::chrono::steady_clock::now() + std::chrono::milliseconds(kDrainTimeoutMs), detach);
 	if (writes->dirty())
 		logLimited(waitedLines, LogLevel::Warn,
-			   "fd %d: the socket took nothing for %d ms: the bytes held are dropped", writes->fd(),
+			   "fd %d: the socket took nothing for %d ms: the bytes held are dropped", fd,
 			   kDrainTimeoutMs);
 	else
 		logLimited(waitedLines, LogLevel::Info, "fd %d: the socket filled under held bytes; they went out",
-			   writes->fd());
+			   fd);
 }
 
-void Coalescer::drainHere(PendingWrites *writes, std::chrono::steady_clock::time_point deadline)
+void Coalescer::drainHere(PendingWrites *writes, std::chrono::steady_clock::time_point deadline, bool detach)
 {
-	while (writes->dirty() && writes->sendPatiently(kPatience) == PendingWrites::Result::Again) {
+	while ((detach || writes->dirty()) &&
+	       writes->sendPatiently(kPatience, detach) == PendingWrites::Result::Again) {
 		const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
 			deadline - std::chrono::steady_clock::now());
 		struct pollfd writable = { writes->fd(), POLLOUT, 0 };

@@ -217,10 +217,13 @@ private:
 	/* With wakeMutex_ held: whether the flusher has anything to do. */
 	bool work() const noexcept;
 	void flusherLoop();
-	/* With registry_ held: what writes holds goes to the kernel now. */
-	void handOver(PendingWrites *writes);
+	/*
+	 * With registry_ held: what writes holds goes to the kernel now. detach: its socket is
+	 * being closed, and the last send and the detach are one hold of its lock.
+	 */
+	void handOver(PendingWrites *writes, bool detach = false);
 	/* Sends what writes holds, waiting up to the deadline: the way out when nothing else is. */
-	void drainHere(PendingWrites *writes, std::chrono::steady_clock::time_point deadline);
+	void drainHere(PendingWrites *writes, std::chrono::steady_clock::time_point deadline, bool detach);
 
 	const std::size_t limit_;
 	const std::chrono::microseconds delay_;

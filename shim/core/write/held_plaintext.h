@@ -251,7 +251,6 @@ private:
 	/* Moves on whenever an entry goes: a thread's cached lookup of() is stale then. */
 	std::atomic<unsigned long> generation_{0};
 	std::atomic<int> held_{0}; /* a hint: buffers that became non-empty since the last pass */
-	std::atomic<bool> passing_{false}; /* a pass is encrypting (held_ is reset as it begins) */
 	/*
 	 * Process-wide, as the registry is one: zeroes in .bss, so no constructor writes them
 	 * and a process that holds nothing touches none of their 16 KiB.

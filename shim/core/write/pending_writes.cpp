@@ -79,18 +79,22 @@ PendingWrites::Result PendingWrites::sendAsOwner()
 	if (!dirty())
 		return Result::Done;
 	{
-		/* A batch began on a socket with room for it (batchRoom): it goes at once. */
+		/*
+		 * A batch began on a socket with room for it (batchRoom): it goes at once, under
+		 * the lock a close's hand-over takes, so that the close finds the bytes either
+		 * sent or still here (taken out, they were neither).
+		 */
 		SignalsBlocked quiet;
-		CancelDeferred whole;
-		const Result sent = sendTakenOut(MSG_DONTWAIT);
+		ShimLock lock(mutex_);
+		const Result sent = sendLocked(MSG_DONTWAIT);
 		if (sent != Result::Again)
 			return sent;
 	}
 	/* The socket filled after all (another descriptor of it wrote): as OpenSSL's write would. */
-	return sendTakenOut(0);
+	return sendTakenOut();
 }
 
-PendingWrites::Result PendingWrites::sendTakenOut(int flags)
+PendingWrites::Result PendingWrites::sendTakenOut()
 {
 	std::vector<unsigned char> taken;
 	std::size_t done;
@@ -101,7 +105,7 @@ PendingWrites::Result PendingWrites::sendTakenOut(int flags)
 		if (sent_ == bytes_.size())
 			return Result::Done;
 		if (fd < 0)
-			return sendLocked(flags); /* drops them: EBADF */
+			return sendLocked(0); /* drops them: EBADF */
 		/*
 		 * Only the owner appends, so nothing arrives behind these while they are out. The
 		 * buffers trade places, keeping their capacity: a burst reuses the same two.
@@ -133,7 +137,7 @@ PendingWrites::Result PendingWrites::sendTakenOut(int flags)
 	} putBack{ *this, taken, done };
 	int sendErrno = 0;
 	while (done < taken.size()) {
-		const ssize_t n = calls_.send(fd, taken.data() + done, taken.size() - done, flags);
+		const ssize_t n = calls_.send(fd, taken.data() + done, taken.size() - done, 0);
 		if (n >= 0) {
 			counters_->sends.fetch_add(1, std::memory_order_relaxed);
 			done += static_cast<std::size_t>(n);
@@ -171,12 +175,16 @@ PendingWrites::Result PendingWrites::send()
 	return sendLocked(kBackgroundSend);
 }
 
-PendingWrites::Result PendingWrites::sendPatiently(std::chrono::milliseconds patience)
+PendingWrites::Result PendingWrites::sendPatiently(std::chrono::milliseconds patience, bool detachWhenSent)
 {
 	ShimLock lock(mutex_, patience);
 	if (!lock.owns())
 		return Result::Busy;
-	return sendLocked(kBackgroundSend);
+	const Result result = sendLocked(kBackgroundSend);
+	/* In the same hold: a record appended between the send and the detach would never go out. */
+	if (detachWhenSent && result != Result::Again)
+		fd_.store(-1, std::memory_order_relaxed);
+	return result;
 }
 
 PendingWrites::Result PendingWrites::trySend()

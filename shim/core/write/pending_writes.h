@@ -85,7 +85,9 @@ private:
  * flusher thread, another thread's poll, close, exit), which only ever sends with
  * kBackgroundSend. One mutex orders them, and nobody holds it across a call that may
  * block (issue 11: a writer blocked on a stalled peer held it, and shutdown, exit and
- * fork waited for it): the owner takes the bytes out and sends them unlocked.
+ * fork waited for it). The owner sends under it as long as the socket takes the bytes
+ * without blocking; only its blocking send (a socket that filled after all) takes them
+ * out and sends them unlocked.
  */
 class PendingWrites : public std::enable_shared_from_this<PendingWrites> {
 public:
@@ -131,8 +133,11 @@ public:
 	Result send();
 	/* The same without waiting for the lock. */
 	Result trySend();
-	/* The same waiting for the lock a bounded while (the end of the process image). */
-	Result sendPatiently(std::chrono::milliseconds patience);
+	/*
+	 * The same waiting for the lock a bounded while (a way out). detachWhenSent: a close's
+	 * hand-over; once nothing is left to send, nothing more may be sent to that number.
+	 */
+	Result sendPatiently(std::chrono::milliseconds patience, bool detachWhenSent = false);
 
 	/*
 	 * Before a batch begins (nothing pending): the largest batch the socket can take now
@@ -217,8 +222,11 @@ public:
 
 private:
 	Result sendLocked(int flags);
-	/* sendAsOwner with these send flags. */
-	Result sendTakenOut(int flags);
+	/*
+	 * sendAsOwner's blocking send, on a socket that filled after all: the bytes are taken
+	 * out and sent unlocked, as nobody may hold the lock across a call that may block.
+	 */
+	Result sendTakenOut();
 	Result appendRecord(const void *record, std::size_t length, bool *becameDirty, bool overflow);
 	/* Whether length more bytes fit in the batch being gathered (false: none is). */
 	bool fitsInBatch(std::size_t length) noexcept;
