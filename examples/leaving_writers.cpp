@@ -29,10 +29,11 @@
  *                   a child's thread writes 100-byte lines while its main thread, once 100
  *                   are accepted, leaves by exit, _exit or an exec of /bin/true; the parent prints "accepted N"
  *                   (what SSL_write had accepted, in shared memory) once the child is gone
- *   close-while-writing
+ *   close-while-writing close|close-range|shutdown
  *                   a thread writes 100-byte lines while main, once 100 are accepted,
- *                   closes the socket under it (the program's own race); the writer stops
- *                   at its first failed write; prints "accepted N"
+ *                   takes the socket from under it (the program's own race): close,
+ *                   close_range over it, or shutdown(SHUT_WR) with SIGPIPE ignored; the
+ *                   writer stops at its first failed write; prints "accepted N"
  */
 
 #include <csignal>
@@ -44,6 +45,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -241,8 +243,9 @@ int exitWhileWritingCase(const char *port, const std::string &way)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-int closeWhileWritingCase(const char *port)
+int closeWhileWritingCase(const char *port, const std::string &way)
 {
+	signal(SIGPIPE, SIG_IGN);
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	int fd = -1;
 	SSL *ssl = connectSsl(ctx, port, &fd);
@@ -259,7 +262,12 @@ int closeWhileWritingCase(const char *port)
 	/* No sleep: the close lands while the writer is in full flow. */
 	while (accepted.load() < 100 * 100)
 		sched_yield();
-	close(fd);
+	if (way == "shutdown")
+		shutdown(fd, SHUT_WR);
+	else if (way == "close-range")
+		close_range(static_cast<unsigned>(fd), static_cast<unsigned>(fd) + 10, 0);
+	else
+		close(fd);
 	writer.join();
 	ERR_clear_error();
 	SSL_free(ssl);
@@ -304,8 +312,8 @@ int main(int argc, char **argv)
 		return termCase(argv[1]);
 	if (how == "alarm-exit")
 		return alarmCase(argv[1]);
-	if (how == "close-while-writing")
-		return closeWhileWritingCase(argv[1]);
+	if (how == "close-while-writing" && argc > 3)
+		return closeWhileWritingCase(argv[1], argv[3]);
 	if (how == "exit-while-writing" && argc > 3)
 		return exitWhileWritingCase(argv[1], argv[3]);
 	fail("unknown case");

@@ -212,13 +212,15 @@ TLSTUNE_EXPORT int fclose(FILE *stream)
 TLSTUNE_EXPORT int shutdown(int fd, int how)
 {
 	Process &p = process();
-	if (how == SHUT_RD || !knownFds().mayHave(fd) || !tracking(p))
+	if ((how != SHUT_WR && how != SHUT_RDWR) || !knownFds().mayHave(fd) || !tracking(p))
 		return p.libc.shutdown(fd, how);
 	p.held.socketsLeaving(fd, fd);
 	p.coalescer.shuttingDown(fd);
 	const int result = p.libc.shutdown(fd, how);
+	const int savedErrno = errno;
 	p.held.socketsLeft(fd, fd);
-	if (result == 0)
-		p.coalescer.shutForWriting(fd);
+	if (result != 0)
+		p.coalescer.shutdownFailed(fd);
+	errno = savedErrno;
 	return result;
 }

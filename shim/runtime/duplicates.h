@@ -97,7 +97,7 @@ inline void handOverSentSocket(Process &p, int fd)
 	p.coalescer.sendingAway(fd);
 	p.held.socketsLeaving(fd, fd);
 	p.held.socketsLeft(fd, fd); /* what began a record since is held no more (sendingAway) */
-	p.coalescer.shuttingDown(fd);
+	p.coalescer.handOverFor(fd);
 	errno = savedErrno;
 }
 

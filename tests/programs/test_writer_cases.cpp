@@ -522,7 +522,8 @@ TEST(Writers, LeavingWhileAnotherThreadWritesLosesNothingAccepted)
 }
 
 /*
- * The program's own race: a thread writes on while main closes the socket under it.
+ * The program's own race: a thread writes on while main closes the socket under it (or
+ * shuts it down).
  * Without the shim every write that returned reached the kernel before the close. With
  * it, a close handed over what was held and then detached in a second hold of the lock,
  * and a record appended between the two never went out; a batch the writer had taken out
@@ -530,12 +531,14 @@ TEST(Writers, LeavingWhileAnotherThreadWritesLosesNothingAccepted)
  */
 TEST(Writers, ACloseWhileAnotherThreadWritesLosesNothingAccepted)
 {
-	RecordProperty("fault", "a thread writing 100-byte lines while main closes the socket");
+	RecordProperty("fault", "a thread writing 100-byte lines while main closes, close_ranges or shuts down the socket");
 	constexpr int kRuns = 40;
-	for (bool withShim : { false, true }) {
-		SCOPED_TRACE(withShim ? "with the shim" : "without the shim");
-		for (int run = 0; run < kRuns; run++)
-			expectAcceptedArrived({ "close-while-writing" }, withShim, {}, run);
+	for (const char *way : { "close", "close-range", "shutdown" }) {
+		for (bool withShim : { false, true }) {
+			SCOPED_TRACE(std::string(way) + (withShim ? ", with the shim" : ", without the shim"));
+			for (int run = 0; run < kRuns; run++)
+				expectAcceptedArrived({ "close-while-writing", way }, withShim, {}, run);
+		}
 	}
 }
 

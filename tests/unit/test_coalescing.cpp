@@ -495,6 +495,31 @@ TEST_F(TcpPair, EveryWayOutHandsTheHeldBytesToTheKernelAtOnce)
 }
 
 
+/*
+ * A shutdown's hand-over and the failing of later writes are one hold of the lock: a
+ * record appended after it fails as the kernel would fail its write (EPIPE), and one the
+ * hand-over found went out. A shutdown that failed lets the connection write on.
+ */
+TEST_F(TcpPair, AfterAShutdownsHandOverARecordFailsUntilTheShutdownFails)
+{
+	const int sink = fds_[0];
+	Coalescer coalescer(16 * 1024, std::chrono::milliseconds(100), kCalls);
+	PendingWrites *writes = coalescer.open(sink);
+	ASSERT_EQ(appendRecord(*writes, "before\n"), PendingWrites::Result::Done);
+	coalescer.shuttingDown(sink);
+	EXPECT_EQ(readExactly(7), "before\n");
+	errno = 0;
+	EXPECT_EQ(appendRecord(*writes, "after\n"), PendingWrites::Result::Failed);
+	EXPECT_EQ(errno, EPIPE);
+	EXPECT_FALSE(writes->dirty());
+	coalescer.shutdownFailed(sink);
+	ASSERT_EQ(appendRecord(*writes, "again\n"), PendingWrites::Result::Done);
+	coalescer.closing(sink, sink);
+	EXPECT_EQ(readExactly(6), "again\n");
+	EXPECT_EQ(appendRecord(*writes, "closed\n"), PendingWrites::Result::Failed) << "detached with the hand-over";
+	coalescer.release(writes);
+}
+
 #ifdef BIO_CTRL_GET_KTLS_SEND /* OpenSSL 3: 1.1.1 has no kernel TLS ask */
 namespace {
 

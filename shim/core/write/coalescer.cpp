@@ -341,7 +341,7 @@ void Coalescer::closing(int first, int last)
 	/* Hands what fd's connection holds to the kernel; then it leaves the index. */
 	auto visit = [&](std::unordered_multimap<int, PendingWrites *>::iterator it) {
 		PendingWrites *writes = it->second;
-		handOver(writes, true);
+		handOver(writes, PendingWrites::AfterSend::Detach);
 		writes->detach(); /* the lock was not to be had: detached all the same */
 		return byFd_.erase(it);
 	};
@@ -373,6 +373,16 @@ void Coalescer::forEachOf(int fd, Visit visit)
 
 void Coalescer::shuttingDown(int fd)
 {
+	forEachOf(fd, [this](PendingWrites *writes) { handOver(writes, PendingWrites::AfterSend::FailWrites); });
+}
+
+void Coalescer::shutdownFailed(int fd)
+{
+	forEachOf(fd, [](PendingWrites *writes) { writes->unfail(); });
+}
+
+void Coalescer::handOverFor(int fd)
+{
 	forEachOf(fd, [this](PendingWrites *writes) { handOver(writes); });
 }
 
@@ -381,21 +391,16 @@ void Coalescer::sendingAway(int fd)
 	forEachOf(fd, [](PendingWrites *writes) { writes->sendAway(); });
 }
 
-void Coalescer::shutForWriting(int fd)
-{
-	forEachOf(fd, [](PendingWrites *writes) { writes->fail(EPIPE); });
-}
-
-void Coalescer::handOver(PendingWrites *writes, bool detach)
+void Coalescer::handOver(PendingWrites *writes, PendingWrites::AfterSend then)
 {
 	/* Bounded (kDrainTimeoutMs): a cancelled thread hands the bytes over first. */
 	CancelDeferred whole;
 	const int fd = writes->fd(); /* for the log: a detach forgets it */
 	{
 		SignalsBlocked quiet;
-		/* Clean or not: a detach takes the lock, after whatever record the owner is appending. */
-		if ((!detach && !writes->dirty()) ||
-		    writes->sendPatiently(kPatience, detach) != PendingWrites::Result::Again)
+		/* Clean or not, what follows takes the lock: after whatever record the owner is appending. */
+		if ((then == PendingWrites::AfterSend::Nothing && !writes->dirty()) ||
+		    writes->sendPatiently(kPatience, then) != PendingWrites::Result::Again)
 			return;
 	}
 	/*
@@ -403,7 +408,7 @@ void Coalescer::handOver(PendingWrites *writes, bool detach)
 	 * socket's own doing (another descriptor filled it, or it shrank): the bytes go out
 	 * here, as the program's write would have sent them, waiting a bounded while.
 	 */
-	drainHere(writes, std::chrono::steady_clock::now() + std::chrono::milliseconds(kDrainTimeoutMs), detach);
+	drainHere(writes, std::chrono::steady_clock::now() + std::chrono::milliseconds(kDrainTimeoutMs), then);
 	if (writes->dirty())
 		logLimited(waitedLines, LogLevel::Warn,
 			   "fd %d: the socket took nothing for %d ms: the bytes held are dropped", fd,
@@ -413,10 +418,11 @@ void Coalescer::handOver(PendingWrites *writes, bool detach)
 			   fd);
 }
 
-void Coalescer::drainHere(PendingWrites *writes, std::chrono::steady_clock::time_point deadline, bool detach)
+void Coalescer::drainHere(PendingWrites *writes, std::chrono::steady_clock::time_point deadline,
+			  PendingWrites::AfterSend then)
 {
-	while ((detach || writes->dirty()) &&
-	       writes->sendPatiently(kPatience, detach) == PendingWrites::Result::Again) {
+	while ((then != PendingWrites::AfterSend::Nothing || writes->dirty()) &&
+	       writes->sendPatiently(kPatience, then) == PendingWrites::Result::Again) {
 		const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
 			deadline - std::chrono::steady_clock::now());
 		struct pollfd writable = { writes->fd(), POLLOUT, 0 };

@@ -29,15 +29,8 @@ PendingWrites::Result PendingWrites::appendRecord(const void *record, std::size_
 	*becameDirty = false;
 	{
 		ShimLock lock(mutex_);
-		if (error_) {
-			errno = error_;
-			error_ = EPIPE; /* reported once, as the kernel does (reportError) */
+		if (refusedLocked())
 			return Result::Failed;
-		}
-		if (fd() < 0) {
-			errno = EBADF;
-			return Result::Failed;
-		}
 	}
 	if (!overflow && !fitsInBatch(length)) {
 		const Result sent = sendAsOwner();
@@ -46,11 +39,9 @@ PendingWrites::Result PendingWrites::appendRecord(const void *record, std::size_
 	}
 	const unsigned char *begin = static_cast<const unsigned char *>(record);
 	ShimLock lock(mutex_);
-	/* A close detached the socket since the look above: this record would never go out. */
-	if (fd() < 0) {
-		errno = EBADF;
+	/* A close or shutdown passed since the look above: this record would never go out. */
+	if (refusedLocked())
 		return Result::Failed;
-	}
 	/*
 	 * A new batch only on a socket with room for it, asked under the lock: the flusher
 	 * may have emptied the buffer since the caller looked.
@@ -71,6 +62,20 @@ PendingWrites::Result PendingWrites::appendRecord(const void *record, std::size_
 	*becameDirty = !dirty_.load(std::memory_order_relaxed);
 	markDirty();
 	return Result::Done;
+}
+
+bool PendingWrites::refusedLocked() noexcept
+{
+	if (error_) {
+		errno = error_;
+		error_ = EPIPE; /* reported once, as the kernel does (reportError) */
+		return true;
+	}
+	if (fd() < 0) {
+		errno = EBADF;
+		return true;
+	}
+	return false;
 }
 
 PendingWrites::Result PendingWrites::sendAsOwner()
@@ -175,15 +180,18 @@ PendingWrites::Result PendingWrites::send()
 	return sendLocked(kBackgroundSend);
 }
 
-PendingWrites::Result PendingWrites::sendPatiently(std::chrono::milliseconds patience, bool detachWhenSent)
+PendingWrites::Result PendingWrites::sendPatiently(std::chrono::milliseconds patience, AfterSend then)
 {
 	ShimLock lock(mutex_, patience);
 	if (!lock.owns())
 		return Result::Busy;
 	const Result result = sendLocked(kBackgroundSend);
-	/* In the same hold: a record appended between the send and the detach would never go out. */
-	if (detachWhenSent && result != Result::Again)
+	if (result == Result::Again)
+		return result;
+	if (then == AfterSend::Detach)
 		fd_.store(-1, std::memory_order_relaxed);
+	else if (then == AfterSend::FailWrites && !error_)
+		error_ = EPIPE;
 	return result;
 }
 
@@ -301,6 +309,14 @@ void PendingWrites::fail(int error) noexcept
 {
 	ShimLock lock(mutex_);
 	error_ = error;
+}
+
+void PendingWrites::unfail() noexcept
+{
+	ShimLock lock(mutex_);
+	/* A broken connection's own error stays: the kernel reports that one too. */
+	if (error_ == EPIPE)
+		error_ = 0;
 }
 
 } /* namespace tlstune */

@@ -134,10 +134,16 @@ public:
 	/* The same without waiting for the lock. */
 	Result trySend();
 	/*
-	 * The same waiting for the lock a bounded while (a way out). detachWhenSent: a close's
-	 * hand-over; once nothing is left to send, nothing more may be sent to that number.
+	 * A way out's last send, and what follows it in the same hold of the lock once nothing
+	 * is left to send: a record appended between the two would be lost.
 	 */
-	Result sendPatiently(std::chrono::milliseconds patience, bool detachWhenSent = false);
+	enum class AfterSend {
+		Nothing,
+		Detach,     /* a close: nothing more may be sent to that number */
+		FailWrites, /* a shutdown of the sending side: later writes fail with EPIPE */
+	};
+	/* The same waiting for the lock a bounded while (a way out). */
+	Result sendPatiently(std::chrono::milliseconds patience, AfterSend then = AfterSend::Nothing);
 
 	/*
 	 * Before a batch begins (nothing pending): the largest batch the socket can take now
@@ -163,8 +169,10 @@ public:
 	 * and EPIPE to every write after it (its sending side is gone).
 	 */
 	int reportError() noexcept;
-	/* From now on every write fails with error (the sending side was shut down). */
+	/* From now on every write fails with error (the connection is broken). */
 	void fail(int error) noexcept;
+	/* The shutdown that AfterSend::FailWrites came before failed: writes go on. */
+	void unfail() noexcept;
 
 	bool dirty() const noexcept { return dirty_.load(std::memory_order_relaxed); }
 	/*
@@ -228,6 +236,8 @@ private:
 	 */
 	Result sendTakenOut();
 	Result appendRecord(const void *record, std::size_t length, bool *becameDirty, bool overflow);
+	/* With the lock held: a record may not be appended (broken, shut or closed); errno says why. */
+	bool refusedLocked() noexcept;
 	/* Whether length more bytes fit in the batch being gathered (false: none is). */
 	bool fitsInBatch(std::size_t length) noexcept;
 	void markClean() noexcept;
