@@ -69,6 +69,7 @@
  *                     without fork's handlers) writes 20 more and exits; the parent waits
  *                     for it and leaves
  *   raw-fork          the same, the child made by syscall(SYS_fork)
+ *   clone3            the same, the child made by syscall(SYS_clone3) (no CLONE_VM)
  *   clone-vm          one line, then a child made by clone(CLONE_VM) (it shares the
  *                     parent's memory and runs beside it) writes 20 and returns 20 from its
  *                     function; the parent waits for it, prints "child status S", writes
@@ -110,6 +111,7 @@
 #include <thread>
 #include <vector>
 #include <sys/syscall.h>
+#include <linux/sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -597,6 +599,12 @@ int copiedProcess(const char *port, const std::string &how)
 		writeLines(childSsl, 40, 20);
 		endConnection(childSsl, childFd, ctx);
 		return 0;
+	} else if (how == "clone3") {
+		struct clone_args arguments = {};
+		arguments.exit_signal = SIGCHLD;
+		child = static_cast<pid_t>(syscall(SYS_clone3, &arguments, sizeof(arguments)));
+		if (child == 0)
+			writeOnInChild(nullptr);
 	} else {
 		child = static_cast<pid_t>(syscall(SYS_fork));
 		if (child == 0)
@@ -887,7 +895,7 @@ int main(int argc, char **argv)
 		return longjmpWait(argv[1]);
 	if (how == "shut-write")
 		return shutWrite(argv[1]);
-	if (how == "clone" || how == "raw-fork" || how == "clone-vm")
+	if (how == "clone" || how == "raw-fork" || how == "clone3" || how == "clone-vm")
 		return copiedProcess(argv[1], how);
 	if (how == "spawn" || how == "popen" || how == "system")
 		return spawned(argv[1], how);

@@ -1,6 +1,6 @@
 /*
  * Processes made past glibc's fork(), which run no pthread_atfork handler. A child of
- * clone() or syscall(SYS_fork) without CLONE_VM has a copy of what the shim holds and of
+ * clone(), or syscall(SYS_fork), SYS_clone or SYS_clone3, without CLONE_VM has a copy of what the shim holds and of
  * its locks; a program started by posix_spawn or popen (glibc's vfork-like clone inside)
  * may write to an inherited socket at once. Without the shim, every byte the program wrote
  * before was the kernel's already (a hunt: a clone child's 10 lines were lost, and a
@@ -43,13 +43,7 @@ int startChild(void *start)
 /* Before a spawned program may write on an inherited socket: what is held is the kernel's. */
 void handOver() noexcept
 {
-	Process &p = process();
-	if (p.coalescer.idle() || p.inVforkChild())
-		return;
-	const int savedErrno = errno;
-	p.held.encryptAllNow();
-	p.coalescer.flushAll();
-	errno = savedErrno;
+	process().handOver();
 }
 
 } /* namespace */

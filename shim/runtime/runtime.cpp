@@ -328,6 +328,16 @@ void Process::handOverAndStopHolding()
 	errno = savedErrno;
 }
 
+void Process::handOver() noexcept
+{
+	if (coalescer.idle() || inVforkChild())
+		return;
+	const int savedErrno = errno;
+	held.encryptAllNow();
+	coalescer.flushAll();
+	errno = savedErrno;
+}
+
 void Process::sharesMemoryWithAProcess()
 {
 	if (!coalescer.holding())

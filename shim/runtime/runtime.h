@@ -59,6 +59,11 @@ struct Process {
 	void sharesMemoryWithAProcess();
 	/* What is held goes to the kernel (no system call where nothing ever was), and nothing more is held. */
 	void handOverAndStopHolding();
+	/*
+	 * Before another program (posix_spawn, popen) or a vfork-like copy may write on an
+	 * inherited socket: what is held goes to the kernel.
+	 */
+	void handOver() noexcept;
 	/* This is a vfork child (or posix_spawn's): it must change no state of the shim's. */
 	bool inVforkChild() const noexcept;
 
