@@ -61,6 +61,8 @@
  *   daemon            20 short lines, daemon(1, 1), then 20 more from the child
  *   shut-write        SIGPIPE ignored; 5 short lines, shutdown(fd, SHUT_WR), then 3 more:
  *                     prints each write's result, SSL_get_error and errno
+ *   shut-both         the same with SHUT_RDWR, the 3 writes once the kernel has reset the
+ *                     connection (the server's close_notify met a socket shut for reading)
  *   longjmp-wait      300 rounds of 20 short lines, then a wait (select, poll, ppoll and
  *                     epoll_wait in turn) on an idle pipe that a SIGALRM handler (a one-shot
  *                     timer of 30 us) leaves by siglongjmp; then close_notify. Prints
@@ -492,15 +494,27 @@ int daemonCase(const char *port)
 	return 0;
 }
 
-int shutWrite(const char *port)
+int shutWrite(const char *port, bool both)
 {
 	signal(SIGPIPE, SIG_IGN);
 	SSL_CTX *ctx = client();
 	int fd = -1;
 	SSL *ssl = connectSsl(ctx, port, &fd);
 	writeLines(ssl, 0, 5);
-	if (shutdown(fd, SHUT_WR) != 0)
+	if (shutdown(fd, both ? SHUT_RDWR : SHUT_WR) != 0)
 		fail("shutdown");
+	/*
+	 * SHUT_RDWR: the server's close_notify meets a socket shut for reading, and the kernel
+	 * resets the connection (bounded: 10 s, a millisecond apart).
+	 */
+	for (int i = 0; both && i < 10000; i++) {
+		/* POLLHUP is there at once (both sides shut): only POLLERR ends the wait. */
+		struct pollfd error = { fd, 0, 0 };
+		if (poll(&error, 1, 0) == 1 && (error.revents & POLLERR))
+			break;
+		const struct timespec pause = { 0, 1000 * 1000 };
+		nanosleep(&pause, nullptr);
+	}
 	for (int i = 0; i < 3; i++) {
 		errno = 0;
 		const int n = SSL_write(ssl, "line\n", 5);
@@ -893,8 +907,8 @@ int main(int argc, char **argv)
 		return reuseCase(argv[1]);
 	if (how == "longjmp-wait")
 		return longjmpWait(argv[1]);
-	if (how == "shut-write")
-		return shutWrite(argv[1]);
+	if (how == "shut-write" || how == "shut-both")
+		return shutWrite(argv[1], how == "shut-both");
 	if (how == "clone" || how == "raw-fork" || how == "clone3" || how == "clone-vm")
 		return copiedProcess(argv[1], how);
 	if (how == "spawn" || how == "popen" || how == "system")

@@ -1,8 +1,9 @@
 /*
  * Processes made past glibc's fork(), which run no pthread_atfork handler. A child of
- * clone(), or syscall(SYS_fork), SYS_clone or SYS_clone3, without CLONE_VM has a copy of what the shim holds and of
- * its locks; a program started by posix_spawn or popen (glibc's vfork-like clone inside)
- * may write to an inherited socket at once. Without the shim, every byte the program wrote
+ * clone() without CLONE_VM (or of syscall(SYS_fork), SYS_clone or SYS_clone3: see
+ * interpose/syscall.cpp) has a copy of what the shim holds and of its locks; a program
+ * started by posix_spawn or popen (glibc's vfork-like clone inside) may write to an
+ * inherited socket at once. Without the shim, every byte the program wrote
  * before was the kernel's already (a hunt: a clone child's 10 lines were lost, and a
  * spawned child's raw bytes overtook held lines), so the fork handlers run around the
  * first two and what is held goes to the kernel before the others.

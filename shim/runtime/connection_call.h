@@ -357,7 +357,7 @@ inline bool holdWrite(SSL *ssl, const void *data, size_t length)
 	pthread_testcancel();
 	PendingWrites *writes = o.filter.attached(o.api, ssl);
 	/* A broken connection's writes go through the filter, which reports it as the kernel would. */
-	if (!writes || writes->fd() < 0 || writes->stalled() || writes->sentAway() || writes->error() ||
+	if (!writes || writes->fd() < 0 || writes->stalled() || writes->writesDirect() || writes->error() ||
 	    o.filter.socketHooked(o.api, ssl))
 		return false;
 	const int version = o.api.SSL_version(ssl);

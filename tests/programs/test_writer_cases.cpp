@@ -278,6 +278,14 @@ TEST(Writers, WritesAfterTheProgramShutItsSendingSideFailAsTheKernelFailsThem)
 			      "write -1 error 5 errno 32\nwrite -1 error 5 errno 32\nwrite -1 error 5 errno 32\n", 0, 1);
 }
 
+TEST(Writers, WritesAfterAShutdownBothWaysReportTheResetTheKernelReports)
+{
+	RecordProperty("fault", "shutdown(SHUT_RDWR), the peer's close_notify resets the connection, then short "
+				"writes: the shim answered EPIPE (and SIGPIPE) where the kernel answers ECONNRESET");
+	expectTheSameBothWays("shut-both", {},
+			      "write -1 error 5 errno 104\nwrite -1 error 5 errno 32\nwrite -1 error 5 errno 32\n", 0, 1);
+}
+
 TEST(Writers, AHandlerThatLeavesAWaitBySiglongjmpLeavesNoLockOfTheShimsHeld)
 {
 	RecordProperty("fault", "short lines, then a wait a SIGALRM handler leaves by siglongjmp: the next write hung "

@@ -373,12 +373,12 @@ void Coalescer::forEachOf(int fd, Visit visit)
 
 void Coalescer::shuttingDown(int fd)
 {
-	forEachOf(fd, [this](PendingWrites *writes) { handOver(writes, PendingWrites::AfterSend::FailWrites); });
+	forEachOf(fd, [this](PendingWrites *writes) { handOver(writes, PendingWrites::AfterSend::WriteOut); });
 }
 
 void Coalescer::shutdownFailed(int fd)
 {
-	forEachOf(fd, [](PendingWrites *writes) { writes->unfail(); });
+	forEachOf(fd, [](PendingWrites *writes) { writes->shutdownFailed(); });
 }
 
 void Coalescer::handOverFor(int fd)

@@ -174,9 +174,10 @@ public:
 
 	/*
 	 * fd's sending side is about to be shut down: its bytes go to the kernel first, and
-	 * its connections' later writes fail as the kernel fails them (EPIPE), none held (a
-	 * hunt: three writes after shutdown(SHUT_WR) were reported written, and SIGPIPE came
-	 * at the fourth; a record appended as the shutdown passed was lost, 138 runs of 300).
+	 * its connections' later writes go straight to the socket, whose answer they report
+	 * (a hunt: three writes after shutdown(SHUT_WR) were reported written, and SIGPIPE
+	 * came at the fourth; a record appended as the shutdown passed was lost, 138 runs of
+	 * 300).
 	 */
 	void shuttingDown(int fd);
 	/* The shutdown failed: the connections of fd write on. */

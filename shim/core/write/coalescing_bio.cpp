@@ -116,7 +116,7 @@ int filterWrite(BIO *bio, const char *data, int length)
 	 */
 	const bool holding = g_coalescer->holding();
 	const bool quiet = holding && g_coalescer->quietWrite(writes);
-	if (!holding || quiet || directWrites || writes->stalled() || writes->sentAway() || hooked(next) ||
+	if (!holding || quiet || directWrites || writes->stalled() || writes->writesDirect() || hooked(next) ||
 	    static_cast<std::size_t>(length) >= g_coalescer->limit()) {
 		if (const int error = writes->reportError())
 			return failAsTheKernelWould(error);

@@ -39,9 +39,12 @@ PendingWrites::Result PendingWrites::appendRecord(const void *record, std::size_
 	}
 	const unsigned char *begin = static_cast<const unsigned char *>(record);
 	ShimLock lock(mutex_);
-	/* A close or shutdown passed since the look above: this record would never go out. */
+	/* A close passed since the look above: this record would never go out. */
 	if (refusedLocked())
 		return Result::Failed;
+	/* A shutdown did: the kernel answers this write, as without the shim. */
+	if (!overflow && shut_.load(std::memory_order_relaxed))
+		return Result::NoRoom;
 	/*
 	 * A new batch only on a socket with room for it, asked under the lock: the flusher
 	 * may have emptied the buffer since the caller looked.
@@ -190,8 +193,8 @@ PendingWrites::Result PendingWrites::sendPatiently(std::chrono::milliseconds pat
 		return result;
 	if (then == AfterSend::Detach)
 		fd_.store(-1, std::memory_order_relaxed);
-	else if (then == AfterSend::FailWrites && !error_)
-		error_ = EPIPE;
+	else if (then == AfterSend::WriteOut)
+		shut_.store(true, std::memory_order_relaxed);
 	return result;
 }
 
@@ -311,12 +314,5 @@ void PendingWrites::fail(int error) noexcept
 	error_ = error;
 }
 
-void PendingWrites::unfail() noexcept
-{
-	ShimLock lock(mutex_);
-	/* A broken connection's own error stays: the kernel reports that one too. */
-	if (error_ == EPIPE)
-		error_ = 0;
-}
 
 } /* namespace tlstune */

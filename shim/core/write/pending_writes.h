@@ -139,8 +139,8 @@ public:
 	 */
 	enum class AfterSend {
 		Nothing,
-		Detach,     /* a close: nothing more may be sent to that number */
-		FailWrites, /* a shutdown of the sending side: later writes fail with EPIPE */
+		Detach,   /* a close: nothing more may be sent to that number */
+		WriteOut, /* a shutdown of the sending side: later writes go straight to the socket */
 	};
 	/* The same waiting for the lock a bounded while (a way out). */
 	Result sendPatiently(std::chrono::milliseconds patience, AfterSend then = AfterSend::Nothing);
@@ -171,8 +171,8 @@ public:
 	int reportError() noexcept;
 	/* From now on every write fails with error (the connection is broken). */
 	void fail(int error) noexcept;
-	/* The shutdown that AfterSend::FailWrites came before failed: writes go on. */
-	void unfail() noexcept;
+	/* The shutdown that AfterSend::WriteOut came before failed: writes may be held again. */
+	void shutdownFailed() noexcept { shut_.store(false, std::memory_order_relaxed); }
 
 	bool dirty() const noexcept { return dirty_.load(std::memory_order_relaxed); }
 	/*
@@ -186,7 +186,15 @@ public:
 	 * from then on nothing is held for it (rule 2: the shim cannot see that writer).
 	 */
 	void sendAway() noexcept { sentAway_.store(true, std::memory_order_relaxed); }
-	bool sentAway() const noexcept { return sentAway_.load(std::memory_order_relaxed); }
+	/*
+	 * Nothing is held for this connection's socket, sent away or shut down for writing: its
+	 * writes go to the kernel, which answers them (after a shutdown, EPIPE, or the reset
+	 * the peer sent, as the kernel tells it: a hunt found ECONNRESET answered EPIPE).
+	 */
+	bool writesDirect() const noexcept
+	{
+		return sentAway_.load(std::memory_order_relaxed) || shut_.load(std::memory_order_relaxed);
+	}
 	/* Bytes waiting: BIO_CTRL_WPENDING. */
 	std::size_t pending() noexcept;
 
@@ -255,6 +263,7 @@ private:
 	std::atomic<bool> dirty_{false};
 	std::atomic<bool> stalled_{false};
 	std::atomic<bool> sentAway_{false};
+	std::atomic<bool> shut_{false}; /* shut down for writing (AfterSend::WriteOut) */
 	/* Written under mutex_; read without it by error(), once per held write. */
 	std::atomic<int> error_{0};
 	bool listed_ = false;
