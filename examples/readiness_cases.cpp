@@ -140,6 +140,13 @@
  *                     the wait again (its /proc syscall file says so). The kernel re-polls
  *                     the file on MOD and wakes the main thread. Prints "lines 20" and
  *                     "timeouts N", the waits that timed out.
+ *   waiters HOW PORT  against tls_server --burst 20 --connections 5: five rounds of a
+ *                     connection that reads one line, then three threads blocked in
+ *                     epoll_wait (4 events, 300 ms) on a set holding an idle pipe, and an
+ *                     EPOLL_CTL_ADD of the connection (data 7) once all three are in the
+ *                     wait: HOW level (the kernel wakes all three in turn, the file staying
+ *                     ready) or oneshot (EPOLLONESHOT: one is told, two time out). Prints
+ *                     per round "told N, timed out N, other N" (other: any other answer)
  */
 
 #include <algorithm>
@@ -1354,6 +1361,67 @@ int rearm(const char *port)
 	return 0;
 }
 
+int waiters(const std::string &how, const char *port)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	constexpr int kWaiters = 3;
+	for (int round = 0; round < 5; round++) {
+		const int fd = connectTo("127.0.0.1", port);
+		SSL *ssl = connectTls(ctx, fd);
+		char buffer[256];
+		int got = SSL_read(ssl, buffer, 12); /* "line 000000\n" */
+		if (got <= 0)
+			fail("SSL_read");
+		const int epfd = epoll_create1(0);
+		int idle[2];
+		struct epoll_event pipeEvent = {};
+		pipeEvent.events = EPOLLIN;
+		pipeEvent.data.u64 = 1;
+		if (pipe(idle) != 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, idle[0], &pipeEvent) != 0)
+			fail("pipe");
+		std::atomic<pid_t> tids[kWaiters] = {};
+		std::string answers[kWaiters];
+		std::vector<std::thread> threads;
+		for (int i = 0; i < kWaiters; i++)
+			threads.emplace_back([&, i] {
+				tids[i] = static_cast<pid_t>(syscall(SYS_gettid));
+				struct epoll_event events[4];
+				const int ready = epoll_wait(epfd, events, 4, 300);
+				answers[i] = ready == 0 ? "timed out"
+					     : ready == 1 && events[0].data.u64 == 7 && (events[0].events & EPOLLIN) ? "told"
+					     : "other";
+			});
+		/* Bounded: the threads are in their waits within a few scheduling rounds. */
+		for (int i = 0; i < kWaiters; i++)
+			for (int tries = 0; tries < 100000 && (tids[i] == 0 || !blockedInEpollWait(tids[i])); tries++)
+				sched_yield();
+		struct epoll_event interest = {};
+		interest.events = how == "oneshot" ? EPOLLIN | EPOLLONESHOT : EPOLLIN;
+		interest.data.u64 = 7;
+		if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &interest) != 0)
+			fail("EPOLL_CTL_ADD");
+		for (std::thread &thread : threads)
+			thread.join();
+		std::printf("told %ld, timed out %ld, other %ld\n", std::count(answers, answers + kWaiters, "told"),
+			    std::count(answers, answers + kWaiters, "timed out"),
+			    std::count(answers, answers + kWaiters, "other"));
+		/* Every line read: a close with data unread would reset the server's connection. */
+		while (got < 20 * 12) {
+			const int n = SSL_read(ssl, buffer, sizeof(buffer));
+			if (n <= 0)
+				break;
+			got += n;
+		}
+		SSL_free(ssl);
+		close(fd);
+		close(idle[0]);
+		close(idle[1]);
+		close(epfd);
+	}
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const std::string which = argc > 1 ? argv[1] : "";
@@ -1379,6 +1447,8 @@ int main(int argc, char **argv)
 		return blockingPeek(argv[2]);
 	if (which == "rearm" && argc > 2)
 		return rearm(argv[2]);
+	if (which == "waiters" && argc > 3)
+		return waiters(argv[2], argv[3]);
 	if (which == "reconnect" && argc > 3)
 		return reconnect(argv[2], argv[3]);
 	if (which == "duplicate" && argc > 3)

@@ -251,6 +251,26 @@ TEST(Readiness, AWorkersReArmWakesTheThreadBlockedInTheWait)
 	expectBothWays(bothWays({ "rearm" }, { "--burst", "20" }), "lines 20\ntimeouts 0\n");
 }
 
+/*
+ * Three threads blocked in one set's epoll_wait, then an ADD of a connection whose records
+ * OpenSSL holds: the kernel, the file staying ready, wakes all three in turn; one-shot,
+ * one. A hunt: the shim's wake woke one (two slept out their timeout, 20 runs in 20), and
+ * a second waiter could be handed the wake's own event (data "tlstunew").
+ */
+TEST(Readiness, ThreadsBlockedInOneSetAreWokenAsTheKernelWakesThem)
+{
+	RecordProperty("fault", "three threads in epoll_wait on one set, then EPOLL_CTL_ADD of a held connection");
+	const std::string told = "told 3, timed out 0, other 0\n";
+	std::string level, oneshot;
+	for (int round = 0; round < 5; round++) {
+		level += told;
+		oneshot += "told 1, timed out 2, other 0\n";
+	}
+	const std::vector<std::string> server = { "--burst", "20", "--connections", "5" };
+	expectBothWays(bothWays({ "waiters", "level" }, server), level);
+	expectBothWays(bothWays({ "waiters", "oneshot" }, server), oneshot);
+}
+
 class ClosingUnread : public ::testing::TestWithParam<const char *> {};
 
 TEST_P(ClosingUnread, ResetsTheConnectionAsTheKernelDoes)

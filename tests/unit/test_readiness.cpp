@@ -1538,10 +1538,11 @@ TEST(BufferedFds, ManyThreadsEachWithTheirOwnConnections)
 }
 
 /*
- * EpollWake: a woken set reports the wake to a wait until one strips it, which takes it
- * out of the set; the program's own events stay, in order.
+ * EpollWake: a woken set reports the wake to every wait, which strips it from what the
+ * program sees, until a wait that found nothing to report settles it; a wake made since
+ * that wait looked keeps it. The program's own events stay, in order.
  */
-TEST(EpollWake, AWokenSetIsReadyUntilAWaitStripsTheWake)
+TEST(EpollWake, AWokenSetStaysReadyUntilAWaitSettlesItUnlessWokenSince)
 {
 	EpollWake wake;
 	EXPECT_TRUE(wake.idle());
@@ -1558,16 +1559,24 @@ TEST(EpollWake, AWokenSetIsReadyUntilAWaitStripsTheWake)
 	wake.wake(epfd, ::epoll_ctl); /* already there: one wake */
 	EXPECT_FALSE(wake.idle());
 	struct epoll_event events[4];
-	const int ready = epoll_wait(epfd, events, 4, 0);
-	ASSERT_EQ(ready, 2) << "the program's eventfd and the wake";
-	bool woken = false;
-	ASSERT_EQ(wake.strip(epfd, ::epoll_ctl, events, ready, &woken), 1);
-	EXPECT_TRUE(woken);
-	EXPECT_EQ(events[0].data.u64, 7u);
-	EXPECT_TRUE(wake.idle());
-	ASSERT_EQ(epoll_wait(epfd, events, 4, 0), 1) << "the wake is out of the set";
-	EXPECT_EQ(wake.strip(epfd, ::epoll_ctl, events, 1, &woken), 1);
+	for (int wait = 0; wait < 2; wait++) {
+		const int ready = epoll_wait(epfd, events, 4, 0);
+		ASSERT_EQ(ready, 2) << "the program's eventfd and the wake, wait " << wait;
+		bool woken = false;
+		ASSERT_EQ(wake.strip(events, ready, &woken), 1);
+		EXPECT_TRUE(woken);
+		EXPECT_EQ(events[0].data.u64, 7u);
+	}
+	const unsigned long looked = wake.generation();
+	wake.wake(epfd, ::epoll_ctl);
+	wake.settle(epfd, ::epoll_ctl, looked);
+	ASSERT_EQ(epoll_wait(epfd, events, 4, 0), 2) << "woken again since the wait looked: it stays";
+	wake.settle(epfd, ::epoll_ctl, wake.generation());
+	ASSERT_EQ(epoll_wait(epfd, events, 4, 0), 1) << "settled: the wake is out of the set";
+	bool woken = true;
+	EXPECT_EQ(wake.strip(events, 1, &woken), 1);
 	EXPECT_FALSE(woken);
+	EXPECT_FALSE(wake.idle()) << "a process that ever woke a set strips every wait's events";
 	close(own);
 	close(epfd);
 }

@@ -46,17 +46,17 @@ void EpollWake::wake(int epfd, EpollCtl ctl) noexcept
 	event.events = EPOLLIN;
 	event.data.u64 = kWakeData;
 	/*
-	 * Counted before it is added: the waiter the ADD wakes must find it counted (idle()
-	 * false), or the wake's event would reach the program. EEXIST: it is there already,
-	 * counted, and a waiter will see it.
+	 * Counted before it is added: the waiter the ADD wakes must find it (idle() false), or
+	 * the wake's event would reach the program. EEXIST: it is there already, and a waiter
+	 * will see it; one about to settle sees this generation and leaves it.
 	 */
-	armed_.fetch_add(1, std::memory_order_release);
-	if (fd < 0 || ctl(epfd, EPOLL_CTL_ADD, fd, &event) != 0)
-		armed_.fetch_sub(1, std::memory_order_relaxed);
+	generation_.fetch_add(1, std::memory_order_acq_rel);
+	if (fd >= 0)
+		ctl(epfd, EPOLL_CTL_ADD, fd, &event);
 	errno = savedErrno;
 }
 
-int EpollWake::strip(int epfd, EpollCtl ctl, struct epoll_event *events, int count, bool *woken) noexcept
+int EpollWake::strip(struct epoll_event *events, int count, bool *woken) const noexcept
 {
 	*woken = false;
 	int kept = 0;
@@ -66,15 +66,17 @@ int EpollWake::strip(int epfd, EpollCtl ctl, struct epoll_event *events, int cou
 		else
 			events[kept++] = events[i];
 	}
-	if (!*woken)
-		return count;
+	return kept;
+}
+
+void EpollWake::settle(int epfd, EpollCtl ctl, unsigned long seen) noexcept
+{
 	const int savedErrno = errno;
 	std::lock_guard<std::mutex> lock(mutex_);
 	/* ENOENT: another waiter of the set took it out first. */
-	if (fd_ >= 0 && sameFile(fd_, dev_, ino_) && ctl(epfd, EPOLL_CTL_DEL, fd_, nullptr) == 0)
-		armed_.fetch_sub(1, std::memory_order_relaxed);
+	if (generation_.load(std::memory_order_relaxed) == seen && fd_ >= 0 && sameFile(fd_, dev_, ino_))
+		ctl(epfd, EPOLL_CTL_DEL, fd_, nullptr);
 	errno = savedErrno;
-	return kept;
 }
 
 } /* namespace tlstune */

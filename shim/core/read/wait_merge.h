@@ -209,7 +209,8 @@ inline int epollMerged(const BufferedFds &buffered, EpollSets &sets, EpollCtl re
 		return ready;
 	bool woken = false;
 	if (!wakeIdle)
-		ready = sets.wake().strip(epfd, realCtl, events, ready, &woken);
+		ready = sets.wake().strip(events, ready, &woken);
+	/* The wake stays until a wait settles it (epollMergedFully). */
 	if (woken && ready == 0)
 		return epollMergedFully(buffered, sets, realCtl, epfd, events, maxevents, realWait);
 	sets.delivered(epfd, events, ready);
@@ -231,10 +232,15 @@ int epollMergedFully(const BufferedFds &buffered, EpollSets &sets, EpollCtl real
 	 */
 	for (;;) {
 		bool woken = false;
+		/* Before the look at what is held: a wake made after it keeps the set woken. */
+		const unsigned long before = wake.generation();
 		if (buffered.empty() || maxevents <= 0) {
 			int ready = realWait(false, maxevents);
 			if (ready > 0 && !wake.idle())
-				ready = wake.strip(epfd, realCtl, events, ready, &woken);
+				ready = wake.strip(events, ready, &woken);
+			/* Nothing held: nothing of the shim's to report, the wake leaves. */
+			if (woken)
+				wake.settle(epfd, realCtl, before);
 			if (woken && ready == 0)
 				continue;
 			sets.delivered(epfd, events, ready);
@@ -255,11 +261,16 @@ int epollMergedFully(const BufferedFds &buffered, EpollSets &sets, EpollCtl real
 		const int room = shimsTurn ? maxevents - found : maxevents;
 		int ready = room > 0 ? realWait(found > 0, room) : 0;
 		if (ready > 0 && !wake.idle())
-			ready = wake.strip(epfd, realCtl, events, ready, &woken);
+			ready = wake.strip(events, ready, &woken);
+		/* Before the look for what to report: a wake made after it keeps the set woken. */
+		const unsigned long seen = woken ? wake.generation() : 0;
 		sets.delivered(epfd, events, ready);
 		/* Woken by the shim: a registration of a held connection was armed during the wait. */
 		if (woken && found == 0)
 			found = sets.claim(epfd, buffered, extra, claimable);
+		/* Found some: the wake stays, for the set's other waiters (EpollWake). */
+		if (woken && found == 0)
+			wake.settle(epfd, realCtl, seen);
 		if (woken && ready == 0 && found == 0)
 			continue;
 		bool full = false;
