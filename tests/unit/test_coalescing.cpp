@@ -426,6 +426,41 @@ TEST_F(TcpPair, AWriterBlockedOnAStalledPeerHoldsNoLockAndShutdownFreesIt)
 }
 
 /*
+ * A writer waiting for room on a socket that filled after all leaves its bytes in the
+ * buffer: a close meanwhile hands them all over (its drain waits while the peer reads)
+ * and detaches, and the writer then finds nothing left. Taken out to be sent unlocked,
+ * they were the writer's alone, and a close between the two found nothing to hand over.
+ */
+TEST_F(TcpPair, ACloseWhileTheWriterWaitsForRoomHandsItsBytesOver)
+{
+	Coalescer coalescer(16 * 1024, std::chrono::milliseconds(100), kCalls);
+	PendingWrites *writes = coalescer.open(fds_[0]);
+	const std::string block(1024 * 1024, 'b');
+	for (int i = 0; i < 4; i++) {
+		bool dirty = false;
+		ASSERT_EQ(writes->appendOverflow(block.data(), block.size(), &dirty), PendingWrites::Result::Done);
+	}
+	std::thread owner([&] { EXPECT_EQ(writes->sendAsOwner(), PendingWrites::Result::Done); });
+	/* The owner's first send has gone out: it waits for room now, or soon. */
+	struct pollfd readable = { fds_[1], POLLIN, 0 };
+	ASSERT_EQ(::poll(&readable, 1, 30000), 1);
+	std::size_t received = 0;
+	std::thread reader([&] {
+		char buffer[64 * 1024];
+		for (ssize_t n; (n = ::read(fds_[1], buffer, sizeof(buffer))) > 0;)
+			received += static_cast<std::size_t>(n);
+	});
+	coalescer.closing(fds_[0], fds_[0]);
+	EXPECT_FALSE(writes->dirty()) << "the close handed everything over";
+	close(fds_[0]);
+	fds_[0] = -1;
+	owner.join();
+	reader.join();
+	EXPECT_EQ(received, 4u * block.size());
+	coalescer.release(writes);
+}
+
+/*
  * Issue 22: what is held can always go to the kernel at once, because a batch holds at
  * most half the room the socket has when it begins. A new connection's batch is the
  * limit; a full socket's is smaller (no room for a batch of the limit); once the peer has

@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <linux/sock_diag.h>
 #include <new>
+#include <climits>
+#include <fcntl.h>
+#include <sys/time.h>
 #include <sys/socket.h>
 
 namespace tlstune {
@@ -86,95 +89,52 @@ PendingWrites::Result PendingWrites::sendAsOwner()
 	/* Nothing held (every direct write asks): no signal mask to change. */
 	if (!dirty())
 		return Result::Done;
-	{
-		/*
-		 * A batch began on a socket with room for it (batchRoom): it goes at once, under
-		 * the lock a close's hand-over takes, so that the close finds the bytes either
-		 * sent or still here (taken out, they were neither).
-		 */
-		SignalsBlocked quiet;
-		ShimLock lock(mutex_);
-		const Result sent = sendLocked(MSG_DONTWAIT);
-		if (sent != Result::Again)
-			return sent;
+	/*
+	 * Every send is made under the lock a close's hand-over takes, so that the close finds
+	 * the bytes either sent or still here: never taken out and on their way (a hunt: a
+	 * close racing the writer's own send lost its last lines). A batch began on a socket
+	 * with room for it (batchRoom), so the first send takes it all but where another
+	 * descriptor of the socket filled it meanwhile: then this thread waits for room as
+	 * OpenSSL's blocking write would, holding no lock while it waits.
+	 */
+	for (;;) {
+		{
+			SignalsBlocked quiet;
+			ShimLock lock(mutex_);
+			const Result sent = sendLocked(MSG_DONTWAIT);
+			if (sent != Result::Again)
+				return sent;
+		}
+		if (!waitForRoom())
+			return Result::Again;
 	}
-	/* The socket filled after all (another descriptor of it wrote): as OpenSSL's write would. */
-	return sendTakenOut();
 }
 
-PendingWrites::Result PendingWrites::sendTakenOut()
+bool PendingWrites::waitForRoom() noexcept
 {
-	std::vector<unsigned char> taken;
-	std::size_t done;
-	int fd;
-	{
-		ShimLock lock(mutex_);
-		fd = this->fd();
-		if (sent_ == bytes_.size())
-			return Result::Done;
-		if (fd < 0)
-			return sendLocked(0); /* drops them: EBADF */
-		/*
-		 * Only the owner appends, so nothing arrives behind these while they are out. The
-		 * buffers trade places, keeping their capacity: a burst reuses the same two.
-		 */
-		taken.swap(spare_);
-		taken.swap(bytes_);
-		done = sent_;
-		sent_ = 0;
-		markClean();
+	const int savedErrno = errno;
+	const int fd = this->fd();
+	const int flags = fd >= 0 ? fcntl(fd, F_GETFL) : -1;
+	/* A non-blocking socket's write says "again", as the kernel's would. */
+	if (flags < 0 || (flags & O_NONBLOCK)) {
+		errno = EAGAIN;
+		return false;
 	}
-	/*
-	 * A blocking send is a cancellation point, as the program's own write is: a cancelled
-	 * thread leaves the bytes where they were, for the close or exit that follows.
-	 */
-	struct PutBack {
-		PendingWrites &writes;
-		std::vector<unsigned char> &taken;
-		const std::size_t &done;
-		bool needed = true;
-		~PutBack()
-		{
-			if (!needed)
-				return;
-			ShimLock lock(writes.mutex_);
-			writes.bytes_.swap(taken);
-			writes.sent_ = done;
-			writes.markDirty();
-		}
-	} putBack{ *this, taken, done };
-	int sendErrno = 0;
-	while (done < taken.size()) {
-		const ssize_t n = calls_.send(fd, taken.data() + done, taken.size() - done, 0);
-		if (n >= 0) {
-			counters_->sends.fetch_add(1, std::memory_order_relaxed);
-			done += static_cast<std::size_t>(n);
-		} else if (errno != EINTR) {
-			sendErrno = errno;
-			break;
-		}
+	/* SO_SNDTIMEO bounds a blocking write: it then says "again" too. */
+	struct timeval limit = {};
+	socklen_t length = sizeof(limit);
+	int timeout = -1;
+	if (getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, &length) == 0 && (limit.tv_sec || limit.tv_usec))
+		timeout = static_cast<int>(std::min<long long>(INT_MAX, limit.tv_sec * 1000LL + (limit.tv_usec + 999) / 1000));
+	/* A cancellation point, as the program's write is: the bytes stay for the way out that follows. */
+	struct pollfd writable = { fd, POLLOUT, 0 };
+	const int ready = calls_.poll(&writable, 1, timeout);
+	if (ready == 0) {
+		errno = EAGAIN;
+		return false;
 	}
-	putBack.needed = false;
-	ShimLock lock(mutex_);
-	Result result = Result::Done;
-	if (done == taken.size()) {
-		stalled_.store(false, std::memory_order_relaxed);
-	} else if (sendErrno == EAGAIN || sendErrno == EWOULDBLOCK) {
-		/* Back where they were: the owner appended nothing meanwhile, it was sending. */
-		bytes_.swap(taken);
-		sent_ = done;
-		markDirty();
-		stalled_.store(true, std::memory_order_relaxed);
-		result = Result::Again;
-	} else {
-		error_ = sendErrno;
-		result = Result::Failed;
-	}
-	taken.clear();
-	spare_.swap(taken);
-	if (result != Result::Done)
-		errno = sendErrno;
-	return result;
+	errno = savedErrno;
+	return true;
 }
 
 PendingWrites::Result PendingWrites::send()

@@ -85,9 +85,9 @@ private:
  * flusher thread, another thread's poll, close, exit), which only ever sends with
  * kBackgroundSend. One mutex orders them, and nobody holds it across a call that may
  * block (issue 11: a writer blocked on a stalled peer held it, and shutdown, exit and
- * fork waited for it). The owner sends under it as long as the socket takes the bytes
- * without blocking; only its blocking send (a socket that filled after all) takes them
- * out and sends them unlocked.
+ * fork waited for it). Every send is a non-blocking one under it; the owner, on a
+ * blocking socket that filled after all, waits for room with poll, unlocked, and the
+ * bytes stay here meanwhile for any way out to hand over.
  */
 class PendingWrites : public std::enable_shared_from_this<PendingWrites> {
 public:
@@ -239,10 +239,11 @@ public:
 private:
 	Result sendLocked(int flags);
 	/*
-	 * sendAsOwner's blocking send, on a socket that filled after all: the bytes are taken
-	 * out and sent unlocked, as nobody may hold the lock across a call that may block.
+	 * sendAsOwner on a socket that filled after all: waits, holding no lock, until it has
+	 * room, as a blocking write would. False: the write says "again" (a non-blocking
+	 * socket, SO_SNDTIMEO ran out); errno EAGAIN.
 	 */
-	Result sendTakenOut();
+	bool waitForRoom() noexcept;
 	Result appendRecord(const void *record, std::size_t length, bool *becameDirty, bool overflow);
 	/* With the lock held: a record may not be appended (broken, shut or closed); errno says why. */
 	bool refusedLocked() noexcept;
@@ -259,7 +260,6 @@ private:
 	std::vector<unsigned char> bytes_;
 	std::size_t sent_ = 0; /* bytes_[0, sent_) already went out */
 	std::size_t batchLimit_ = 0; /* the batch's size at most: batchRoom() when it began */
-	std::vector<unsigned char> spare_; /* the owner's other buffer, while bytes_ is out */
 	std::atomic<bool> dirty_{false};
 	std::atomic<bool> stalled_{false};
 	std::atomic<bool> sentAway_{false};
