@@ -1284,6 +1284,16 @@ bool blockedInEpollWait(pid_t tid)
 		;
 }
 
+/* A pipe whose read end is in epfd, for EPOLLIN with data 1. */
+void addPipe(int epfd, int (&ends)[2])
+{
+	struct epoll_event event = {};
+	event.events = EPOLLIN;
+	event.data.u64 = 1;
+	if (pipe(ends) != 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, ends[0], &event) != 0)
+		fail("pipe");
+}
+
 int rearm(const char *port)
 {
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
@@ -1296,11 +1306,7 @@ int rearm(const char *port)
 		fail("epoll_ctl");
 	/* The worker's "all read", so that the last wait ends at once. */
 	int done[2];
-	struct epoll_event doneEvent = {};
-	doneEvent.events = EPOLLIN;
-	doneEvent.data.u64 = 1;
-	if (pipe(done) != 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, done[0], &doneEvent) != 0)
-		fail("pipe");
+	addPipe(epfd, done);
 	const pid_t mainThread = static_cast<pid_t>(syscall(SYS_gettid));
 	std::mutex mutex;
 	std::condition_variable handed;
@@ -1374,11 +1380,7 @@ int waiters(const std::string &how, const char *port)
 			fail("SSL_read");
 		const int epfd = epoll_create1(0);
 		int idle[2];
-		struct epoll_event pipeEvent = {};
-		pipeEvent.events = EPOLLIN;
-		pipeEvent.data.u64 = 1;
-		if (pipe(idle) != 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, idle[0], &pipeEvent) != 0)
-			fail("pipe");
+		addPipe(epfd, idle);
 		std::atomic<pid_t> tids[kWaiters] = {};
 		std::string answers[kWaiters];
 		std::vector<std::thread> threads;
