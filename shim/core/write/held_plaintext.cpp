@@ -148,6 +148,12 @@ bool HeldPlaintext::encryptIfIdle(bool patient, bool socketLeaving) noexcept
 	return size_.load(std::memory_order_relaxed) == 0;
 }
 
+bool HeldPlaintext::emptyNow() noexcept
+{
+	Guard lock(mutex_, std::try_to_lock);
+	return lock.owns_lock() && size_.load(std::memory_order_relaxed) == 0;
+}
+
 void HeldPlaintext::encryptByOwner() noexcept
 {
 	if (encrypting)
@@ -285,6 +291,7 @@ void HeldRegistry::free(void *ssl) noexcept
 		if (found == entries_.end())
 			return;
 		found->second->retire();
+		unindex(found->second.get());
 		gone = std::move(found->second);
 		entries_.erase(found);
 		count_.fetch_sub(1, std::memory_order_relaxed);
@@ -337,18 +344,66 @@ void HeldRegistry::encryptAll(bool patient, int first, int last, bool socketsLea
 	Guard lock(mutex_, std::try_to_lock);
 	if (!lock.owns_lock() && (!patient || !lockWithin(lock, kWayOutPatience)))
 		return;
+	if (socketsLeaving && encryptLeaving(first, last))
+		return;
 	/* Reset first: a buffer filled after this pass saw it counts again. */
 	held_.store(0, std::memory_order_seq_cst);
 	int left = 0;
 	for (auto &entry : entries_) {
 		const int fd = entry.second->fd();
 		const bool ours = fd < 0 || (fd >= first && fd <= last);
-		if ((!ours || !entry.second->encryptIfIdle(patient, socketsLeaving && fd >= 0)) &&
-		    entry.second->held())
+		/*
+		 * Counted again unless found empty under its lock: a write copying its bytes in
+		 * under that lock has not stored their size yet, and uncounted they would wait
+		 * for the program's next call, past the delay and past its waits.
+		 */
+		if (!(ours ? entry.second->encryptIfIdle(patient, socketsLeaving && fd >= 0)
+			   : entry.second->emptyNow()))
 			left++;
 	}
 	if (left)
 		held_.fetch_add(left, std::memory_order_relaxed);
+}
+
+bool HeldRegistry::encryptLeaving(int first, int last) noexcept
+{
+	if (unindexed_ || static_cast<long long>(last) - first >= kLookedUpRange)
+		return false;
+	for (long long fd = first; fd <= last; fd++) {
+		auto range = bySocket_.equal_range(static_cast<int>(fd));
+		for (auto it = range.first; it != range.second; ++it)
+			it->second->encryptIfIdle(true, true);
+	}
+	return true;
+}
+
+bool HeldRegistry::index(HeldPlaintext *held, int fd) noexcept
+{
+	/* A handler that interrupted a lookup: the map must not change under it. */
+	if (mutex_.heldHere())
+		return false;
+	/* The map changes: never half way for a handler that ends the image (as attach). */
+	SignalsBlocked quiet;
+	Guard lock(mutex_);
+	unindex(held);
+	held->writesTo(fd);
+	try {
+		bySocket_.emplace(fd, held);
+	} catch (const std::bad_alloc &) {
+		unindexed_ = true;
+	}
+	return true;
+}
+
+void HeldRegistry::unindex(HeldPlaintext *held) noexcept
+{
+	auto range = bySocket_.equal_range(held->fd());
+	for (auto it = range.first; it != range.second; ++it) {
+		if (it->second == held) {
+			bySocket_.erase(it);
+			return;
+		}
+	}
 }
 
 void HeldPlaintext::encryptAtImageEnd(bool mayReturn) noexcept

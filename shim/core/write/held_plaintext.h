@@ -83,6 +83,8 @@ public:
 	 * when nothing is held afterwards.
 	 */
 	bool encryptIfIdle(bool patient = false, bool socketLeaving = false) noexcept;
+	/* Nothing is held, as seen under the lock (false when it is busy). */
+	bool emptyNow() noexcept;
 
 	/* SSL_free: what is held is encrypted, and nothing touches the SSL afterwards. */
 	void retire() noexcept;
@@ -219,7 +221,8 @@ public:
 	 */
 	bool holdingFor(HeldPlaintext *held, int fd) noexcept
 	{
-		held->writesTo(fd);
+		if (held->fd() != fd && !index(held, fd))
+			return false;
 		fds_.note(fd);
 		std::atomic_thread_fence(std::memory_order_seq_cst);
 		return rangesLeaving_.load(std::memory_order_relaxed) == 0 && !leaving_.mayHave(fd);
@@ -244,9 +247,28 @@ public:
 
 private:
 	void encryptAll(bool patient, int first, int last, bool socketsLeaving) noexcept;
+	/*
+	 * With the lock held, before sockets first..last leave: their connections' held bytes
+	 * are encrypted and nothing more is held for them. Found through the index by socket;
+	 * false where it cannot answer (a wide range, an entry it could not index): then the
+	 * caller looks at every connection.
+	 */
+	bool encryptLeaving(int first, int last) noexcept;
+	/*
+	 * held writes to fd from now on: the index by socket follows (once per connection).
+	 * False when this thread is inside the registry's lock (a signal handler's write).
+	 */
+	bool index(HeldPlaintext *held, int fd) noexcept;
+	/* With the lock held: held leaves the index by socket. */
+	void unindex(HeldPlaintext *held) noexcept;
+	/* How many fds apart a way out may range before it looks at every connection. */
+	static constexpr long long kLookedUpRange = 64;
 
 	OwnedLock mutex_;
 	std::unordered_map<void *, std::unique_ptr<HeldPlaintext>> entries_;
+	/* The entries by the socket they write to, so that a close looks its own up. */
+	std::unordered_multimap<int, HeldPlaintext *> bySocket_;
+	bool unindexed_ = false; /* an entry could not be indexed (out of memory) */
 	static inline std::atomic<int> count_{0};
 	/* Moves on whenever an entry goes: a thread's cached lookup of() is stale then. */
 	std::atomic<unsigned long> generation_{0};
