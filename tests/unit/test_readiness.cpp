@@ -1208,6 +1208,35 @@ TEST_F(EpollMerged, ASetTheShimNeverSawIsReadFromTheKernel)
 	closeFd(unknown);
 }
 
+/*
+ * A thread's MOD reached the table before the ADD another thread had made (the table
+ * follows each epoll_ctl after the kernel's): the set is read from the kernel from then on.
+ * An edge-triggered one-shot re-armed there after one record is reported again, as the
+ * kernel re-polls on MOD (a hunt: a server whose accepting thread added connections while
+ * its worker re-armed them stalled with connections holding records, 4 runs of 4).
+ */
+TEST_F(EpollMerged, AnEdgeTriggeredOneShotReArmedInASetReadFromTheKernelIsReportedAgain)
+{
+	const unsigned kEdgeOneShot = EPOLLIN | EPOLLET | EPOLLONESHOT;
+	struct epoll_event event = {};
+	event.events = kEdgeOneShot;
+	event.data.u64 = 5;
+	ASSERT_EQ(epoll_ctl(epfd_, EPOLL_CTL_ADD, pair_.fds[0], &event), 0); /* its table change comes late */
+	control(EPOLL_CTL_MOD, pair_.fds[0], kEdgeOneShot, 5);
+	sets_.changed(epfd_, EPOLL_CTL_ADD, pair_.fds[0], &event);
+	EXPECT_FALSE(sets_.exact(epfd_));
+	hold(pair_.fds[0], 1);
+	struct epoll_event events[4];
+	ASSERT_EQ(wait(events, 4), 1);
+	/* As a worker does: one record read, then the re-arm, with no wait between. */
+	for (int rearm = 0; rearm < 3; rearm++) {
+		control(EPOLL_CTL_MOD, pair_.fds[0], kEdgeOneShot, 5);
+		ASSERT_EQ(wait(events, 4), 1) << "re-armed, rearm " << rearm;
+		EXPECT_EQ(events[0].data.u64, 5u);
+	}
+	EXPECT_EQ(wait(events, 4), 0) << "fired";
+}
+
 TEST_F(EpollMerged, ClosedRegistrationsDoNotPileUp)
 {
 	/* A server closing connections without EPOLL_CTL_DEL, as nginx does. */

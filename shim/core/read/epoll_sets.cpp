@@ -266,8 +266,17 @@ void EpollSets::changed(int epfd, int op, int fd, const struct epoll_event *even
 	/* Its list as the kernel has it, this change included: the change below then finds it. */
 	if (set->unread)
 		readWhole(epfd, *set);
-	if (!set->exact)
-		return; /* its waits read the kernel's list */
+	if (!set->exact) {
+		/*
+		 * Its waits read the kernel's list, and keep what each registration was told
+		 * (reload): an ADD or MOD re-polls, so what it was told goes (a hunt: an
+		 * edge-triggered one-shot re-armed after one record in a set gone inexact was
+		 * never told of the records held, and its connection stalled for good).
+		 */
+		if (op != EPOLL_CTL_DEL)
+			forgetTold(*set, fd);
+		return;
+	}
 	/* A MOD of a pending registration makes it anew: it was never told anything. */
 	const bool wasPending = dropPending(*set, fd);
 	Stored *stored = live(*set, fd);
@@ -305,6 +314,16 @@ void EpollSets::changed(int epfd, int op, int fd, const struct epoll_event *even
 			record(epfd, *set, fd, *event);
 	} catch (const std::bad_alloc &) {
 		set->exact = false;
+	}
+}
+
+void EpollSets::forgetTold(Set &set, int fd) noexcept
+{
+	for (auto &entry : set.byIno) {
+		if (entry.second.registration.fd == fd && !entry.second.detached) {
+			entry.second.told = false;
+			entry.second.fired = false;
+		}
 	}
 }
 

@@ -202,6 +202,12 @@ private:
 	 * live, or null. The kernel keys a registration by file and number, not by an open fd.
 	 */
 	Stored *reattach(Set &set, int fd) noexcept;
+	/*
+	 * Under the lock, in a set whose waits read the kernel's list: fd's registrations were
+	 * re-armed (ADD, MOD), and are told nothing yet. A walk: such a set keeps only the
+	 * registrations of connections holding data (reload).
+	 */
+	void forgetTold(Set &set, int fd) noexcept;
 	/* Under the lock: the inodes of set's unresolved registrations (at fd, or all), by fstat. */
 	void resolve(Set &set) noexcept;
 	void resolve(Set &set, int fd) noexcept;
