@@ -196,15 +196,20 @@ TLSTUNE_EXPORT int epoll_create1(int flags)
 TLSTUNE_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 {
 	Process &p = process();
-	int result = p.libc.epoll_ctl(epfd, op, fd, event);
 	/*
 	 * Nothing is recorded before the process's first connection (issue 24): a set's list
-	 * is then read from the kernel once, when it first matters. Asked after the real call,
-	 * so a change the gate missed is in the list that reading finds.
+	 * is then read from the kernel once, when it first matters. Asked again after the real
+	 * call, so a change the gate missed is in the list that reading finds.
 	 */
-	if (result != 0 || !ConnectionSlot::anyMade())
-		return result;
-	p.epoll.changed(epfd, op, fd, event);
+	if (ConnectionSlot::anyMade()) {
+		if (p.epoll.control(epfd, op, fd, event, p.libc.epoll_ctl) != 0)
+			return -1;
+	} else {
+		const int result = p.libc.epoll_ctl(epfd, op, fd, event);
+		if (result != 0 || !ConnectionSlot::anyMade())
+			return result;
+		p.epoll.changed(epfd, op, fd, event);
+	}
 	/* A registration to read is a wait to read (waitedToRead). */
 	if (op != EPOLL_CTL_DEL && event && (event->events & (EPOLLIN | EPOLLRDNORM)))
 		p.buffered.readByProgram(fd);

@@ -251,8 +251,25 @@ void EpollSets::created(int epfd, bool following) noexcept
 void EpollSets::changed(int epfd, int op, int fd, const struct epoll_event *event) noexcept
 {
 	knownFds().note(fd);
-
 	std::lock_guard<std::mutex> lock(mutex_);
+	changedLocked(epfd, op, fd, event);
+}
+
+int EpollSets::control(int epfd, int op, int fd, struct epoll_event *event, EpollCtl ctl) noexcept
+{
+	knownFds().note(fd);
+	std::lock_guard<std::mutex> lock(mutex_);
+	const int result = ctl(epfd, op, fd, event);
+	if (result == 0) {
+		const int savedErrno = errno;
+		changedLocked(epfd, op, fd, event);
+		errno = savedErrno;
+	}
+	return result;
+}
+
+void EpollSets::changedLocked(int epfd, int op, int fd, const struct epoll_event *event) noexcept
+{
 	Set *set = find(epfd);
 	if (!set) {
 		/*

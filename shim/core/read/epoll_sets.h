@@ -76,6 +76,13 @@ public:
 	void aliased(int from, int to) noexcept;
 	/* After a successful epoll_ctl(epfd, op, fd, event), while changes are followed. */
 	void changed(int epfd, int op, int fd, const struct epoll_event *event) noexcept;
+	/*
+	 * The program's epoll_ctl while changes are followed: the kernel's call (ctl) and the
+	 * table's change in one hold of the lock, so that the table takes the changes of
+	 * several threads in the kernel's order (a hunt: a worker's MOD came before the
+	 * accepting thread's ADD, and the set was read from the kernel on every wait after).
+	 */
+	int control(int epfd, int op, int fd, struct epoll_event *event, EpollCtl ctl) noexcept;
 	/* The program is about to close fds first..last: their registrations learn their files. */
 	void closing(int first, int last) noexcept;
 	/* The program closed fds first..last (close, dup2 onto one, close_range). */
@@ -236,6 +243,9 @@ private:
 	void readWhole(int epfd, Set &set) noexcept;
 	/* Under the lock: records a registration the kernel has (ADD, or readWhole). */
 	void add(int epfd, Set &set, const EpollRegistration &registration);
+
+	/* changed() with the lock held. */
+	void changedLocked(int epfd, int op, int fd, const struct epoll_event *event) noexcept;
 
 	mutable std::mutex mutex_;
 	std::unordered_map<int, Set> sets_;
