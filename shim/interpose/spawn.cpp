@@ -41,12 +41,6 @@ int startChild(void *start)
 	return result;
 }
 
-/* Before a spawned program may write on an inherited socket: what is held is the kernel's. */
-void handOver() noexcept
-{
-	process().handOver();
-}
-
 } /* namespace */
 
 /*
@@ -85,7 +79,7 @@ TLSTUNE_EXPORT __attribute__((no_sanitize("address"))) int clone(int (*fn)(void 
 	 * shim knows) and changes nothing of the shim's.
 	 */
 	if (flags & CLONE_VFORK) {
-		handOver();
+		p.handOver();
 		return p.libc.clone(fn, stack, flags, arg, parentTid, tls, childTid);
 	}
 	CloneStart start = { fn, arg };
@@ -100,7 +94,7 @@ TLSTUNE_EXPORT __attribute__((no_sanitize("address"))) int clone(int (*fn)(void 
 TLSTUNE_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *actions,
 			       const posix_spawnattr_t *attributes, char *const argv[], char *const envp[])
 {
-	handOver();
+	process().handOver();
 	const auto real = process().libc.posix_spawn;
 	return real ? real(pid, path, actions, attributes, argv, envp) : ENOSYS;
 }
@@ -108,7 +102,7 @@ TLSTUNE_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_f
 TLSTUNE_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *actions,
 				const posix_spawnattr_t *attributes, char *const argv[], char *const envp[])
 {
-	handOver();
+	process().handOver();
 	const auto real = process().libc.posix_spawnp;
 	return real ? real(pid, file, actions, attributes, argv, envp) : ENOSYS;
 }
@@ -116,7 +110,7 @@ TLSTUNE_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_
 /* glibc's system() spawns its shell with its own posix_spawn, past the interposed one. */
 TLSTUNE_EXPORT int system(const char *command)
 {
-	handOver();
+	process().handOver();
 	const auto real = process().libc.system;
 	if (!real) {
 		errno = ENOSYS;
@@ -127,7 +121,7 @@ TLSTUNE_EXPORT int system(const char *command)
 
 TLSTUNE_EXPORT FILE *popen(const char *command, const char *type)
 {
-	handOver();
+	process().handOver();
 	const auto real = process().libc.popen;
 	if (!real) {
 		errno = ENOSYS;

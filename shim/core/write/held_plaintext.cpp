@@ -329,9 +329,9 @@ void HeldRegistry::socketsLeaving(int first, int last) noexcept
 void HeldRegistry::encryptAll(bool patient, int first, int last, bool socketsLeaving) noexcept
 {
 	/*
-	 * A patient pass (a way out) looks at every connection, not at the hint: a write
-	 * counts itself in held_ only after its bytes are held, and a close between the two
-	 * left them for a detached socket (a hunt: a line lost in 5 runs of 300).
+	 * A patient pass (a way out) goes on whatever the hint says: a write counts itself in
+	 * held_ only after its bytes are held, and a close between the two left them for a
+	 * detached socket (a hunt: a line lost in 5 runs of 300).
 	 */
 	if (encrypting || count_.load(std::memory_order_seq_cst) == 0 ||
 	    (!patient && held_.load(std::memory_order_seq_cst) == 0))

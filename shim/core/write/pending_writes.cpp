@@ -124,8 +124,10 @@ bool PendingWrites::waitForRoom() noexcept
 	struct timeval limit = {};
 	socklen_t length = sizeof(limit);
 	int timeout = -1;
-	if (getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, &length) == 0 && (limit.tv_sec || limit.tv_usec))
-		timeout = static_cast<int>(std::min<long long>(INT_MAX, limit.tv_sec * 1000LL + (limit.tv_usec + 999) / 1000));
+	if (getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, &length) == 0 && (limit.tv_sec || limit.tv_usec)) {
+		const long long ms = limit.tv_sec * 1000LL + (limit.tv_usec + 999) / 1000;
+		timeout = static_cast<int>(std::min<long long>(INT_MAX, ms));
+	}
 	/* A cancellation point, as the program's write is: the bytes stay for the way out that follows. */
 	struct pollfd writable = { fd, POLLOUT, 0 };
 	const int ready = calls_.poll(&writable, 1, timeout);
@@ -133,6 +135,9 @@ bool PendingWrites::waitForRoom() noexcept
 		errno = EAGAIN;
 		return false;
 	}
+	/* A poll that fails (not for a signal) is the write's failure: errno says why. */
+	if (ready < 0 && errno != EINTR)
+		return false;
 	errno = savedErrno;
 	return true;
 }
@@ -273,6 +278,5 @@ void PendingWrites::fail(int error) noexcept
 	ShimLock lock(mutex_);
 	error_ = error;
 }
-
 
 } /* namespace tlstune */
