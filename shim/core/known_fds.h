@@ -6,6 +6,12 @@
 namespace tlstune {
 
 /*
+ * How many fds apart a way out may range (close_range, closefrom, exit) before the shim
+ * walks every connection it keeps instead of looking each number up.
+ */
+constexpr long long kLookedUpRange = 64;
+
+/*
  * A bit per fd number, read with one relaxed load. Numbers from kNumbers up (and negative
  * ones) always answer "maybe": a set bit only ever means "look closer", never "is".
  */

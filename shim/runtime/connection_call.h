@@ -407,7 +407,7 @@ inline bool holdWrite(SSL *ssl, const void *data, size_t length)
 	const std::size_t room = writes->batchRoom();
 	if (room < length)
 		return false;
-	if (!held && !(held = p.held.attach(ssl, encryptHeld, &o.api.errors)))
+	if (!held && !(held = p.held.attach(ssl, writes->fd(), encryptHeld, &o.api.errors)))
 		return false;
 	if (!p.held.holdingFor(held, writes->fd()))
 		return false;

@@ -310,7 +310,7 @@ TEST(HeldRegistryLeaving, AWayOutOfASocketEncryptsItsConnectionAlone)
 	int ssls[3] = {};
 	HeldPlaintext *held[3] = {};
 	for (int i = 0; i < 3; i++) {
-		held[i] = registry.attach(&ssls[i], recordingEncrypt, &g_api);
+		held[i] = registry.attach(&ssls[i], 900 + i, recordingEncrypt, &g_api);
 		ASSERT_NE(held[i], nullptr);
 		ASSERT_TRUE(registry.holdingFor(held[i], 900 + i));
 		const std::string line = "line " + std::to_string(i) + "\n";

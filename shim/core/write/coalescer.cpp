@@ -21,12 +21,6 @@ namespace tlstune {
 
 namespace {
 
-/*
- * How many fds apart a close may range before closing() walks every attached connection
- * instead of looking each number up (close_range over a wide range, exit).
- */
-constexpr long long kLookedUpRange = 64;
-
 /* How often endFlusher asks whether the ended flusher's thread is gone, a yield apart. */
 constexpr int kGoneChecks = 100000;
 
@@ -342,7 +336,9 @@ void Coalescer::closing(int first, int last)
 	auto visit = [&](std::unordered_multimap<int, PendingWrites *>::iterator it) {
 		PendingWrites *writes = it->second;
 		handOver(writes, PendingWrites::AfterSend::Detach);
-		writes->detach(); /* the lock was not to be had: detached all the same */
+		/* Not detached with the last send (its lock was not to be had): all the same. */
+		if (writes->fd() >= 0)
+			writes->detach();
 		return byFd_.erase(it);
 	};
 	if (static_cast<long long>(last) - first < kLookedUpRange) {

@@ -212,7 +212,7 @@ void HeldPlaintext::encryptLocked(bool byOwner, bool reportedHere) noexcept
 	errno = savedErrno;
 }
 
-HeldPlaintext *HeldRegistry::attach(void *ssl, HeldPlaintext::Encrypt encrypt,
+HeldPlaintext *HeldRegistry::attach(void *ssl, int fd, HeldPlaintext::Encrypt encrypt,
 				    const ErrorQueueApi *errors) noexcept
 {
 	if (HeldPlaintext *known = of(ssl))
@@ -237,6 +237,7 @@ HeldPlaintext *HeldRegistry::attach(void *ssl, HeldPlaintext::Encrypt encrypt,
 		HeldPlaintext *held = made.get();
 		entries_.emplace(ssl, std::move(made));
 		count_.fetch_add(1, std::memory_order_relaxed);
+		indexLocked(held, fd);
 		return held;
 	} catch (const std::bad_alloc &) {
 		return nullptr;
@@ -386,13 +387,18 @@ bool HeldRegistry::index(HeldPlaintext *held, int fd) noexcept
 	SignalsBlocked quiet;
 	Guard lock(mutex_);
 	unindex(held);
+	indexLocked(held, fd);
+	return true;
+}
+
+void HeldRegistry::indexLocked(HeldPlaintext *held, int fd) noexcept
+{
 	held->writesTo(fd);
 	try {
 		bySocket_.emplace(fd, held);
 	} catch (const std::bad_alloc &) {
 		unindexed_ = true;
 	}
-	return true;
 }
 
 void HeldRegistry::unindex(HeldPlaintext *held) noexcept

@@ -170,8 +170,11 @@ private:
  */
 class HeldRegistry {
 public:
-	/* ssl's, made on its first held write; nullptr when out of memory. */
-	HeldPlaintext *attach(void *ssl, HeldPlaintext::Encrypt encrypt,
+	/*
+	 * ssl's, made on its first held write for the socket fd (indexed by it in the same
+	 * hold of the lock); nullptr when out of memory.
+	 */
+	HeldPlaintext *attach(void *ssl, int fd, HeldPlaintext::Encrypt encrypt,
 			      const ErrorQueueApi *errors) noexcept;
 	/* ssl's when it has one: one relaxed load when no connection ever held plaintext. */
 	HeldPlaintext *of(void *ssl) noexcept;
@@ -255,14 +258,15 @@ private:
 	 */
 	bool encryptLeaving(int first, int last) noexcept;
 	/*
-	 * held writes to fd from now on: the index by socket follows (once per connection).
-	 * False when this thread is inside the registry's lock (a signal handler's write).
+	 * held writes to fd from now on (the program gave its SSL another socket): the index
+	 * by socket follows. False when this thread is inside the registry's lock (a signal
+	 * handler's write).
 	 */
 	bool index(HeldPlaintext *held, int fd) noexcept;
+	/* With the lock held: held writes to fd, and the index by socket says so. */
+	void indexLocked(HeldPlaintext *held, int fd) noexcept;
 	/* With the lock held: held leaves the index by socket. */
 	void unindex(HeldPlaintext *held) noexcept;
-	/* How many fds apart a way out may range before it looks at every connection. */
-	static constexpr long long kLookedUpRange = 64;
 
 	OwnedLock mutex_;
 	std::unordered_map<void *, std::unique_ptr<HeldPlaintext>> entries_;
