@@ -23,7 +23,7 @@ constexpr uint32_t kLiveLayout = 1;
 constexpr std::size_t kLiveCounterCapacity = 32;
 
 enum class LiveState : uint32_t {
-	Passive = 0,  /* not set up yet, or a later copy of the library: it passes every call through */
+	Passive = 0,  /* not set up yet (the first call that needs the state does), or a later copy of the library */
 	Active = 1,   /* the copy that does the work: its counters are the process's */
 	Disabled = 2, /* the working copy, with TLSTUNE_DISABLE set: nothing is counted */
 };

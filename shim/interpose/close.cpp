@@ -105,12 +105,14 @@ static __attribute__((noinline)) int closeKnown(int fd)
 TLSTUNE_EXPORT int close(int fd)
 {
 	if (!knownFds().mayHave(fd))
-		return process().libc.close(fd);
+		return libc().close(fd);
 	return closeKnown(fd);
 }
 
 TLSTUNE_EXPORT int dup2(int oldfd, int newfd)
 {
+	if (!builtProcess())
+		return libc().dup2(oldfd, newfd);
 	Process &p = process();
 	if (oldfd == newfd || !closingKnown(p, newfd)) {
 		const int result = p.libc.dup2(oldfd, newfd);
@@ -132,6 +134,8 @@ TLSTUNE_EXPORT int dup2(int oldfd, int newfd)
 
 TLSTUNE_EXPORT int dup3(int oldfd, int newfd, int flags)
 {
+	if (!builtProcess())
+		return libc().dup3(oldfd, newfd, flags);
 	Process &p = process();
 	if (!closingKnown(p, newfd)) {
 		const int result = p.libc.dup3(oldfd, newfd, flags);
@@ -151,13 +155,13 @@ TLSTUNE_EXPORT int dup3(int oldfd, int newfd, int flags)
 
 TLSTUNE_EXPORT int close_range(unsigned first, unsigned last, int flags)
 {
-	Process &p = process();
-	if (!p.libc.close_range) {
+	if (!libc().close_range) {
 		errno = ENOSYS;
 		return -1;
 	}
-	if (!tracking(p))
-		return p.libc.close_range(first, last, flags);
+	if (!builtProcess() || !tracking(process()))
+		return libc().close_range(first, last, flags);
+	Process &p = process();
 	const int from = static_cast<int>(first), to = last > INT_MAX ? INT_MAX : static_cast<int>(last);
 	/* CLOSE_RANGE_CLOEXEC only marks them; they stay open. */
 	const bool closes = !(flags & CLOSE_RANGE_CLOEXEC) && first <= INT_MAX;
@@ -179,9 +183,13 @@ TLSTUNE_EXPORT int close_range(unsigned first, unsigned last, int flags)
  */
 TLSTUNE_EXPORT void closefrom(int lowfd)
 {
-	Process &p = process();
-	if (!p.libc.closefrom)
+	if (!libc().closefrom)
 		return;
+	if (!builtProcess()) {
+		libc().closefrom(lowfd);
+		return;
+	}
+	Process &p = process();
 	const bool closes = lowfd >= 0 && tracking(p);
 	if (closes)
 		beforeClose(p, lowfd, INT_MAX);
@@ -197,6 +205,8 @@ TLSTUNE_EXPORT void closefrom(int lowfd)
  */
 TLSTUNE_EXPORT int fclose(FILE *stream)
 {
+	if (!builtProcess())
+		return libc().fclose(stream);
 	Process &p = process();
 	const int fd = stream ? fileno_unlocked(stream) : -1;
 	if (fd < 0 || !closingKnown(p, fd))
@@ -211,6 +221,8 @@ TLSTUNE_EXPORT int fclose(FILE *stream)
 /* Shutting down the sending side before bytes the shim still holds would lose them. */
 TLSTUNE_EXPORT int shutdown(int fd, int how)
 {
+	if (!builtProcess())
+		return libc().shutdown(fd, how);
 	Process &p = process();
 	if ((how != SHUT_WR && how != SHUT_RDWR) || !knownFds().mayHave(fd) || !tracking(p))
 		return p.libc.shutdown(fd, how);

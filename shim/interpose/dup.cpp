@@ -25,8 +25,9 @@ int fcntlCall(int (*real)(int, int, ...), int fd, int cmd, void *argument)
 		return -1;
 	}
 	const int result = real(fd, cmd, argument);
-	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
-		noteDuplicate(process(), fd, result);
+	Process *p = builtProcess();
+	if (p && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC))
+		noteDuplicate(*p, fd, result);
 	return result;
 }
 
@@ -34,8 +35,9 @@ int fcntlCall(int (*real)(int, int, ...), int fd, int cmd, void *argument)
 
 TLSTUNE_EXPORT int dup(int oldfd)
 {
-	const int result = process().libc.dup(oldfd);
-	noteDuplicate(process(), oldfd, result);
+	const int result = libc().dup(oldfd);
+	if (Process *p = builtProcess())
+		noteDuplicate(*p, oldfd, result);
 	return result;
 }
 
@@ -58,7 +60,7 @@ TLSTUNE_EXPORT int fcntl(int fd, int cmd, ...)
 	va_start(rest, cmd);
 	void *argument = va_arg(rest, void *);
 	va_end(rest);
-	return fcntlCall(process().libc.fcntl, fd, cmd, argument);
+	return fcntlCall(libc().fcntl, fd, cmd, argument);
 }
 
 TLSTUNE_EXPORT int fcntl64(int fd, int cmd, ...)
@@ -67,5 +69,5 @@ TLSTUNE_EXPORT int fcntl64(int fd, int cmd, ...)
 	va_start(rest, cmd);
 	void *argument = va_arg(rest, void *);
 	va_end(rest);
-	return fcntlCall(process().libc.fcntl64, fd, cmd, argument);
+	return fcntlCall(libc().fcntl64, fd, cmd, argument);
 }

@@ -44,7 +44,11 @@ namespace {
  */
 class ImageMayEnd {
 public:
-	ImageMayEnd() noexcept { process().drainBeforeImageEnds(Process::ImageEnd::MayReturn, &made_); }
+	ImageMayEnd() noexcept
+	{
+		if (Process *p = builtProcess())
+			p->drainBeforeImageEnds(Process::ImageEnd::MayReturn, &made_);
+	}
 	~ImageMayEnd()
 	{
 		if (made_.count)
@@ -64,10 +68,11 @@ private:
  * SIGABRT handler of the program's may take it elsewhere (another hunt: one that
  * longjmps, and the program read everything and closed with a reset).
  */
-void beforeAbort(Process &p) noexcept
+void beforeAbort(Process *built) noexcept
 {
-	if (p.inVforkChild())
+	if (!built || built->inVforkChild())
 		return;
+	Process &p = *built;
 	p.held.encryptAll();
 	p.coalescer.drainForAbort();
 	struct sigaction action = {};
@@ -80,15 +85,17 @@ void beforeAbort(Process &p) noexcept
 
 TLSTUNE_EXPORT void _exit(int status)
 {
-	process().drainBeforeImageEnds();
-	process().libc._exit(status);
+	if (Process *p = builtProcess())
+		p->drainBeforeImageEnds();
+	libc()._exit(status);
 	__builtin_unreachable();
 }
 
 TLSTUNE_EXPORT void _Exit(int status)
 {
-	process().drainBeforeImageEnds();
-	process().libc._exit(status);
+	if (Process *p = builtProcess())
+		p->drainBeforeImageEnds();
+	libc()._exit(status);
 	__builtin_unreachable();
 }
 
@@ -99,20 +106,21 @@ TLSTUNE_EXPORT void _Exit(int status)
  */
 TLSTUNE_EXPORT void pthread_exit(void *value)
 {
-	Process &p = process();
-	if (gettid() == p.pid)
-		p.coalescer.mainThreadLeft();
-	p.libc.pthread_exit(value);
+	Process *p = builtProcess();
+	if (p && gettid() == p->pid)
+		p->coalescer.mainThreadLeft();
+	libc().pthread_exit(value);
 	__builtin_unreachable();
 }
 
 /* quick_exit runs the at_quick_exit handlers, not atexit's nor the library's destructor. */
 TLSTUNE_EXPORT void quick_exit(int status)
 {
-	process().drainBeforeImageEnds();
-	if (process().libc.quick_exit)
-		process().libc.quick_exit(status);
-	process().libc._exit(status);
+	if (Process *p = builtProcess())
+		p->drainBeforeImageEnds();
+	if (libc().quick_exit)
+		libc().quick_exit(status);
+	libc()._exit(status);
 	__builtin_unreachable();
 }
 
@@ -123,67 +131,64 @@ TLSTUNE_EXPORT void quick_exit(int status)
  */
 TLSTUNE_EXPORT void abort(void)
 {
-	Process &p = process();
-	beforeAbort(p);
-	if (p.libc.abort)
-		p.libc.abort();
+	beforeAbort(builtProcess());
+	if (libc().abort)
+		libc().abort();
 	/* Unresolved only if it came first of all: abort's own way out, then. */
 	signal(SIGABRT, SIG_DFL);
 	raise(SIGABRT);
-	p.libc._exit(127);
+	libc()._exit(127);
 	__builtin_unreachable();
 }
 
 TLSTUNE_EXPORT void __assert_fail(const char *assertion, const char *file, unsigned line,
 				  const char *function)
 {
-	Process &p = process();
-	beforeAbort(p);
-	if (p.libc.assert_fail)
-		p.libc.assert_fail(assertion, file, line, function);
+	beforeAbort(builtProcess());
+	if (libc().assert_fail)
+		libc().assert_fail(assertion, file, line, function);
 	abort();
 }
 
 TLSTUNE_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
 	ImageMayEnd ending;
-	return process().libc.execve(path, argv, envp);
+	return libc().execve(path, argv, envp);
 }
 
 TLSTUNE_EXPORT int execv(const char *path, char *const argv[])
 {
 	ImageMayEnd ending;
-	return process().libc.execv(path, argv);
+	return libc().execv(path, argv);
 }
 
 TLSTUNE_EXPORT int execvp(const char *file, char *const argv[])
 {
 	ImageMayEnd ending;
-	return process().libc.execvp(file, argv);
+	return libc().execvp(file, argv);
 }
 
 TLSTUNE_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
 	ImageMayEnd ending;
-	return process().libc.execvpe(file, argv, envp);
+	return libc().execvpe(file, argv, envp);
 }
 
 TLSTUNE_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
 	ImageMayEnd ending;
-	return process().libc.fexecve(fd, argv, envp);
+	return libc().fexecve(fd, argv, envp);
 }
 
 TLSTUNE_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[],
 			    int flags)
 {
-	Process &p = process();
-	if (!p.libc.execveat) {
+	if (!libc().execveat) {
 		errno = ENOSYS;
 		return -1;
 	}
 	ImageMayEnd ending;
-	return p.libc.execveat(dirfd, path, argv, envp, flags);
+	return libc().execveat(dirfd, path, argv, envp, flags);
 }
 
 TLSTUNE_EXPORT int execl(const char *path, const char *arg, ...)
@@ -191,7 +196,7 @@ TLSTUNE_EXPORT int execl(const char *path, const char *arg, ...)
 	COLLECT_ARGUMENTS(arg, argv, rest)
 	va_end(rest);
 	ImageMayEnd ending;
-	return process().libc.execv(path, argv);
+	return libc().execv(path, argv);
 }
 
 TLSTUNE_EXPORT int execlp(const char *file, const char *arg, ...)
@@ -199,7 +204,7 @@ TLSTUNE_EXPORT int execlp(const char *file, const char *arg, ...)
 	COLLECT_ARGUMENTS(arg, argv, rest)
 	va_end(rest);
 	ImageMayEnd ending;
-	return process().libc.execvp(file, argv);
+	return libc().execvp(file, argv);
 }
 
 TLSTUNE_EXPORT int execle(const char *path, const char *arg, ...)
@@ -208,5 +213,5 @@ TLSTUNE_EXPORT int execle(const char *path, const char *arg, ...)
 	char *const *envp = va_arg(rest, char *const *);
 	va_end(rest);
 	ImageMayEnd ending;
-	return process().libc.execve(path, argv, envp);
+	return libc().execve(path, argv, envp);
 }

@@ -30,7 +30,7 @@ template <typename Function, typename... Args>
 ssize_t forward(Function LibcApi::*function, int fd, size_t asked, Args... args)
 {
 	Reading reading;
-	ssize_t n = (process().libc.*function)(fd, args...);
+	ssize_t n = (libc().*function)(fd, args...);
 	reading.returned = true;
 	int savedErrno = errno;
 	noteRead(fd, n, asked);
@@ -55,13 +55,13 @@ template <typename Function, typename... Args>
 ssize_t forwardRead(Function LibcApi::*function, int fd, bool takes, size_t asked, Args... args)
 {
 	ssize_t n = forward(function, fd, asked, args...);
-	if (takes && !CallScope::active()) {
-		Process &p = process();
+	Process *p = builtProcess();
+	if (takes && p && !CallScope::active()) {
 		/* Records a freed SSL left unread there: the kernel would have given them to this read. */
-		p.buffered.readByProgram(fd);
+		p->buffered.readByProgram(fd);
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
 			const int savedErrno = errno;
-			p.buffered.quieted(fd);
+			p->buffered.quieted(fd);
 			errno = savedErrno;
 		}
 	}
@@ -108,7 +108,10 @@ template <typename Function, typename... Args>
 ssize_t forwardPeek(Function LibcApi::*function, int fd, void *buf, size_t len, int flags,
 		    struct sockaddr *from, socklen_t *fromlen, Args... args)
 {
-	Process &p = process();
+	Process *built = builtProcess();
+	if (!built)
+		return forwardRead(function, fd, takesBytes(flags), len, buf, len, args...);
+	Process &p = *built;
 	/*
 	 * A read of no bytes, or a blocking peek, would wait for bytes the socket no longer
 	 * has: OpenSSL holds them, and the kernel, which would have had them queued, answers

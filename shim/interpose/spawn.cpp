@@ -94,24 +94,27 @@ TLSTUNE_EXPORT __attribute__((no_sanitize("address"))) int clone(int (*fn)(void 
 TLSTUNE_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *actions,
 			       const posix_spawnattr_t *attributes, char *const argv[], char *const envp[])
 {
-	process().handOver();
-	const auto real = process().libc.posix_spawn;
+	if (Process *p = builtProcess())
+		p->handOver();
+	const auto real = libc().posix_spawn;
 	return real ? real(pid, path, actions, attributes, argv, envp) : ENOSYS;
 }
 
 TLSTUNE_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *actions,
 				const posix_spawnattr_t *attributes, char *const argv[], char *const envp[])
 {
-	process().handOver();
-	const auto real = process().libc.posix_spawnp;
+	if (Process *p = builtProcess())
+		p->handOver();
+	const auto real = libc().posix_spawnp;
 	return real ? real(pid, file, actions, attributes, argv, envp) : ENOSYS;
 }
 
 /* glibc's system() spawns its shell with its own posix_spawn, past the interposed one. */
 TLSTUNE_EXPORT int system(const char *command)
 {
-	process().handOver();
-	const auto real = process().libc.system;
+	if (Process *p = builtProcess())
+		p->handOver();
+	const auto real = libc().system;
 	if (!real) {
 		errno = ENOSYS;
 		return -1;
@@ -121,8 +124,9 @@ TLSTUNE_EXPORT int system(const char *command)
 
 TLSTUNE_EXPORT FILE *popen(const char *command, const char *type)
 {
-	process().handOver();
-	const auto real = process().libc.popen;
+	if (Process *p = builtProcess())
+		p->handOver();
+	const auto real = libc().popen;
 	if (!real) {
 		errno = ENOSYS;
 		return nullptr;

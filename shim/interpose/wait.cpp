@@ -84,7 +84,7 @@ __attribute__((noinline)) int mergedWait(Merged merged)
 TLSTUNE_EXPORT int poll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
 	if (nothingToWaitFor())
-		return process().libc.poll(fds, nfds, timeout);
+		return libc().poll(fds, nfds, timeout);
 	return mergedWait([=](Process &p) {
 		const int ready = pollMerged(p.buffered, p.epoll, fds, nfds,
 					     [&](bool zero) { return p.libc.poll(fds, nfds, zero ? 0 : timeout); });
@@ -96,7 +96,7 @@ TLSTUNE_EXPORT int poll(struct pollfd *fds, nfds_t nfds, int timeout)
 TLSTUNE_EXPORT int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout, size_t fdslen)
 {
 	if (nothingToWaitFor())
-		return process().libc.poll_chk(fds, nfds, timeout, fdslen);
+		return libc().poll_chk(fds, nfds, timeout, fdslen);
 	return mergedWait([=](Process &p) {
 		const int ready = pollMerged(p.buffered, p.epoll, fds, nfds, [&](bool zero) {
 			return p.libc.poll_chk(fds, nfds, zero ? 0 : timeout, fdslen);
@@ -110,7 +110,7 @@ TLSTUNE_EXPORT int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec 
 			 const sigset_t *sigmask)
 {
 	if (straightToTheKernel(timeout))
-		return process().libc.ppoll(fds, nfds, timeout, sigmask);
+		return libc().ppoll(fds, nfds, timeout, sigmask);
 	return mergedWait([=](Process &p) {
 		const int ready = pollMerged(p.buffered, p.epoll, fds, nfds, [&](bool zero) {
 			return p.libc.ppoll(fds, nfds, zero ? &kZeroSpec : timeout, zero ? nullptr : sigmask);
@@ -124,7 +124,7 @@ TLSTUNE_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct tim
 			       const sigset_t *sigmask, size_t fdslen)
 {
 	if (straightToTheKernel(timeout))
-		return process().libc.ppoll_chk(fds, nfds, timeout, sigmask, fdslen);
+		return libc().ppoll_chk(fds, nfds, timeout, sigmask, fdslen);
 	return mergedWait([=](Process &p) {
 		const int ready = pollMerged(p.buffered, p.epoll, fds, nfds, [&](bool zero) {
 			return p.libc.ppoll_chk(fds, nfds, zero ? &kZeroSpec : timeout, zero ? nullptr : sigmask, fdslen);
@@ -138,7 +138,7 @@ TLSTUNE_EXPORT int select(int nfds, fd_set *readfds, fd_set *writefds, fd_set *e
 			  struct timeval *timeout)
 {
 	if (straightToTheKernel(timeout))
-		return process().libc.select(nfds, readfds, writefds, exceptfds, timeout);
+		return libc().select(nfds, readfds, writefds, exceptfds, timeout);
 	return mergedWait([=](Process &p) {
 		waitsToRead(p, nfds, readfds);
 		return selectMerged(p.buffered, p.epoll, nfds, readfds, [&](bool zero) {
@@ -161,7 +161,7 @@ TLSTUNE_EXPORT int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *
 			   const struct timespec *timeout, const sigset_t *sigmask)
 {
 	if (straightToTheKernel(timeout))
-		return process().libc.pselect(nfds, readfds, writefds, exceptfds, timeout, sigmask);
+		return libc().pselect(nfds, readfds, writefds, exceptfds, timeout, sigmask);
 	return mergedWait([=](Process &p) {
 		waitsToRead(p, nfds, readfds);
 		return selectMerged(p.buffered, p.epoll, nfds, readfds, [&](bool zero) {
@@ -177,7 +177,7 @@ TLSTUNE_EXPORT int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *
  */
 TLSTUNE_EXPORT int epoll_create(int size)
 {
-	Process &p = process();
+	Process &p = process(); /* built here: a set the shim knows from its start is read exactly */
 	int epfd = p.libc.epoll_create(size);
 	if (epfd >= 0)
 		p.epoll.created(epfd, ConnectionSlot::anyMade());
@@ -223,7 +223,7 @@ TLSTUNE_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event
 TLSTUNE_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
 {
 	if (nothingToWaitFor())
-		return process().libc.epoll_wait(epfd, events, maxevents, timeout);
+		return libc().epoll_wait(epfd, events, maxevents, timeout);
 	return mergedWait([=](Process &p) {
 		return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents, [&](bool zero, int room) {
 			return p.libc.epoll_wait(epfd, events, room, zero ? 0 : timeout);
@@ -235,7 +235,7 @@ TLSTUNE_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxeven
 			       const sigset_t *sigmask)
 {
 	if (nothingToWaitFor())
-		return process().libc.epoll_pwait(epfd, events, maxevents, timeout, sigmask);
+		return libc().epoll_pwait(epfd, events, maxevents, timeout, sigmask);
 	return mergedWait([=](Process &p) {
 		return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents, [&](bool zero, int room) {
 			return p.libc.epoll_pwait(epfd, events, room, zero ? 0 : timeout, zero ? nullptr : sigmask);
@@ -246,12 +246,12 @@ TLSTUNE_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxeven
 TLSTUNE_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxevents,
 				const struct timespec *timeout, const sigset_t *sigmask)
 {
-	if (!process().libc.epoll_pwait2) {
+	if (!libc().epoll_pwait2) {
 		errno = ENOSYS;
 		return -1;
 	}
 	if (straightToTheKernel(timeout))
-		return process().libc.epoll_pwait2(epfd, events, maxevents, timeout, sigmask);
+		return libc().epoll_pwait2(epfd, events, maxevents, timeout, sigmask);
 	return mergedWait([=](Process &p) {
 		return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents, [&](bool zero, int room) {
 			return p.libc.epoll_pwait2(epfd, events, room, zero ? &kZeroSpec : timeout,

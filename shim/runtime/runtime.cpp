@@ -12,9 +12,12 @@
 #include <unistd.h>
 #include <utility>
 #include <pthread.h>
+#include <cstring>
+#include <sys/auxv.h>
 
 #include "core/ca/parsed_ahead.h"
 #include "core/log.h"
+#include "core/signals_blocked.h"
 #include "interpose/export.h"
 #include "live.h"
 #include "symbols.h"
@@ -32,6 +35,52 @@ const char *environment(const char *name, void *)
 {
 	/* secure_getenv: a setuid program's environment is not its caller's to tune. */
 	return secure_getenv(name);
+}
+
+/* Any TLSTUNE_ variable set: a walk over the environment, no copy, no allocation. */
+bool tunedByEnvironment() noexcept
+{
+	if (getauxval(AT_SECURE))
+		return false;
+	for (char **entry = environ; entry && *entry; entry++) {
+		if (std::strncmp(*entry, "TLSTUNE_", 8) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* The settings read at load, when there were any: taken over by buildProcess. */
+alignas(ParsedConfig) unsigned char loadedConfigStorage[sizeof(ParsedConfig)];
+ParsedConfig *g_loadedConfig = nullptr;
+
+/* This process's, from load on: set where it starts and in fork's child, never in a vfork child. */
+pid_t g_pid = 0;
+
+const char *firstCopy() noexcept;
+
+/*
+ * What is taken at start: by the library's constructor, or before it by the state's
+ * build when another library's constructor calls in first (stunnel's libtirpc closes).
+ */
+void noteStart() noexcept
+{
+	static const bool noted = [] {
+		programName(); /* copied before the program can write over its argv */
+		/* The environment as it was at start: the program may clear or rewrite it later. */
+		if (tunedByEnvironment())
+			g_loadedConfig = new (loadedConfigStorage) ParsedConfig(parseConfig(environment, nullptr));
+		g_pid = getpid();
+		/* Said at load: the later copy may never build its state (the first does the work). */
+		if (g_loadedConfig) {
+			setLogLevel(g_loadedConfig->config.logLevel);
+			const char *first = logEnabled(LogLevel::Debug) ? firstCopy() : nullptr;
+			if (first)
+				logLine(LogLevel::Debug, "another copy of the library, %s, came first: this "
+					"one passes every call through", first);
+		}
+		return true;
+	}();
+	(void)noted;
 }
 
 /* Set by the first interposed OpenSSL call or CA load: this process uses OpenSSL. */
@@ -84,6 +133,11 @@ void noteUsesOpenSsl() noexcept
 void lockForFork()
 {
 	/*
+	 * Built now if it was not: another thread may be building it, and a child would wait
+	 * for ever on the half-made copy's guard.
+	 */
+	process();
+	/*
 	 * Held plaintext becomes records, and the records go to the kernel now, in the calling
 	 * thread, while the socket takes them: both processes then share a connection whose
 	 * bytes are all the kernel's. daemon(3) forks and leaves the parent by glibc's own
@@ -112,7 +166,8 @@ void unlockInParent()
 }
 void unlockInChild()
 {
-	process().pid = getpid();
+	g_pid = getpid();
+	process().pid = g_pid;
 	process().epoll.forked();
 	process().epoll.unlockAfterFork();
 	process().buffered.unlockAfterFork();
@@ -167,7 +222,8 @@ Process *buildProcess() noexcept
 {
 	/* Never destroyed: threads and the host's destructors may still call in at exit. */
 	alignas(Process) static unsigned char storage[sizeof(Process)];
-	ParsedConfig parsed = parseConfig(environment, nullptr);
+	noteStart();
+	ParsedConfig parsed = g_loadedConfig ? std::move(*g_loadedConfig) : ParsedConfig{};
 	const char *first = firstCopy();
 	if (first) {
 		parsed.config.disable = true;
@@ -176,20 +232,15 @@ Process *buildProcess() noexcept
 		parsed.errors.clear(); /* the first copy reports them */
 	}
 	Process &instance = *new (storage) Process(parsed.config);
-	instance.pid = getpid();
+	instance.pid = g_pid;
 	setLogLevel(instance.config.logLevel);
 	/* Reported at the first OpenSSL call: by curl, not by every sh and cat of its pipeline. */
 	instance.configErrors = std::move(parsed.errors);
-	if (first)
-		logLine(LogLevel::Debug, "another copy of the library, %s, came first: this one passes every call through",
-			first);
 
 	/* Where `tlstune --stats PID` finds the counters: the working copy's only. */
 	if (!first)
 		publishLive(instance);
 
-	resolveLibc(&instance.libc);
-	pthread_atfork(lockForFork, unlockInParent, unlockInChild);
 	if (instance.config.stats)
 		atexit(printStats);
 	if (logEnabled(LogLevel::Debug))
@@ -356,9 +407,28 @@ std::atomic<Process *> g_process{ nullptr };
 
 Process &processFirst() noexcept
 {
+	/*
+	 * Not in a signal handler of this thread: one that calls in while the state is built
+	 * would find it half made (a recursive guard: std::terminate).
+	 */
+	SignalsBlocked blocked;
 	static Process *instance = buildProcess();
 	g_process.store(instance, std::memory_order_release);
 	return *instance;
+}
+
+LibcApi g_libc;
+std::atomic<bool> g_libcResolved{ false };
+
+const LibcApi &libcFirst() noexcept
+{
+	SignalsBlocked blocked; /* as processFirst's */
+	static const bool resolved = [] {
+		resolveLibc(&g_libc);
+		return true;
+	}();
+	g_libcResolved.store(resolved, std::memory_order_release);
+	return g_libc;
 }
 
 std::atomic<const OpenSsl *> g_openssl{ nullptr };
@@ -419,6 +489,9 @@ void Process::drainBeforeImageEnds(ImageEnd end, AbortiveCloses *made) noexcept
  */
 __attribute__((destructor)) static void unloadShim()
 {
+	/* A process that never called in has nothing to hand over. */
+	if (!g_process.load(std::memory_order_acquire))
+		return;
 	process().drainBeforeImageEnds();
 }
 
@@ -439,11 +512,23 @@ void Process::enterSandbox() noexcept
 		logLimited(sandboxLines, LogLevel::Info, "seccomp: small writes are no longer held in this process");
 }
 
-/* Reads the configuration at load time, so TLSTUNE_VERBOSE shows the shim is there. */
+/*
+ * What must be taken at load; the rest of the state is built by the first call that needs
+ * it (issue 24: /bin/true, sh and cat make none, or few, and never use TLS).
+ */
 __attribute__((constructor)) static void loadShim()
 {
-	programName(); /* copied before the program can write over its argv */
-	process();
+	noteStart();
+	/*
+	 * At load (10 us of a /bin/true), not at the first call: that may come from a signal
+	 * handler that interrupted the loader, where dlsym is not safe.
+	 */
+	libc();
+	/*
+	 * At load, before any of the program's: the last prepare handler to run, so that what
+	 * the program's handlers write still goes out before the shim locks for the fork.
+	 */
+	pthread_atfork(lockForFork, unlockInParent, unlockInChild);
 }
 
 } /* namespace tlstune */

@@ -22,9 +22,21 @@
 namespace tlstune {
 
 /*
- * The process-wide state of the shim, built on first use: from the library constructor,
- * or earlier when another library's constructor calls an interposed function first.
- * Built once; never torn down (the host may call in from its own destructors).
+ * libc's own definitions of what the shim interposes: resolved at load, or by an earlier
+ * caller (another library's constructor), then one load.
+ */
+extern LibcApi g_libc;
+extern std::atomic<bool> g_libcResolved;
+const LibcApi &libcFirst() noexcept;
+inline const LibcApi &libc() noexcept
+{
+	return g_libcResolved.load(std::memory_order_acquire) ? g_libc : libcFirst();
+}
+
+/*
+ * The process-wide state of the shim, built by the first call that needs it: a process
+ * that never calls in (/bin/true) builds none. Built once; never torn down (the host may
+ * call in from its own destructors).
  */
 struct Process {
 	explicit Process(const Config &parsed) noexcept
@@ -71,7 +83,7 @@ struct Process {
 	/* TLSTUNE_* values not accepted, for the process's first OpenSSL call to report. */
 	std::vector<std::string> configErrors;
 	pid_t pid = 0; /* this process's, set at start and in fork's child */
-	LibcApi libc;
+	const LibcApi &libc = tlstune::libc();
 	Stats stats;
 	BufferedFds buffered;
 	EpollSets epoll;
@@ -92,6 +104,11 @@ inline Process &process() noexcept
 {
 	Process *built = g_process.load(std::memory_order_acquire);
 	return built ? *built : processFirst();
+}
+/* The state if a call has built it, else null: for ways out, which have nothing to hand over then. */
+inline Process *builtProcess() noexcept
+{
+	return g_process.load(std::memory_order_acquire);
 }
 
 /*

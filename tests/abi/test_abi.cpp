@@ -89,6 +89,30 @@ TEST(Abi, LoadsNeitherOpenSslNorTheCxxRuntimeIntoProgramsWithout)
 	EXPECT_EQ(maps.find("libgcc_s"), std::string::npos) << maps;
 }
 
+/*
+ * Issue 24: the state is built by the first call that needs it. /bin/true makes no
+ * interposed call, and cat's read and close of a file find nothing to do: neither says
+ * anything at debug level. python's first OpenSSL call sets up, and says so.
+ */
+TEST(Abi, AProcessThatNeverCallsInSetsNothingUp)
+{
+	SKIP_IN_SANITIZER_BUILD();
+	const std::vector<std::string> env = shimEnv({ "TLSTUNE_LOG=debug", "TLSTUNE_STATS=1" });
+	int status = -1;
+	std::string errors;
+	output({ "/bin/true" }, env, &status, &errors);
+	EXPECT_EQ(status, 0);
+	EXPECT_EQ(errors, "");
+
+	output({ "/bin/cat", "/dev/null" }, env, &status, &errors);
+	EXPECT_EQ(status, 0);
+	EXPECT_EQ(errors, "");
+
+	output({ "/usr/bin/python3", "-c", "import ssl; ssl.create_default_context()" }, env, &status, &errors);
+	EXPECT_EQ(status, 0);
+	EXPECT_EQ(errors.rfind("tlstune: loaded into python3 pid ", 0), 0u) << errors;
+}
+
 TEST(Abi, ABadValueIsOneLineAndTheProgramRunsOn)
 {
 	SKIP_IN_SANITIZER_BUILD();

@@ -425,8 +425,9 @@ Failure readCopy(const Target &target, const Mapping &mapping, std::string *line
 	const LiveState state = static_cast<LiveState>(live.state);
 	if (state != LiveState::Active && state != LiveState::Disabled)
 		return failure(kNotLoaded, target.name() + " maps " + mapping.path + ", but that copy of the library "
-							     "passes every call through: the copy that does the work has "
-							     "another file name, or has not started yet");
+							     "counts nothing: the process has made no call the library works on yet "
+							     "(it sets up at the first), or another copy of it, under another "
+							     "file name, does the work");
 	if (live.counterCount > kLiveCounterCapacity)
 		return failure(kUnreadable, "tlstune_live in " + target.name() + " lists " +
 						    std::to_string(live.counterCount) + " counters, more than it holds");
