@@ -54,6 +54,8 @@ struct OpenSslApi {
 	decltype(&::SSL_CTX_set_default_read_buffer_len) SSL_CTX_set_default_read_buffer_len = nullptr;
 	/* Read tuning is per connection: set on the SSL, and what the program set, answered. */
 	decltype(&::SSL_set_default_read_buffer_len) SSL_set_default_read_buffer_len = nullptr;
+	/* Optional: lets an empty read buffer the shim enlarged go (core/read/read_tuning.h). */
+	decltype(&::SSL_free_buffers) SSL_free_buffers = nullptr;
 	decltype(&::SSL_set_read_ahead) SSL_set_read_ahead = nullptr;
 	decltype(&::SSL_get_read_ahead) SSL_get_read_ahead = nullptr;
 	decltype(&::SSL_get_SSL_CTX) SSL_get_SSL_CTX = nullptr;

@@ -172,6 +172,7 @@ inline void settleConnection(const OpenSsl &o, SSL *ssl, Connection *connection,
 	const bool pending = holdsData(o.api, ssl);
 	connection->afterCall(process().buffered, progressed, waiting || o.api.SSL_want(ssl) == SSL_READING,
 			      pending, pending && (!o.api.SSL_pending || o.api.SSL_pending(ssl) == 0));
+	ReadTuning::letEmptyBufferGo(o.api, ssl, *connection, progressed);
 	errno = savedErrno;
 }
 
@@ -235,6 +236,8 @@ int onConnection(SSL *ssl, Function OpenSslApi::*function, Args... args)
 	SettledOnUnwinding unwinding(o, ssl, connection, scope);
 	int result = real(ssl, args...);
 	unwinding.returned = true;
+	if (writes<Function>() && result > 0)
+		connection->wrote();
 	/*
 	 * A write that succeeds while OpenSSL holds part of a record leaves it waiting for the
 	 * rest: the socket's readiness stands for it (a poll loop spun on it). Unless the

@@ -12,7 +12,7 @@ namespace tlstune {
  */
 inline void noteRead(int fd, ssize_t n, size_t asked = Connection::kWholeBuffer) noexcept
 {
-	if (!CallScope::noteSocketRead(fd, n > 0, asked) || n < 0)
+	if (!CallScope::noteSocketRead(fd, n, asked) || n < 0)
 		return;
 	Process &p = process();
 	if (!p.config.stats)

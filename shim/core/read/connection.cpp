@@ -87,12 +87,17 @@ int keepTheCopysOwn(CRYPTO_EX_DATA *to, const CRYPTO_EX_DATA * /*from*/, void *s
 
 } /* namespace */
 
-void Connection::noteSocketRead(int fd, bool gotBytes, size_t asked) noexcept
+void Connection::noteSocketRead(int fd, ssize_t returned, size_t asked) noexcept
 {
 	/* The BIO named its fd: a read of another one is a callback's (a control pipe, a fetch). */
 	if (fd != fd_ && namedByBio_)
 		return;
-	readBytes_ = readBytes_ || gotBytes;
+	readBytes_ = readBytes_ || returned > 0;
+	if (returned > 0) {
+		receivedSinceWrite_ += static_cast<size_t>(returned);
+		receivedSinceLetGo_ += static_cast<size_t>(returned);
+	}
+	lastReadEmptied_ = returned < 0 || static_cast<size_t>(returned) < asked;
 	if (fd == fd_) {
 		if (ownBio_ == OwnBio::measuring && asked > largestAsk_)
 			largestAsk_ = asked;
@@ -260,13 +265,13 @@ bool CallScope::active() noexcept
 	return live(innermost, innermostCookie, __builtin_frame_address(0));
 }
 
-bool CallScope::noteSocketRead(int fd, bool gotBytes, size_t asked) noexcept
+bool CallScope::noteSocketRead(int fd, ssize_t returned, size_t asked) noexcept
 {
 	const void *here = __builtin_frame_address(0);
 	if (!live(innermost, innermostCookie, here))
 		return false;
 	for (CallScope *scope = innermost;; scope = scope->previous_) {
-		scope->connection_->noteSocketRead(fd, gotBytes, asked);
+		scope->connection_->noteSocketRead(fd, returned, asked);
 		if (!live(scope->previous_, scope->previousCookie_, here))
 			break;
 	}

@@ -20,10 +20,10 @@ public:
 	/*
 	 * The socket this connection reads from, learnt from the read syscalls made while
 	 * it is inside an OpenSSL call, where its read BIO names none (SSL_get_rfd() is -1
-	 * for a program's own BIO, curl 7.88's). gotBytes: the read returned data; asked:
-	 * the bytes the read asked the kernel for.
+	 * for a program's own BIO, curl 7.88's). returned: what the read returned (bytes, or
+	 * -1); asked: the bytes the read asked the kernel for.
 	 */
-	void noteSocketRead(int fd, bool gotBytes = true, size_t asked = kWholeBuffer) noexcept;
+	void noteSocketRead(int fd, ssize_t returned = 1, size_t asked = kWholeBuffer) noexcept;
 	/* What a read that says nothing of its length counts as: a read-ahead's whole buffer. */
 	static constexpr size_t kWholeBuffer = ~static_cast<size_t>(0);
 	/*
@@ -71,6 +71,32 @@ public:
 	void decideReadTuning() noexcept { readTuningDecided_ = true; }
 	bool readAheadByShim() const noexcept { return readAheadByShim_; }
 	void setReadAheadByShim(bool on) noexcept { readAheadByShim_ = on; }
+	/*
+	 * The read buffer the shim gave it, where larger than OpenSSL's own (a client's four
+	 * records); 0 where OpenSSL's own stays.
+	 */
+	size_t enlargedTo() const noexcept { return enlargedTo_; }
+	void setEnlargedTo(size_t length) noexcept { enlargedTo_ = length; }
+	/*
+	 * What its socket reads returned since it last wrote, and since it last let its read
+	 * buffer go (ReadTuning::letEmptyBufferGo); whether it let it go since it last wrote;
+	 * whether the last read found the socket emptied (returned less than it asked, or
+	 * nothing): the end of what the peer had sent.
+	 */
+	size_t receivedSinceWrite() const noexcept { return receivedSinceWrite_; }
+	size_t receivedSinceLetGo() const noexcept { return receivedSinceLetGo_; }
+	bool letGoSinceWrite() const noexcept { return letGoSinceWrite_; }
+	bool lastReadEmptied() const noexcept { return lastReadEmptied_; }
+	void wrote() noexcept
+	{
+		receivedSinceWrite_ = 0;
+		letGoSinceWrite_ = false;
+	}
+	void bufferLetGo() noexcept
+	{
+		receivedSinceLetGo_ = 0;
+		letGoSinceWrite_ = true;
+	}
 	bool programSetReadAhead() const noexcept { return programSetReadAhead_; }
 	/* UnseenWaits::generation() when the connection last asked it (core/read/unseen_waits.h). */
 	unsigned unseenSeen() const noexcept { return unseenSeen_; }
@@ -101,6 +127,11 @@ private:
 	bool readTuningDecided_ = false;
 	bool madeThroughShim_ = false;
 	bool readAheadByShim_ = false;
+	size_t enlargedTo_ = 0;
+	size_t receivedSinceWrite_ = 0;
+	size_t receivedSinceLetGo_ = 0;
+	bool letGoSinceWrite_ = false;
+	bool lastReadEmptied_ = false;
 	bool programSetReadAhead_ = false;
 	unsigned unseenSeen_ = 0;
 	OwnBio ownBio_ = OwnBio::settled;
@@ -176,7 +207,7 @@ public:
 	 * connection reads through the outer one, and its program polls the same socket.
 	 * Returns false when the thread is inside no OpenSSL call.
 	 */
-	static bool noteSocketRead(int fd, bool gotBytes = true,
+	static bool noteSocketRead(int fd, ssize_t returned = 1,
 				   size_t asked = Connection::kWholeBuffer) noexcept;
 	/* This thread is inside an OpenSSL call on some connection. */
 	static bool active() noexcept;

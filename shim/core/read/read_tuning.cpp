@@ -2,11 +2,15 @@
 
 #include <cstring>
 
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "core/log.h"
 #include "core/openssl_api.h"
+#include "core/raw_syscalls.h"
 
 namespace tlstune {
 
@@ -76,10 +80,8 @@ std::size_t ReadTuning::turnOn(const OpenSslApi &api, const Config &config, SSL 
 	 * Four records, one recv, for a client: it downloads (64 reads per MiB with one). A
 	 * server keeps OpenSSL's own size, one record: it may hold thousands of connections,
 	 * and a burst then costs what it costs without the shim, while read-ahead still takes
-	 * what that buffer holds at once; unless TLSTUNE_READ_BUFFER names another size. (A
-	 * client that keeps its buffers between bursts then keeps four records idle: sizing
-	 * by SSL_MODE_RELEASE_BUFFERS was tried, and curl 8, which no longer sets it, read one
-	 * record at a time: the README's read buffer paragraph.)
+	 * what that buffer holds at once; unless TLSTUNE_READ_BUFFER names another size. A
+	 * client's four records are let go when it falls idle after a burst (letEmptyBufferGo).
 	 */
 	const bool server = !connecting && api.SSL_is_server && api.SSL_is_server(ssl);
 	const bool sized = !server || config.readBufferSet;
@@ -116,11 +118,43 @@ void ReadTuning::tuneConnection(const OpenSslApi &api, const Config &config,
 	connection.setUnseenSeen(generation);
 	const std::size_t buffer = turnOn(api, config, ssl, connecting);
 	connection.setReadAheadByShim(true);
+	connection.setEnlargedTo(buffer);
 	if (buffer)
 		logLimited(tunedLines, LogLevel::Info, "connection tuned: read-ahead on, read buffer %zu bytes", buffer);
 	else
 		logLimited(tunedLines, LogLevel::Info, "connection tuned: read-ahead on, OpenSSL's own read buffer "
 			   "(a server)");
+}
+
+void ReadTuning::letGo(const OpenSslApi &api, SSL *ssl, Connection &connection, bool progressed) noexcept
+{
+	/*
+	 * Only after a call that returned a record, with nothing unread, outside a handshake:
+	 * a call that read a record's header alone leaves nothing "pending" yet points into
+	 * the buffer for the body (CVE-2024-4741, which 1.1.1 builds do not check
+	 * themselves). SSL_free_buffers also frees an empty write buffer, which the next
+	 * write makes again, and refuses while a write is pending (the next end of what the
+	 * peer sent tries again).
+	 */
+	if (!progressed || !api.SSL_free_buffers || api.SSL_has_pending(ssl) != 0 ||
+	    api.SSL_is_init_finished(ssl) != 1 || !peerSentAll(connection))
+		return;
+	if (api.SSL_free_buffers(ssl) == 1)
+		connection.bufferLetGo();
+}
+
+bool ReadTuning::peerSentAll(const Connection &connection) noexcept
+{
+	if (connection.lastReadEmptied())
+		return true;
+	/*
+	 * The last read filled what it asked: a burst that ended there, read by a program that
+	 * then reads no more (it knew the length), is told by the socket's queue. One ioctl at
+	 * such an empty buffer, a download's every four records (0.2 of about 60 us).
+	 */
+	int queued = -1;
+	RawSyscalls raw;
+	return connection.fd() >= 0 && syscall(SYS_ioctl, connection.fd(), FIONREAD, &queued) == 0 && queued == 0;
 }
 
 bool ReadTuning::retriesItself(const OpenSslApi &api, SSL *ssl) noexcept
