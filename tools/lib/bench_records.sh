@@ -286,7 +286,7 @@ record_latency_rows() {
 	say "| requests of | p50 without | p50 with | p99 without | p99 with |"
 	say "|-------------|-------------|----------|-------------|----------|"
 	local row writes size args i a b
-	for row in "2 300 --nodelay" "2 300" "10 60 --nodelay"; do
+	for row in "2 300 --nodelay" "2 300" "10 60 --nodelay" "10 60"; do
 		read -r writes size args <<<"$row"
 		: >"$work/latency.a"
 		: >"$work/latency.b"

@@ -9,6 +9,8 @@
 #include <sys/time.h>
 #include <sys/socket.h>
 
+#include "nagle_push.h"
+
 namespace tlstune {
 
 thread_local bool ShimLock::held = false;
@@ -145,7 +147,7 @@ bool PendingWrites::waitForRoom() noexcept
 PendingWrites::Result PendingWrites::send()
 {
 	ShimLock lock(mutex_);
-	return sendLocked(kBackgroundSend);
+	return sendLaterLocked();
 }
 
 PendingWrites::Result PendingWrites::sendPatiently(std::chrono::milliseconds patience, AfterSend then)
@@ -168,7 +170,17 @@ PendingWrites::Result PendingWrites::trySend()
 	ShimLock lock(mutex_, std::try_to_lock);
 	if (!lock.owns())
 		return Result::Busy;
-	return sendLocked(kBackgroundSend);
+	return sendLaterLocked();
+}
+
+PendingWrites::Result PendingWrites::sendLaterLocked()
+{
+	const bool any = sent_ < bytes_.size();
+	const Result result = sendLocked(kBackgroundSend);
+	/* Under the lock: the owner's next record waits, and comes after the push. */
+	if (any && result == Result::Done && fd() >= 0)
+		pushPastNagle(fd());
+	return result;
 }
 
 PendingWrites::Result PendingWrites::sendLocked(int flags)

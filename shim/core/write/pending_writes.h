@@ -238,6 +238,8 @@ public:
 
 private:
 	Result sendLocked(int flags);
+	/* Anyone but the owner, later than the program's writes: then past Nagle (nagle_push.h). */
+	Result sendLaterLocked();
 	/*
 	 * sendAsOwner on a socket that filled after all: waits, holding no lock, until it has
 	 * room, as a blocking write would. False: the write says "again" (a non-blocking
