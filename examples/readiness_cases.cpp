@@ -17,8 +17,11 @@
  *                     scm-rights-mmsg: received by recvmmsg),
  *                     restore (the fd saved by dup, a pipe dup2ed over it, then the saved
  *                     copy dup2ed back and closed: the connection's own number is waited
- *                     on) or close-first (dup, close of the old number, then SSL_set_fd
- *                     to the copy). Prints the same; restore and close-first then print
+ *                     on), close-first (dup, close of the old number, then SSL_set_fd
+ *                     to the copy), original (SSL_set_fd to a dup after the first line,
+ *                     the program waits on the number it made it from) or original-first
+ *                     (that dup made before any OpenSSL call, read from the handshake on).
+ *                     Prints the same; restore and close-first then print
  *                     whether the socket would reset at its close ("linger 0": no).
  *   pipes --cert C --key K
  *                     TLS over a pipe pair (SSL_set_rfd/SSL_set_wfd) with a forked server
@@ -228,8 +231,11 @@ int passedThroughScmRights(int fd, bool byMany = false)
  */
 int anotherFd(const char *port, const std::string &how)
 {
-	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	int fd = connectTo("127.0.0.1", port);
+	/* The copy OpenSSL reads, made before any OpenSSL call; the program waits on fd. */
+	const int early = how == "original-first" ? dup(fd) : -1;
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	int copyRead = early;
 	/* Before the process's first SSL; late: after the 64 copies the shim once remembered. */
 	if (how == "dup-first-late") {
 		/* Kept open to the end: each is another number. */
@@ -239,7 +245,7 @@ int anotherFd(const char *port, const std::string &how)
 		}
 	}
 	int watched = how == "dup-first" || how == "dup-first-late" ? dup(fd) : -1;
-	SSL *ssl = connectTls(ctx, fd);
+	SSL *ssl = connectTls(ctx, early >= 0 ? early : fd);
 	std::string line;
 	int lines = 0;
 	if (!pollThenRead(ssl, fd, &line))
@@ -247,6 +253,14 @@ int anotherFd(const char *port, const std::string &how)
 	lines++;
 	if (how == "dup-first" || how == "dup-first-late") {
 		/* made above */
+	} else if (how == "original-first") {
+		watched = fd;
+	} else if (how == "original") {
+		/* OpenSSL reads a copy from now on; the program waits on the number it made it from. */
+		copyRead = dup(fd);
+		if (copyRead < 0 || SSL_set_fd(ssl, copyRead) != 1)
+			fail("original");
+		watched = fd;
 	} else if (how == "moved" || how == "dup")
 		watched = dup(fd);
 	else if (how == "fcntl")
@@ -271,7 +285,8 @@ int anotherFd(const char *port, const std::string &how)
 		SSL_set_fd(ssl, watched);
 		fd = -1;
 	} else
-		fail("HOW: dup, dup-first, dup-first-late, fcntl, dup2-select, scm-rights(-mmsg), restore or close-first");
+		fail("HOW: dup, dup-first, dup-first-late, fcntl, dup2-select, scm-rights(-mmsg), restore, close-first, "
+		     "original or original-first");
 	if (how == "moved") {
 		SSL_set_fd(ssl, watched);
 		close(fd);
@@ -296,6 +311,8 @@ int anotherFd(const char *port, const std::string &how)
 		close(watched);
 	if (fd >= 0)
 		close(fd);
+	if (copyRead >= 0)
+		close(copyRead);
 	SSL_CTX_free(ctx);
 	return 0;
 }

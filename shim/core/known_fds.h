@@ -99,4 +99,15 @@ inline KnownFds &knownFds() noexcept
 	return g_knownFds;
 }
 
+/*
+ * Both numbers of every dup the process made (BufferedFds::duplicated): noted from load on,
+ * before the shim's state is built (a socket duplicated before the first OpenSSL call),
+ * with one load (and a store the first time). Also in .bss.
+ */
+extern FdBitmap g_copiedFds;
+inline FdBitmap &copiedFds() noexcept
+{
+	return g_copiedFds;
+}
+
 } /* namespace tlstune */

@@ -111,8 +111,12 @@ TLSTUNE_EXPORT int close(int fd)
 
 TLSTUNE_EXPORT int dup2(int oldfd, int newfd)
 {
-	if (!builtProcess())
-		return libc().dup2(oldfd, newfd);
+	if (!builtProcess()) {
+		const int result = libc().dup2(oldfd, newfd);
+		if (oldfd != newfd)
+			noteCopies(oldfd, result);
+		return result;
+	}
 	Process &p = process();
 	if (oldfd == newfd || !closingKnown(p, newfd)) {
 		const int result = p.libc.dup2(oldfd, newfd);
@@ -134,8 +138,11 @@ TLSTUNE_EXPORT int dup2(int oldfd, int newfd)
 
 TLSTUNE_EXPORT int dup3(int oldfd, int newfd, int flags)
 {
-	if (!builtProcess())
-		return libc().dup3(oldfd, newfd, flags);
+	if (!builtProcess()) {
+		const int result = libc().dup3(oldfd, newfd, flags);
+		noteCopies(oldfd, result);
+		return result;
+	}
 	Process &p = process();
 	if (!closingKnown(p, newfd)) {
 		const int result = p.libc.dup3(oldfd, newfd, flags);

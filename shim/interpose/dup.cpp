@@ -25,9 +25,12 @@ int fcntlCall(int (*real)(int, int, ...), int fd, int cmd, void *argument)
 		return -1;
 	}
 	const int result = real(fd, cmd, argument);
-	Process *p = builtProcess();
-	if (p && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC))
-		noteDuplicate(*p, fd, result);
+	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) {
+		if (Process *p = builtProcess())
+			noteDuplicate(*p, fd, result);
+		else
+			noteCopies(fd, result);
+	}
 	return result;
 }
 
@@ -38,6 +41,8 @@ TLSTUNE_EXPORT int dup(int oldfd)
 	const int result = libc().dup(oldfd);
 	if (Process *p = builtProcess())
 		noteDuplicate(*p, oldfd, result);
+	else
+		noteCopies(oldfd, result);
 	return result;
 }
 

@@ -17,15 +17,24 @@ __attribute__((noinline)) inline void noteSetCopy(Process &p, int from, int to) 
 }
 
 /*
- * After a dup (any of them) made fd `to` of `from` (-1: unknown): a wait on it sees what a
- * connection holds for its file, and a copy of a set's fd is the set.
+ * After a dup (any of them) made fd `to` of `from` (-1: unknown): a wait on either sees
+ * what a connection holds for their file (BufferedFds::duplicated), also before the
+ * shim's state is built: one load each (and a store the first time).
  */
-inline void noteDuplicate(Process &p, int from, int to) noexcept
+inline void noteCopies(int from, int to) noexcept
 {
 	if (to < 0)
 		return;
-	p.buffered.duplicated(to);
-	if (from >= 0 && knownFds().mayHave(from) && !p.epoll.empty())
+	copiedFds().note(to);
+	if (from >= 0)
+		copiedFds().note(from);
+}
+
+/* The same, and a copy of a set's fd is the set. */
+inline void noteDuplicate(Process &p, int from, int to) noexcept
+{
+	noteCopies(from, to);
+	if (to >= 0 && from >= 0 && knownFds().mayHave(from) && !p.epoll.empty())
 		noteSetCopy(p, from, to);
 }
 

@@ -85,7 +85,7 @@ struct Process {
 	pid_t pid = 0; /* this process's, set at start and in fork's child */
 	const LibcApi &libc = tlstune::libc();
 	Stats stats;
-	BufferedFds buffered;
+	BufferedFds buffered{ &copiedFds() };
 	EpollSets epoll;
 	UnseenWaits unseen;
 	CaCache caCache;

@@ -78,11 +78,14 @@ TEST_P(Duplicates, AWaitOnADuplicateSeesWhatOpenSslHolds)
 
 /*
  * dup-first: made before the process's first SSL, which the shim then knew nothing of;
- * dup-first-late: after 100 other copies (the shim remembered 64 before 4408b76).
+ * dup-first-late: after 100 other copies (the shim remembered 64 before 4408b76);
+ * original and original-first: OpenSSL reads the copy and the program waits on the number
+ * it was made from (a hunt: 10 stalls in 10; the shim noted only the copy's number), the
+ * second with the copy made before any OpenSSL call.
  */
 INSTANTIATE_TEST_SUITE_P(Readiness, Duplicates,
 			 ::testing::Values("dup", "dup-first", "dup-first-late", "fcntl", "dup2-select", "scm-rights",
-					   "scm-rights-mmsg"));
+					   "scm-rights-mmsg", "original", "original-first"));
 
 class ClosedNumbers : public ::testing::TestWithParam<const char *> {};
 

@@ -138,7 +138,7 @@ int BufferedFds::openElsewhere(ino_t ino, int first, int last) const noexcept
 		if (other.ino == ino && other.fd >= 0 && (other.fd < first || other.fd > last))
 			return other.fd;
 	}
-	for (int fd = copies_.highestBelow(FdBitmap::kNumbers); fd >= 0; fd = copies_.highestBelow(fd)) {
+	for (int fd = copies_->highestBelow(FdBitmap::kNumbers); fd >= 0; fd = copies_->highestBelow(fd)) {
 		ino_t copy;
 		if ((fd < first || fd > last) && streamInode(fd, &copy) && copy == ino)
 			return fd;
@@ -149,7 +149,7 @@ int BufferedFds::openElsewhere(ino_t ino, int first, int last) const noexcept
 int BufferedFds::copyAmong(ino_t ino, int first, int last) const noexcept
 {
 	const int above = last < FdBitmap::kNumbers - 1 ? last + 1 : FdBitmap::kNumbers;
-	for (int fd = copies_.highestBelow(above); fd >= first && fd >= 0; fd = copies_.highestBelow(fd)) {
+	for (int fd = copies_->highestBelow(above); fd >= first && fd >= 0; fd = copies_->highestBelow(fd)) {
 		ino_t copy;
 		if (streamInode(fd, &copy) && copy == ino)
 			return fd;
@@ -255,7 +255,7 @@ bool BufferedFds::lookup(int fd, ino_t *ino) const noexcept
 		}
 	}
 	/* A copy: whatever file the number names now, held if a connection reads that one. */
-	return copies_.mayHave(fd) && streamInode(fd, ino) && holdsInode(*ino);
+	return copies_->mayHave(fd) && streamInode(fd, ino) && holdsInode(*ino);
 }
 
 int BufferedFds::highestHeld(int below) const noexcept
@@ -270,7 +270,7 @@ int BufferedFds::highestHeld(int below) const noexcept
 				highest = std::max(highest, entry.fd);
 		}
 	}
-	for (int fd = copies_.highestBelow(below); fd > highest; fd = copies_.highestBelow(fd)) {
+	for (int fd = copies_->highestBelow(below); fd > highest; fd = copies_->highestBelow(fd)) {
 		if (holds(fd))
 			return fd;
 	}

@@ -45,6 +45,9 @@ struct AbortiveCloses {
  */
 class BufferedFds {
 public:
+	/* copies: where duplicated() notes numbers; the process's (copiedFds()) for the shim's own. */
+	explicit BufferedFds(FdBitmap *copies = nullptr) noexcept : copies_(copies ? copies : &ownCopies_) {}
+
 	bool empty() const noexcept { return count_.load(std::memory_order_relaxed) == 0; }
 	/* No entry and nothing left unread by a freed SSL: closes need not be told. */
 	bool idle() const noexcept { return empty() && unreadCount_.load(std::memory_order_relaxed) == 0; }
@@ -120,7 +123,9 @@ public:
 
 	/*
 	 * fd is a copy the program made (dup, dup2, dup3, fcntl F_DUPFD, a descriptor received
-	 * with SCM_RIGHTS): a wait on it sees the data a connection holds for the same file,
+	 * with SCM_RIGHTS), or the number it made one from (OpenSSL may read the copy while
+	 * the program waits on the original: a hunt's stalled 10 runs of 10): a wait on it
+	 * sees the data a connection holds for the same file,
 	 * as a wait on any fd of a socket sees the kernel's (issue 12). Only the number is
 	 * noted, with one load (and a store the first time), in every process: which file it
 	 * names is asked (fstat) when a wait on it meets held data, so a copy made before the
@@ -128,7 +133,7 @@ public:
 	 * forgotten at close: a number noted once costs that fstat, and only while something
 	 * is held.
 	 */
-	void duplicated(int fd) noexcept { copies_.note(fd); }
+	void duplicated(int fd) noexcept { copies_->note(fd); }
 
 	/*
 	 * The program is about to close fds first..last: the kernel resets a connection closed
@@ -208,7 +213,8 @@ private:
 	std::vector<Entry> entries_;
 	std::atomic<std::size_t> count_{0};
 	/* duplicated()'s numbers. */
-	FdBitmap copies_;
+	FdBitmap ownCopies_;
+	FdBitmap *const copies_;
 	/* Sockets whose freed SSL left records unread: reset at their close (forget). */
 	std::vector<int> unread_;
 	std::atomic<std::size_t> unreadCount_{0};
