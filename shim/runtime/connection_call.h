@@ -172,7 +172,7 @@ inline void settleConnection(const OpenSsl &o, SSL *ssl, Connection *connection,
 	const bool pending = holdsData(o.api, ssl);
 	connection->afterCall(process().buffered, progressed, waiting || o.api.SSL_want(ssl) == SSL_READING,
 			      pending, pending && (!o.api.SSL_pending || o.api.SSL_pending(ssl) == 0));
-	ReadTuning::letEmptyBufferGo(o.api, ssl, *connection, progressed);
+	ReadTuning::letEmptyBufferGo(o.api, process().unseen, ssl, *connection, progressed);
 	errno = savedErrno;
 }
 

@@ -57,12 +57,12 @@ public:
 	 * into the buffer's first pages. The mode stays the program's (setting
 	 * SSL_MODE_RELEASE_BUFFERS for it was tried: README). One compare for other calls.
 	 */
-	static void letEmptyBufferGo(const OpenSslApi &api, SSL *ssl, Connection &connection,
-				     bool progressed) noexcept
+	static void letEmptyBufferGo(const OpenSslApi &api, const UnseenWaits &unseen, SSL *ssl,
+				     Connection &connection, bool progressed) noexcept
 	{
 		if (connection.receivedSinceWrite() > kTwoRecords && connection.enlargedTo() != 0 &&
 		    (!connection.letGoSinceWrite() || connection.receivedSinceLetGo() >= kRecordPayload))
-			letGo(api, ssl, connection, progressed);
+			letGo(api, unseen, ssl, connection, progressed);
 	}
 	/* A full record's data, and two. */
 	static constexpr size_t kRecordPayload = 16384;
@@ -128,9 +128,10 @@ public:
 	static bool readsItsSource(const OpenSslApi &api, SSL *ssl) noexcept;
 
 private:
-	static void letGo(const OpenSslApi &api, SSL *ssl, Connection &connection, bool progressed) noexcept;
+	static void letGo(const OpenSslApi &api, const UnseenWaits &unseen, SSL *ssl, Connection &connection,
+			  bool progressed) noexcept;
 	/* The socket had nothing more when the connection last read it, or has nothing queued now. */
-	static bool peerSentAll(const Connection &connection) noexcept;
+	static bool peerSentAll(const Connection &connection, const UnseenWaits &unseen) noexcept;
 	static void renegotiationBegan(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept;
 	static void unseenChanged(const OpenSslApi &api, const UnseenWaits &unseen, SSL *ssl,
 				  Connection &connection) noexcept;
