@@ -114,14 +114,14 @@ TLSTUNE_EXPORT int dup2(int oldfd, int newfd)
 	if (!builtProcess()) {
 		const int result = libc().dup2(oldfd, newfd);
 		if (oldfd != newfd)
-			noteCopies(oldfd, result);
+			noteDuplicate(nullptr, oldfd, result);
 		return result;
 	}
 	Process &p = process();
 	if (oldfd == newfd || !closingKnown(p, newfd)) {
 		const int result = p.libc.dup2(oldfd, newfd);
 		if (oldfd != newfd)
-			noteDuplicate(p, oldfd, result);
+			noteDuplicate(&p, oldfd, result);
 		return result;
 	}
 	AbortiveCloses made;
@@ -132,7 +132,7 @@ TLSTUNE_EXPORT int dup2(int oldfd, int newfd)
 	closeFailed(result < 0, newfd);
 	afterClose(p, result >= 0, newfd, newfd);
 	if (oldfd != newfd)
-		noteDuplicate(p, oldfd, result);
+		noteDuplicate(&p, oldfd, result);
 	return result;
 }
 
@@ -140,13 +140,13 @@ TLSTUNE_EXPORT int dup3(int oldfd, int newfd, int flags)
 {
 	if (!builtProcess()) {
 		const int result = libc().dup3(oldfd, newfd, flags);
-		noteCopies(oldfd, result);
+		noteDuplicate(nullptr, oldfd, result);
 		return result;
 	}
 	Process &p = process();
 	if (!closingKnown(p, newfd)) {
 		const int result = p.libc.dup3(oldfd, newfd, flags);
-		noteDuplicate(p, oldfd, result);
+		noteDuplicate(&p, oldfd, result);
 		return result;
 	}
 	AbortiveCloses made;
@@ -156,7 +156,7 @@ TLSTUNE_EXPORT int dup3(int oldfd, int newfd, int flags)
 		p.buffered.closeFailed(made);
 	closeFailed(result < 0, newfd);
 	afterClose(p, result >= 0, newfd, newfd);
-	noteDuplicate(p, oldfd, result);
+	noteDuplicate(&p, oldfd, result);
 	return result;
 }
 
@@ -166,9 +166,10 @@ TLSTUNE_EXPORT int close_range(unsigned first, unsigned last, int flags)
 		errno = ENOSYS;
 		return -1;
 	}
-	if (!builtProcess() || !tracking(process()))
+	Process *built = builtProcess();
+	if (!built || !tracking(*built))
 		return libc().close_range(first, last, flags);
-	Process &p = process();
+	Process &p = *built;
 	const int from = static_cast<int>(first), to = last > INT_MAX ? INT_MAX : static_cast<int>(last);
 	/* CLOSE_RANGE_CLOEXEC only marks them; they stay open. */
 	const bool closes = !(flags & CLOSE_RANGE_CLOEXEC) && first <= INT_MAX;

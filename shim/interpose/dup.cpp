@@ -25,12 +25,8 @@ int fcntlCall(int (*real)(int, int, ...), int fd, int cmd, void *argument)
 		return -1;
 	}
 	const int result = real(fd, cmd, argument);
-	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) {
-		if (Process *p = builtProcess())
-			noteDuplicate(*p, fd, result);
-		else
-			noteCopies(fd, result);
-	}
+	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
+		noteDuplicate(builtProcess(), fd, result);
 	return result;
 }
 
@@ -39,10 +35,7 @@ int fcntlCall(int (*real)(int, int, ...), int fd, int cmd, void *argument)
 TLSTUNE_EXPORT int dup(int oldfd)
 {
 	const int result = libc().dup(oldfd);
-	if (Process *p = builtProcess())
-		noteDuplicate(*p, oldfd, result);
-	else
-		noteCopies(oldfd, result);
+	noteDuplicate(builtProcess(), oldfd, result);
 	return result;
 }
 
@@ -55,7 +48,7 @@ TLSTUNE_EXPORT int pidfd_getfd(int pidfd, int targetfd, unsigned int flags)
 		return -1;
 	}
 	const int result = p.libc.pidfd_getfd(pidfd, targetfd, flags);
-	noteDuplicate(p, -1, result);
+	noteDuplicate(&p, -1, result);
 	return result;
 }
 

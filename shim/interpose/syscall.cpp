@@ -86,7 +86,7 @@ long clonedPast(Process &p, long number, const long (&a)[6], unsigned long long 
 long duplicated(Process &p, long number, const long (&a)[6], int from)
 {
 	const long result = p.libc.syscall(number, a[0], a[1], a[2], a[3], a[4], a[5]);
-	noteDuplicate(p, from, static_cast<int>(result));
+	noteDuplicate(&p, from, static_cast<int>(result));
 	return result;
 }
 

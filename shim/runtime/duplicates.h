@@ -19,23 +19,19 @@ __attribute__((noinline)) inline void noteSetCopy(Process &p, int from, int to) 
 /*
  * After a dup (any of them) made fd `to` of `from` (-1: unknown): a wait on either sees
  * what a connection holds for their file (BufferedFds::duplicated), also before the
- * shim's state is built: one load each (and a store the first time).
+ * shim's state is built (p null): one load each, and a store the first time. With the
+ * state, a copy of a set's fd is the set.
  */
-inline void noteCopies(int from, int to) noexcept
+inline void noteDuplicate(Process *p, int from, int to) noexcept
 {
 	if (to < 0)
 		return;
 	copiedFds().note(to);
-	if (from >= 0)
-		copiedFds().note(from);
-}
-
-/* The same, and a copy of a set's fd is the set. */
-inline void noteDuplicate(Process &p, int from, int to) noexcept
-{
-	noteCopies(from, to);
-	if (to >= 0 && from >= 0 && knownFds().mayHave(from) && !p.epoll.empty())
-		noteSetCopy(p, from, to);
+	if (from < 0)
+		return;
+	copiedFds().note(from);
+	if (p && knownFds().mayHave(from) && !p->epoll.empty())
+		noteSetCopy(*p, from, to);
 }
 
 /* Each descriptor an SCM_RIGHTS message carries. */
@@ -70,7 +66,7 @@ void forEachPassed(const struct msghdr *msg, Each each)
  */
 inline void noteReceivedDescriptors(Process &p, const struct msghdr *msg) noexcept
 {
-	forEachPassed(msg, [&p](int fd) { noteDuplicate(p, -1, fd); });
+	forEachPassed(msg, [&p](int fd) { noteDuplicate(&p, -1, fd); });
 }
 
 /*

@@ -71,12 +71,9 @@ public:
 	void decideReadTuning() noexcept { readTuningDecided_ = true; }
 	bool readAheadByShim() const noexcept { return readAheadByShim_; }
 	void setReadAheadByShim(bool on) noexcept { readAheadByShim_ = on; }
-	/*
-	 * The read buffer the shim gave it, where larger than OpenSSL's own (a client's four
-	 * records); 0 where OpenSSL's own stays.
-	 */
-	size_t enlargedTo() const noexcept { return enlargedTo_; }
-	void setEnlargedTo(size_t length) noexcept { enlargedTo_ = length; }
+	/* The shim gave it a read buffer larger than OpenSSL's own (a client's four records). */
+	bool enlargedByShim() const noexcept { return enlargedByShim_; }
+	void setEnlargedByShim() noexcept { enlargedByShim_ = true; }
 	/*
 	 * What its socket reads returned since it last wrote, and since it last let its read
 	 * buffer go (ReadTuning::letEmptyBufferGo); whether it let it go since it last wrote;
@@ -85,18 +82,11 @@ public:
 	 */
 	size_t receivedSinceWrite() const noexcept { return receivedSinceWrite_; }
 	size_t receivedSinceLetGo() const noexcept { return receivedSinceLetGo_; }
-	bool letGoSinceWrite() const noexcept { return letGoSinceWrite_; }
+	/* A let-go comes only after bytes since the write: then fewer came since it. */
+	bool letGoSinceWrite() const noexcept { return receivedSinceLetGo_ < receivedSinceWrite_; }
 	bool lastReadEmptied() const noexcept { return lastReadEmptied_; }
-	void wrote() noexcept
-	{
-		receivedSinceWrite_ = 0;
-		letGoSinceWrite_ = false;
-	}
-	void bufferLetGo() noexcept
-	{
-		receivedSinceLetGo_ = 0;
-		letGoSinceWrite_ = true;
-	}
+	void wrote() noexcept { receivedSinceWrite_ = 0; }
+	void bufferLetGo() noexcept { receivedSinceLetGo_ = 0; }
 	bool programSetReadAhead() const noexcept { return programSetReadAhead_; }
 	/* UnseenWaits::generation() when the connection last asked it (core/read/unseen_waits.h). */
 	unsigned unseenSeen() const noexcept { return unseenSeen_; }
@@ -127,10 +117,9 @@ private:
 	bool readTuningDecided_ = false;
 	bool madeThroughShim_ = false;
 	bool readAheadByShim_ = false;
-	size_t enlargedTo_ = 0;
+	bool enlargedByShim_ = false;
 	size_t receivedSinceWrite_ = 0;
 	size_t receivedSinceLetGo_ = 0;
-	bool letGoSinceWrite_ = false;
 	bool lastReadEmptied_ = false;
 	bool programSetReadAhead_ = false;
 	unsigned unseenSeen_ = 0;

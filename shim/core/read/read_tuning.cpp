@@ -118,12 +118,13 @@ void ReadTuning::tuneConnection(const OpenSslApi &api, const Config &config,
 	connection.setUnseenSeen(generation);
 	const std::size_t buffer = turnOn(api, config, ssl, connecting);
 	connection.setReadAheadByShim(true);
-	connection.setEnlargedTo(buffer);
-	if (buffer)
+	if (buffer) {
+		connection.setEnlargedByShim();
 		logLimited(tunedLines, LogLevel::Info, "connection tuned: read-ahead on, read buffer %zu bytes", buffer);
-	else
+	} else {
 		logLimited(tunedLines, LogLevel::Info, "connection tuned: read-ahead on, OpenSSL's own read buffer "
 			   "(a server)");
+	}
 }
 
 void ReadTuning::letGo(const OpenSslApi &api, const UnseenWaits &unseen, SSL *ssl, Connection &connection,

@@ -60,7 +60,7 @@ public:
 	static void letEmptyBufferGo(const OpenSslApi &api, const UnseenWaits &unseen, SSL *ssl,
 				     Connection &connection, bool progressed) noexcept
 	{
-		if (connection.receivedSinceWrite() > kTwoRecords && connection.enlargedTo() != 0 &&
+		if (connection.receivedSinceWrite() > kTwoRecords && connection.enlargedByShim() &&
 		    (!connection.letGoSinceWrite() || connection.receivedSinceLetGo() >= kRecordPayload))
 			letGo(api, unseen, ssl, connection, progressed);
 	}
