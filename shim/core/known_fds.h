@@ -12,8 +12,12 @@ namespace tlstune {
 constexpr long long kLookedUpRange = 64;
 
 /*
- * A bit per fd number, read with one relaxed load. Numbers from kNumbers up (and negative
- * ones) always answer "maybe": a set bit only ever means "look closer", never "is".
+ * A bit per fd number, read with one relaxed load: a set bit only ever means "look closer",
+ * never "is". A negative number is never had (the kernel answers EBADF); numbers from
+ * kNumbers up share one bit, set once such a number is noted and kept: a close(-1), or a
+ * close of a number past the bitmap in a process that never noted one there, touches
+ * nothing of the shim's (a signal handler's close(-1) while its thread held the shim's
+ * lock in an SSL_read hung the process).
  */
 class FdBitmap {
 public:
@@ -22,14 +26,17 @@ public:
 	bool mayHave(int fd) const noexcept
 	{
 		if (static_cast<unsigned>(fd) >= static_cast<unsigned>(kNumbers))
-			return true;
+			return fd >= 0 && beyond_.load(std::memory_order_relaxed);
 		return words_[fd >> 6].load(std::memory_order_relaxed) & bit(fd);
 	}
 	/* A load first: noting a number again (a loop's dup takes the same one) writes nothing. */
 	void note(int fd) noexcept
 	{
-		if (static_cast<unsigned>(fd) >= static_cast<unsigned>(kNumbers))
+		if (static_cast<unsigned>(fd) >= static_cast<unsigned>(kNumbers)) {
+			if (fd >= 0 && !beyond_.load(std::memory_order_relaxed))
+				beyond_.store(true, std::memory_order_relaxed);
 			return;
+		}
 		std::atomic<uint64_t> &word = words_[fd >> 6];
 		if (!(word.load(std::memory_order_relaxed) & bit(fd)))
 			word.fetch_or(bit(fd), std::memory_order_relaxed);
@@ -39,12 +46,16 @@ public:
 		if (static_cast<unsigned>(fd) < static_cast<unsigned>(kNumbers))
 			words_[fd >> 6].fetch_and(~bit(fd), std::memory_order_relaxed);
 	}
-	/* Whether a number of first..last may be set (numbers from kNumbers up: always maybe). */
+	/* Whether a number of first..last may be set. */
 	bool anyIn(int first, int last) const noexcept
 	{
-		if (first < 0 || last >= kNumbers)
+		if (first < 0)
+			first = 0;
+		if (first > last)
+			return false;
+		if (last >= kNumbers && beyond_.load(std::memory_order_relaxed))
 			return true;
-		return first <= last && highestBelow(last + 1) >= first;
+		return highestBelow(last < kNumbers ? last + 1 : kNumbers) >= first;
 	}
 	void forgetIn(int first, int last) noexcept
 	{
@@ -77,6 +88,7 @@ private:
 
 	/* 8 KiB of zeroes until a number is noted: a process that notes none touches none of it. */
 	std::atomic<uint64_t> words_[kNumbers / 64] = {};
+	std::atomic<bool> beyond_{ false };
 };
 
 /*

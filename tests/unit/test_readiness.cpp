@@ -92,9 +92,8 @@ TEST(KnownFds, EveryNumberWithStateIsKnownAndOthersAreNot)
 	known.forget(7);
 	EXPECT_FALSE(known.mayHave(7));
 	EXPECT_TRUE(known.mayHave(64));
-	EXPECT_TRUE(known.mayHave(KnownFds::kNumbers)) << "beyond the map: always asked";
-	EXPECT_TRUE(known.mayHave(-1));
-	known.note(KnownFds::kNumbers + 5); /* no effect, no crash */
+	EXPECT_FALSE(known.mayHave(KnownFds::kNumbers)) << "beyond the map: none noted there";
+	EXPECT_FALSE(known.mayHave(-1));
 }
 
 TEST(KnownFds, TheStateMakersNoteTheirNumbers)
@@ -133,12 +132,30 @@ TEST(FdBitmap, AnswersForARangeAndForgetsOne)
 	EXPECT_TRUE(bits.anyIn(70, 70));
 	EXPECT_FALSE(bits.anyIn(71, 199)) << "between the two";
 	EXPECT_TRUE(bits.anyIn(0, 1000));
-	EXPECT_TRUE(bits.anyIn(900, FdBitmap::kNumbers)) << "numbers past the map are always maybe";
+	EXPECT_FALSE(bits.anyIn(900, FdBitmap::kNumbers)) << "none noted past the map";
 	bits.forgetIn(71, 1000);
 	EXPECT_FALSE(bits.anyIn(71, 1000));
 	EXPECT_TRUE(bits.mayHave(70)) << "below the range: kept";
 	bits.forgetIn(70, 70);
 	EXPECT_FALSE(bits.anyIn(0, FdBitmap::kNumbers - 1));
+}
+
+/* A signal handler's close(-1) that took the shim's locks hung a thread holding them. */
+TEST(FdBitmap, NeverHasANegativeNumberAndHasNumbersPastTheMapOnceOneIsNoted)
+{
+	FdBitmap bits;
+	bits.note(-1);
+	EXPECT_FALSE(bits.mayHave(-1));
+	EXPECT_FALSE(bits.mayHave(FdBitmap::kNumbers + 5));
+	EXPECT_FALSE(bits.anyIn(-5, -1));
+	EXPECT_FALSE(bits.anyIn(FdBitmap::kNumbers, INT32_MAX));
+	bits.note(FdBitmap::kNumbers + 5);
+	EXPECT_TRUE(bits.mayHave(FdBitmap::kNumbers + 7)) << "one bit for every number past the map";
+	EXPECT_FALSE(bits.mayHave(-1));
+	EXPECT_TRUE(bits.anyIn(0, INT32_MAX));
+	EXPECT_FALSE(bits.anyIn(0, FdBitmap::kNumbers - 1));
+	bits.forget(FdBitmap::kNumbers + 5);
+	EXPECT_TRUE(bits.mayHave(FdBitmap::kNumbers + 5)) << "kept: another may be there";
 }
 
 TEST(BufferedFds, HoldsWhatWasSetUntilForgotten)
