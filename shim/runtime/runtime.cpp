@@ -13,10 +13,12 @@
 #include <utility>
 #include <pthread.h>
 #include <cstring>
+#include <mutex>
 #include <sys/auxv.h>
 
 #include "core/ca/parsed_ahead.h"
 #include "core/log.h"
+#include "core/patient_lock.h"
 #include "core/signals_blocked.h"
 #include "interpose/export.h"
 #include "live.h"
@@ -128,6 +130,39 @@ void noteUsesOpenSsl() noexcept
 			  static_cast<int>(getpid()), describeConfig(p.config).c_str());
 }
 
+/*
+ * The OpenSSL side, and libcrypto's, are built under a lock that a fork's prepare handler
+ * takes too: a child never inherits one half built (a hunt: a fork while another thread
+ * made its first OpenSSL call left the child waiting for ever on a function-local static's
+ * guard, 10 of 50 runs against 3 without).
+ */
+struct BuiltFirst {
+	std::mutex building;
+	bool heldForFork = false;
+};
+BuiltFirst g_opensslBuild;
+BuiltFirst g_cryptoBuild;
+
+/*
+ * Bounded: a builder may wait on a lock the forking thread holds (the loader's, a fork
+ * from a library's constructor): the child then builds its own.
+ */
+void holdForFork(BuiltFirst &build) noexcept
+{
+	std::unique_lock<std::mutex> lock(build.building, std::defer_lock);
+	build.heldForFork = lockWithin(lock, std::chrono::milliseconds(1000));
+	lock.release();
+}
+
+void releaseAfterFork(BuiltFirst &build, bool child) noexcept
+{
+	if (build.heldForFork)
+		build.building.unlock();
+	else if (child)
+		new (&build.building) std::mutex; /* its holder is not in this process */
+	build.heldForFork = false;
+}
+
 } /* namespace */
 
 void lockForFork()
@@ -137,6 +172,8 @@ void lockForFork()
 	 * for ever on the half-made copy's guard.
 	 */
 	process();
+	holdForFork(g_opensslBuild);
+	holdForFork(g_cryptoBuild);
 	/*
 	 * Held plaintext becomes records, and the records go to the kernel now, in the calling
 	 * thread, while the socket takes them: both processes then share a connection whose
@@ -163,6 +200,8 @@ void unlockInParent()
 	ParsedAhead::unlockAfterFork();
 	process().caCache.unlockAfterFork();
 	process().held.unlockInParent();
+	releaseAfterFork(g_cryptoBuild, false);
+	releaseAfterFork(g_opensslBuild, false);
 }
 void unlockInChild()
 {
@@ -175,6 +214,8 @@ void unlockInChild()
 	ParsedAhead::unlockAfterFork();
 	process().caCache.unlockAfterFork();
 	process().held.unlockInChild();
+	releaseAfterFork(g_cryptoBuild, true);
+	releaseAfterFork(g_opensslBuild, true);
 }
 
 
@@ -433,17 +474,35 @@ const LibcApi &libcFirst() noexcept
 
 std::atomic<const OpenSsl *> g_openssl{ nullptr };
 
+namespace {
+
+std::atomic<const Crypto *> g_crypto{ nullptr };
+
+template <typename Part>
+const Part &buildFirst(BuiltFirst &build, std::atomic<const Part *> &built, Part *(*make)()) noexcept
+{
+	/* Not in a signal handler of this thread: one that calls in would wait for itself. */
+	SignalsBlocked blocked;
+	std::lock_guard<std::mutex> lock(build.building);
+	const Part *part = built.load(std::memory_order_relaxed);
+	if (!part) {
+		part = make();
+		built.store(part, std::memory_order_release);
+	}
+	return *part;
+}
+
+} /* namespace */
+
 const OpenSsl &opensslFirst() noexcept
 {
-	static OpenSsl *instance = buildOpenSsl();
-	g_openssl.store(instance, std::memory_order_release);
-	return *instance;
+	return buildFirst(g_opensslBuild, g_openssl, buildOpenSsl);
 }
 
 const Crypto &crypto() noexcept
 {
-	static Crypto *instance = buildCrypto();
-	return *instance;
+	const Crypto *built = g_crypto.load(std::memory_order_acquire);
+	return built ? *built : buildFirst(g_cryptoBuild, g_crypto, buildCrypto);
 }
 
 bool Process::inVforkChild() const noexcept
