@@ -90,6 +90,9 @@
  *                     child ends); prints "child ended"
  *   write-ex2         20 times: 50 short lines by SSL_write, then one by SSL_write_ex2
  *                     (OpenSSL 3.3+; prints "no SSL_write_ex2" where libssl lacks it)
+ *   uncork-kill       TCP_CORK on, 20 short lines, TCP_CORK off, then SIGKILL: the kernel
+ *                     sends what it was given when the process dies, nothing else
+ *   nodelay-kill      20 short lines, TCP_NODELAY on, then SIGKILL
  */
 
 #include <csignal>
@@ -102,6 +105,8 @@
 #include <poll.h>
 #include <sched.h>
 #include <setjmp.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/time.h>
 #include <spawn.h>
@@ -890,6 +895,22 @@ int writeEx2Case(const char *port)
 
 } /* namespace */
 
+/* What a program that gathers its bytes itself hands the kernel (lighttpd corks a response). */
+int gatheredThenKilled(const char *port, bool cork)
+{
+	SSL_CTX *ctx = client();
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	const int on = 1, off = 0;
+	if (cork && setsockopt(fd, IPPROTO_TCP, TCP_CORK, &on, sizeof(on)) != 0)
+		fail("TCP_CORK");
+	writeLines(ssl, 0, 20);
+	if (setsockopt(fd, IPPROTO_TCP, cork ? TCP_CORK : TCP_NODELAY, cork ? &off : &on, sizeof(on)) != 0)
+		fail("setsockopt");
+	raise(SIGKILL);
+	return 1;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3)
@@ -939,5 +960,7 @@ int main(int argc, char **argv)
 		return setModeCase(argv[1]);
 	if (how == "write-ex2")
 		return writeEx2Case(argv[1]);
+	if (how == "uncork-kill" || how == "nodelay-kill")
+		return gatheredThenKilled(argv[1], how == "uncork-kill");
 	fail("unknown case");
 }

@@ -1,7 +1,7 @@
 /*
  * Where a connection's waits may go past the shim (core/read/unseen_waits.h): a socket
- * sent away, SO_RCVLOWAT, an io_uring instance. Each costs a branch on its arguments
- * when it is not one of these.
+ * sent away, an io_uring instance (SO_RCVLOWAT: interpose/socket_options.cpp). Each costs
+ * a branch on its arguments when it is not one of these.
  */
 
 #include <atomic>
@@ -14,43 +14,38 @@
 
 using namespace tlstune;
 
+/*
+ * Before the process's state is built nothing is held or followed: the message goes at
+ * once, and a descriptor it carried is noted once the kernel took it (a socket sent away
+ * before the first SSL may carry one later).
+ */
 TLSTUNE_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
-	Process &p = process();
-	handOverSentDescriptors(p, msg);
-	const ssize_t sent = p.libc.sendmsg(fd, msg, flags);
-	const int savedErrno = errno;
-	noteSentDescriptors(p, msg, sent);
-	errno = savedErrno;
+	if (Process *p = builtProcess())
+		handOverSentDescriptors(*p, msg);
+	const ssize_t sent = libc().sendmsg(fd, msg, flags);
+	if (sent >= 0 && msg->msg_controllen > 0) {
+		const int savedErrno = errno;
+		noteSentDescriptors(process(), msg, sent);
+		errno = savedErrno;
+	}
 	return sent;
 }
 
 TLSTUNE_EXPORT int sendmmsg(int fd, struct mmsghdr *messages, unsigned count, int flags)
 {
-	Process &p = process();
-	for (unsigned i = 0; !p.coalescer.idle() && messages && i < count && i < 1024; i++)
-		handOverSentDescriptors(p, &messages[i].msg_hdr);
-	const int sent = p.libc.sendmmsg(fd, messages, count, flags);
+	Process *p = builtProcess();
+	for (unsigned i = 0; p && !p->coalescer.idle() && messages && i < count && i < 1024; i++)
+		handOverSentDescriptors(*p, &messages[i].msg_hdr);
+	const int sent = libc().sendmmsg(fd, messages, count, flags);
 	const int savedErrno = errno;
 	/* The messages the kernel took: the first `sent`. */
-	for (int i = 0; i < sent; i++)
-		noteSentDescriptors(p, &messages[i].msg_hdr, 0);
+	for (int i = 0; i < sent; i++) {
+		if (messages[i].msg_hdr.msg_controllen > 0)
+			noteSentDescriptors(process(), &messages[i].msg_hdr, 0);
+	}
 	errno = savedErrno;
 	return sent;
-}
-
-/*
- * A connection decided later asks the socket itself (getsockopt at its decision): before
- * the process's first connection nothing needs noting.
- */
-TLSTUNE_EXPORT int setsockopt(int fd, int level, int name, const void *value, socklen_t length)
-{
-	Process &p = process();
-	const int done = p.libc.setsockopt(fd, level, name, value, length);
-	if (done == 0 && level == SOL_SOCKET && name == SO_RCVLOWAT && value && length >= sizeof(int) &&
-	    *static_cast<const int *>(value) > 1 && ConnectionSlot::anyMade())
-		noteUnfollowedSocket(p, fd);
-	return done;
 }
 
 /*

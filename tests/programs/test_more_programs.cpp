@@ -141,10 +141,11 @@ TEST_F(MorePrograms, WgetOnGnuTlsIsUntouched)
 		  0)
 		<< errors;
 	EXPECT_EQ(fileSha256(dir_.file("out")), expected_);
-	/* Loaded (the debug line) but no OpenSSL to tune: no settings line, no stats line. */
-	EXPECT_NE(errors.find("tlstune: loaded into wget pid "), std::string::npos) << errors;
-	EXPECT_EQ(errors.find("tlstune: version"), std::string::npos) << errors;
-	EXPECT_EQ(errors.find("tlstune: stats"), std::string::npos) << errors;
+	/*
+	 * No OpenSSL to tune and no call with work: nothing set up (issue 24), so not even the
+	 * debug line, no settings line, no stats line.
+	 */
+	EXPECT_EQ(errors.find("tlstune:"), std::string::npos) << errors;
 }
 
 /*

@@ -515,6 +515,32 @@ TEST(Writers, SigtermAtItsDefaultAfterAWaitLosesNothing)
  * handler lands somewhere else in every run, so each way runs it many times; before the
  * shim's locks knew their holder, 6 runs in 100 lost up to one record and some hung.
  */
+/*
+ * A program that gathers its bytes itself (TCP_CORK around a response, lighttpd's way, or
+ * TCP_NODELAY set after writes) hands them to the kernel when it lets them go: a SIGKILL
+ * right after loses none. Before the shim handed its held bytes over there, they missed
+ * the uncork (41 ms a request, waiting on Nagle after it) and were lost here.
+ */
+TEST(Writers, BytesGatheredUnderACorkAreTheKernelsOnceTheProgramUncorks)
+{
+	RecordProperty("fault", "TCP_CORK on, 20 short writes, TCP_CORK off, SIGKILL");
+	for (const char *mode : { "records", "syscalls" }) {
+		SCOPED_TRACE(mode);
+		expectTheSameBothWays("uncork-kill", {}, "", 128 + SIGKILL, 1, "writer_cases",
+				      { std::string("TLSTUNE_COALESCE=") + mode });
+	}
+}
+
+TEST(Writers, BytesWrittenBeforeTcpNodelayIsSetAreTheKernelsOnceItIs)
+{
+	RecordProperty("fault", "20 short writes, TCP_NODELAY on, SIGKILL");
+	for (const char *mode : { "records", "syscalls" }) {
+		SCOPED_TRACE(mode);
+		expectTheSameBothWays("nodelay-kill", {}, "", 128 + SIGKILL, 1, "writer_cases",
+				      { std::string("TLSTUNE_COALESCE=") + mode });
+	}
+}
+
 TEST(Writers, AnAlarmHandlerThatExitsMidLoopLosesNothingWhereverItLands)
 {
 	RecordProperty("fault", "a SIGALRM handler calling _exit while the program writes 100-byte lines");

@@ -302,7 +302,7 @@ void HeldRegistry::free(void *ssl) noexcept
 
 void HeldRegistry::encryptAll() noexcept
 {
-	encryptAll(false, 0, INT_MAX, false);
+	encryptAll(false, 0, INT_MAX, Pass::Every);
 }
 
 /*
@@ -313,7 +313,7 @@ void HeldRegistry::encryptAll() noexcept
  */
 void HeldRegistry::encryptAllNow() noexcept
 {
-	encryptAll(true, 0, INT_MAX, false);
+	encryptAll(true, 0, INT_MAX, Pass::Every);
 }
 
 void HeldRegistry::socketsLeaving(int first, int last) noexcept
@@ -324,10 +324,16 @@ void HeldRegistry::socketsLeaving(int first, int last) noexcept
 		rangesLeaving_.fetch_add(1, std::memory_order_relaxed);
 	std::atomic_thread_fence(std::memory_order_seq_cst);
 	if (fds_.anyIn(first, last))
-		encryptAll(true, first, last, true);
+		encryptAll(true, first, last, Pass::Leaving);
 }
 
-void HeldRegistry::encryptAll(bool patient, int first, int last, bool socketsLeaving) noexcept
+void HeldRegistry::pushing(int fd) noexcept
+{
+	if (fds_.mayHave(fd))
+		encryptAll(true, fd, fd, Pass::Pushed);
+}
+
+void HeldRegistry::encryptAll(bool patient, int first, int last, Pass pass) noexcept
 {
 	/*
 	 * A patient pass (a way out) goes on whatever the hint says: a write counts itself in
@@ -345,7 +351,7 @@ void HeldRegistry::encryptAll(bool patient, int first, int last, bool socketsLea
 	Guard lock(mutex_, std::try_to_lock);
 	if (!lock.owns_lock() && (!patient || !lockWithin(lock, kWayOutPatience)))
 		return;
-	if (socketsLeaving && encryptLeaving(first, last))
+	if (pass != Pass::Every && encryptBySocket(first, last, pass == Pass::Leaving))
 		return;
 	/* Reset first: a buffer filled after this pass saw it counts again. */
 	held_.store(0, std::memory_order_seq_cst);
@@ -358,7 +364,7 @@ void HeldRegistry::encryptAll(bool patient, int first, int last, bool socketsLea
 		 * under that lock has not stored their size yet, and uncounted they would wait
 		 * for the program's next call, past the delay and past its waits.
 		 */
-		if (!(ours ? entry.second->encryptIfIdle(patient, socketsLeaving && fd >= 0)
+		if (!(ours ? entry.second->encryptIfIdle(patient, pass == Pass::Leaving && fd >= 0)
 			   : entry.second->emptyNow()))
 			left++;
 	}
@@ -366,14 +372,14 @@ void HeldRegistry::encryptAll(bool patient, int first, int last, bool socketsLea
 		held_.fetch_add(left, std::memory_order_relaxed);
 }
 
-bool HeldRegistry::encryptLeaving(int first, int last) noexcept
+bool HeldRegistry::encryptBySocket(int first, int last, bool leaving) noexcept
 {
 	if (unindexed_ || static_cast<long long>(last) - first >= kLookedUpRange)
 		return false;
 	for (long long fd = first; fd <= last; fd++) {
 		auto range = bySocket_.equal_range(static_cast<int>(fd));
 		for (auto it = range.first; it != range.second; ++it)
-			it->second->encryptIfIdle(true, true);
+			it->second->encryptIfIdle(true, leaving);
 	}
 	return true;
 }

@@ -208,6 +208,12 @@ public:
 	 * timer's close_range).
 	 */
 	void socketsLeaving(int first, int last) noexcept;
+	/*
+	 * Before the program changes how fd's socket gathers its bytes (TCP_CORK, TCP_NODELAY):
+	 * its connections' held bytes are encrypted, for the socket to take before the change,
+	 * as the program's own writes were. One load for a socket nothing was held for.
+	 */
+	void pushing(int fd) noexcept;
 	/* After the way out that socketsLeaving(first, last) began (whatever it returned). */
 	void socketsLeft(int first, int last) noexcept
 	{
@@ -218,13 +224,15 @@ public:
 	}
 	/*
 	 * A connection begins a record of plaintext for the socket fd: a way out of fd looks
-	 * at it from now on. False while one is under way (the write then goes out as it is).
+	 * at it from now on. False while one is under way, or after it (the write then goes
+	 * out as it is, and fails as without tlstune).
 	 * Noted, then asked, as the way out announces itself, then asks: one of the two sees
 	 * the other (a hunt: a record begun as the close passed by was lost).
 	 */
 	bool holdingFor(HeldPlaintext *held, int fd) noexcept
 	{
-		if (held->fd() != fd && !index(held, fd))
+		/* -1: the socket was closed under the connection (PendingWrites::detach). */
+		if (fd < 0 || (held->fd() != fd && !index(held, fd)))
 			return false;
 		fds_.note(fd);
 		std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -249,14 +257,20 @@ public:
 	void unlockInChild() noexcept;
 
 private:
-	void encryptAll(bool patient, int first, int last, bool socketsLeaving) noexcept;
+	/* Which connections a pass encrypts: every one, or those writing to sockets first..last. */
+	enum class Pass {
+		Every,
+		Leaving, /* the sockets leave: nothing more is held for them */
+		Pushed,  /* the sockets are pushed: their connections hold on afterwards */
+	};
+	void encryptAll(bool patient, int first, int last, Pass pass) noexcept;
 	/*
-	 * With the lock held, before sockets first..last leave: their connections' held bytes
-	 * are encrypted and nothing more is held for them. Found through the index by socket;
-	 * false where it cannot answer (a wide range, an entry it could not index): then the
-	 * caller looks at every connection.
+	 * With the lock held: the held bytes of the connections writing to sockets first..last
+	 * are encrypted (leaving: nothing more is held for them). Found through the index by
+	 * socket; false where it cannot answer (a wide range, an entry it could not index):
+	 * then the caller looks at every connection.
 	 */
-	bool encryptLeaving(int first, int last) noexcept;
+	bool encryptBySocket(int first, int last, bool leaving) noexcept;
 	/*
 	 * held writes to fd from now on (the program gave its SSL another socket): the index
 	 * by socket follows. False when this thread is inside the registry's lock (a signal
