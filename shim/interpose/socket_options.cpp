@@ -30,11 +30,14 @@ bool gathering(int level, int name) noexcept
 
 __attribute__((noinline)) void handOverBeforeGathering(Process &p, int fd)
 {
-	if (p.coalescer.idle() || p.inVforkChild())
+	/* lighttpd corks and uncorks around each response: a few loads when nothing is held. */
+	if (!p.held.anyHeld() && !p.coalescer.anyPending())
+		return;
+	if (p.inVforkChild())
 		return;
 	const int savedErrno = errno;
 	p.held.pushing(fd);
-	p.coalescer.handOverFor(fd);
+	p.coalescer.pushing(fd);
 	errno = savedErrno;
 }
 

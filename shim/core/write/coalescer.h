@@ -147,7 +147,7 @@ public:
 	/* The program is about to wait: every connection's bytes go out, without blocking. */
 	void flushAll()
 	{
-		if (counters_.dirty.load(std::memory_order_relaxed) > 0)
+		if (anyPending())
 			flushDirty();
 	}
 
@@ -186,6 +186,14 @@ public:
 	void sendingAway(int fd);
 	/* What fd's connections hold goes to the kernel now. */
 	void handOverFor(int fd);
+	/* The same, before the program pushes fd's socket itself: one load while nothing is pending. */
+	void pushing(int fd)
+	{
+		if (anyPending())
+			handOverFor(fd);
+	}
+	/* Some connection has bytes the kernel has not taken yet. */
+	bool anyPending() const noexcept { return counters_.dirty.load(std::memory_order_relaxed) > 0; }
 
 	/* At exit, _exit or exec: what is pending goes to the kernel. */
 	void drainAll();

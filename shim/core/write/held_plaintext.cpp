@@ -329,7 +329,8 @@ void HeldRegistry::socketsLeaving(int first, int last) noexcept
 
 void HeldRegistry::pushing(int fd) noexcept
 {
-	if (fds_.mayHave(fd))
+	/* This thread's own held write counted itself before it returned. */
+	if (held_.load(std::memory_order_relaxed) > 0 && fds_.mayHave(fd))
 		encryptAll(true, fd, fd, Pass::Pushed);
 }
 

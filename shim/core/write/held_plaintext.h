@@ -211,7 +211,7 @@ public:
 	/*
 	 * Before the program changes how fd's socket gathers its bytes (TCP_CORK, TCP_NODELAY):
 	 * its connections' held bytes are encrypted, for the socket to take before the change,
-	 * as the program's own writes were. One load for a socket nothing was held for.
+	 * as the program's own writes were. A load or two while nothing is held.
 	 */
 	void pushing(int fd) noexcept;
 	/* After the way out that socketsLeaving(first, last) began (whatever it returned). */
