@@ -109,6 +109,34 @@ TEST_F(MorePrograms, NginxServesThroughTheShim)
 	}
 }
 
+/*
+ * lighttpd corks each response, writes its header alone and then the file in records of
+ * 16 KiB, and uncorks (issue 22 names it): a large file and a page of 20,000 bytes, then
+ * 50 pages more on the same keep-alive connection, the same bytes both ways.
+ */
+TEST_F(MorePrograms, LighttpdServesTheSameBytesThroughTheShim)
+{
+	const std::string page = writePattern(dir_.file("page"), 20000, 5);
+	for (bool withShim : { false, true }) {
+		SCOPED_TRACE(withShim ? "with the shim" : "without the shim");
+		Lighttpd lighttpd(dir_.path(), withShim ? shimEnv({ "TLSTUNE_STATS=1" }) : std::vector<std::string>{});
+		std::vector<std::string> argv = curl();
+		argv.insert(argv.end(), { "--output", dir_.file("large"), lighttpd.url("/data") });
+		for (int i = 0; i < 51; i++)
+			argv.insert(argv.end(), { "--output", dir_.file("page" + std::to_string(i)), lighttpd.url("/page") });
+		std::string errors;
+		ASSERT_EQ(runTo(argv, {}, &errors), 0) << errors;
+		EXPECT_EQ(fileSha256(dir_.file("large")), expected_);
+		for (int i = 0; i < 51; i++)
+			EXPECT_EQ(fileSha256(dir_.file("page" + std::to_string(i))), page) << "page " << i;
+		const std::string log = lighttpd.stop();
+		if (withShim) {
+			EXPECT_NE(log.find("tlstune: stats: contexts_tuned=1 connections=1 "), std::string::npos)
+				<< log;
+		}
+	}
+}
+
 TEST_F(MorePrograms, CurlUploadsToNginxBothThroughTheShim)
 {
 	for (const char *tls : { "1.2", "1.3" }) {

@@ -61,6 +61,32 @@ std::string Nginx::url(const std::string &path) const
 	return "https://127.0.0.1:" + std::to_string(port_) + path;
 }
 
+Lighttpd::Lighttpd(const std::string &root, const std::vector<std::string> &env) : port_(freePort())
+{
+	/* One PEM file with the certificate and its key, as lighttpd takes them. */
+	writeFile(dir_.file("both.pem"), readFile(certificate().cert) + readFile(certificate().key));
+	writeFile(dir_.file("lighttpd.conf"),
+		  "server.document-root = \"" + root + "\"\n"
+		  "server.bind = \"127.0.0.1\"\n"
+		  "server.port = " + std::to_string(port_) + "\n"
+		  "server.max-keep-alive-requests = 100000\n"
+		  "server.modules += (\"mod_openssl\")\n"
+		  "ssl.engine = \"enable\"\n"
+		  "ssl.pemfile = \"" + dir_.file("both.pem") + "\"\n"
+		  "ssl.openssl.ssl-conf-cmd = (\"MinProtocol\" => \"TLSv1.3\")\n");
+	Command command;
+	command.argv = { "lighttpd", "-D", "-f", dir_.file("lighttpd.conf") };
+	command.env = env;
+	/* Its log goes to stderr without server.errorlog. */
+	daemon_.reset(new Daemon(command, "server started"));
+	daemon_->drainLog();
+}
+
+std::string Lighttpd::url(const std::string &path) const
+{
+	return "https://127.0.0.1:" + std::to_string(port_) + path;
+}
+
 Daemon::Daemon(const Command &command, const std::string &ready)
 {
 	Command withLog = command;

@@ -59,4 +59,21 @@ private:
 	std::unique_ptr<Daemon> daemon_;
 };
 
+/*
+ * lighttpd 1.4 (mod_openssl) serving root over HTTPS (TLS 1.3) on 127.0.0.1 with the test
+ * certificate, in the foreground. It corks each response (TCP_CORK) and writes it in
+ * records of 16 KiB.
+ */
+class Lighttpd {
+public:
+	Lighttpd(const std::string &root, const std::vector<std::string> &env = {});
+	std::string stop() { return daemon_->stop(); }
+	std::string url(const std::string &path) const;
+
+private:
+	TempDir dir_;
+	int port_ = 0;
+	std::unique_ptr<Daemon> daemon_;
+};
+
 } /* namespace testsupport */

@@ -23,7 +23,7 @@ need_packages() {
 BUILD_PACKAGES="meson ninja-build g++ pkg-config libssl-dev libgtest-dev openssl binutils liburing-dev"
 # libpython3.11-testsuite: python's own TLS tests (test.test_ssl), run with the shim.
 # php-cli and php-curl: PHP binds its curl extension past the preload (RTLD_DEEPBIND).
-TEST_PACKAGES="strace curl nginx-light socat stunnel4 python3 ca-certificates ministat gnuplot-nox wget nghttp2-client libpython3.11-testsuite php-cli php-curl"
+TEST_PACKAGES="strace curl nginx-light lighttpd lighttpd-mod-openssl socat stunnel4 python3 ca-certificates ministat gnuplot-nox wget nghttp2-client libpython3.11-testsuite php-cli php-curl"
 # The OpenSSL legs: a Debian 13 root, and Debian 11's OpenSSL 1.1.1 unpacked.
 LEG_PACKAGES="debootstrap"
 # libFuzzer: clang and its runtime libraries (Debian 12 ships LLVM 14).

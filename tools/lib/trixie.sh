@@ -9,7 +9,7 @@ TRIXIE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/tlstune/trixie"
 # What the program, syscall, fault and CA tests run, and what builds them.
 TRIXIE_PACKAGES="curl python3 nginx-light socat stunnel4 strace openssl ca-certificates
 wget libssl-dev g++ meson ninja-build libgtest-dev pkg-config binutils procps python3-cryptography
-libpython3.13-testsuite liburing-dev"
+libpython3.13-testsuite liburing-dev lighttpd lighttpd-mod-openssl"
 trixie_mounts=""
 trixie_child=""
 
