@@ -12,8 +12,12 @@ namespace tlstune {
  */
 class SignalsBlocked {
 public:
-	/* A thread of the shim's takes none all its life (shim_thread.h): no system call there. */
-	SignalsBlocked() noexcept : changed_(!noneEver())
+	/*
+	 * A thread of the shim's takes none all its life (shim_thread.h), and one inside
+	 * another SignalsBlocked has them blocked already: no system call there (a shutdown
+	 * of a connection nested three, six calls where two do).
+	 */
+	SignalsBlocked() noexcept : changed_(!noneEver() && blockedHere() == 0)
 	{
 		if (!changed_)
 			return;
@@ -25,11 +29,15 @@ public:
 		 */
 		sigfillset(&old_);
 		changed_ = pthread_sigmask(SIG_BLOCK, &all, &old_) == 0;
+		/* Counted once blocked: no handler runs here between the two. */
+		if (changed_)
+			blockedHere()++;
 	}
 	~SignalsBlocked()
 	{
 		if (!changed_)
 			return;
+		blockedHere()--;
 		sigset_t wasOpen;
 		sigfillset(&wasOpen);
 		for (int signal = 1; signal < NSIG; signal++) {
@@ -49,6 +57,12 @@ private:
 	{
 		static thread_local bool none __attribute__((tls_model("initial-exec"))) = false;
 		return none;
+	}
+	/* 1 inside the outermost one that blocked (a vfork child returns to its parent balanced). */
+	static int &blockedHere() noexcept
+	{
+		static thread_local int depth __attribute__((tls_model("initial-exec"))) = 0;
+		return depth;
 	}
 
 	bool changed_;

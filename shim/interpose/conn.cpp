@@ -149,8 +149,35 @@ TLSTUNE_EXPORT int SSL_accept(SSL *s)
 namespace {
 
 /* SSL_set_fd, SSL_set_rfd: the real call, then the readiness follows the fd it set. */
+/*
+ * libssl's SSL_set_fd calls SSL_set_bio, and that SSL_set0_rbio, by their exported names,
+ * which come back here: only the outermost call follows the new read BIO, once, after the
+ * inner ones (each looked its socket up again: three fstat calls a connection).
+ */
+class BioChange {
+public:
+	BioChange() noexcept : outer_(depth()++ == 0) {}
+	~BioChange() { depth()--; }
+	BioChange(const BioChange &) = delete;
+	BioChange &operator=(const BioChange &) = delete;
+	void done(SSL *s) const noexcept
+	{
+		if (outer_)
+			rebindConnection(s);
+	}
+
+private:
+	static int &depth() noexcept
+	{
+		static thread_local int calls __attribute__((tls_model("initial-exec"))) = 0;
+		return calls;
+	}
+	const bool outer_;
+};
+
 int settingFd(decltype(&::SSL_set_fd) real, SSL *s, int fd)
 {
+	BioChange change;
 	flushWrites(s);
 	int ok = 0;
 	{
@@ -159,7 +186,7 @@ int settingFd(decltype(&::SSL_set_fd) real, SSL *s, int fd)
 		ok = real ? real(s, fd) : 0;
 	}
 	if (ok)
-		rebindConnection(s);
+		change.done(s);
 	return ok;
 }
 
@@ -181,12 +208,13 @@ TLSTUNE_EXPORT void SSL_set_bio(SSL *s, BIO *rbio, BIO *wbio)
 	const OpenSslApi &api = openssl().api;
 	if (!api.SSL_set_bio)
 		return;
+	BioChange change;
 	flushWrites(s);
 	{
 		HeldCall call(s, HeldPlaintext::Entering::Keep);
 		api.SSL_set_bio(s, rbio, wbio);
 	}
-	rebindConnection(s);
+	change.done(s);
 }
 
 /* Another thread never encrypts into a write BIO the program is replacing. */
@@ -210,8 +238,9 @@ TLSTUNE_EXPORT void SSL_set0_rbio(SSL *s, BIO *rbio)
 	const OpenSslApi &api = openssl().api;
 	if (!api.SSL_set0_rbio)
 		return;
+	BioChange change;
 	api.SSL_set0_rbio(s, rbio);
-	rebindConnection(s);
+	change.done(s);
 }
 
 /* close_notify goes out after everything written before it (and it may read the peer's). */

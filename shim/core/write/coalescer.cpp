@@ -389,14 +389,16 @@ void Coalescer::sendingAway(int fd)
 
 void Coalescer::handOver(PendingWrites *writes, PendingWrites::AfterSend then)
 {
+	/* Nothing to send, nothing to do after: an SSL_free's, a close's of a connection at rest. */
+	if (then == PendingWrites::AfterSend::Nothing && !writes->dirty())
+		return;
 	/* Bounded (kDrainTimeoutMs): a cancelled thread hands the bytes over first. */
 	CancelDeferred whole;
 	const int fd = writes->fd(); /* for the log: a detach forgets it */
 	{
 		SignalsBlocked quiet;
 		/* Clean or not, what follows takes the lock: after whatever record the owner is appending. */
-		if ((then == PendingWrites::AfterSend::Nothing && !writes->dirty()) ||
-		    writes->sendPatiently(kPatience, then) != PendingWrites::Result::Again)
+		if (writes->sendPatiently(kPatience, then) != PendingWrites::Result::Again)
 			return;
 	}
 	/*
