@@ -93,6 +93,8 @@
  *   uncork-kill       TCP_CORK on, 20 short lines, TCP_CORK off, then SIGKILL: the kernel
  *                     sends what it was given when the process dies, nothing else
  *   nodelay-kill      20 short lines, TCP_NODELAY on, then SIGKILL
+ *   dup-uncork-kill   uncork-kill with the cork set and cleared through a dup of the socket,
+ *                     which is in an epoll set
  */
 
 #include <csignal>
@@ -896,16 +898,23 @@ int writeEx2Case(const char *port)
 } /* namespace */
 
 /* What a program that gathers its bytes itself hands the kernel (lighttpd corks a response). */
-int gatheredThenKilled(const char *port, bool cork)
+int gatheredThenKilled(const char *port, bool cork, bool throughCopy)
 {
 	SSL_CTX *ctx = client();
 	int fd = -1;
 	SSL *ssl = connectSsl(ctx, port, &fd);
+	/* A socket in an epoll set: its copy is then a number the shim knows too (the set's). */
+	const int set = throughCopy ? epoll_create1(0) : -1;
+	struct epoll_event event = {};
+	event.events = EPOLLIN;
+	if (throughCopy && epoll_ctl(set, EPOLL_CTL_ADD, fd, &event) != 0)
+		fail("epoll_ctl");
+	const int copy = throughCopy ? dup(fd) : fd;
 	const int on = 1, off = 0;
-	if (cork && setsockopt(fd, IPPROTO_TCP, TCP_CORK, &on, sizeof(on)) != 0)
+	if (cork && setsockopt(copy, IPPROTO_TCP, TCP_CORK, &on, sizeof(on)) != 0)
 		fail("TCP_CORK");
 	writeLines(ssl, 0, 20);
-	if (setsockopt(fd, IPPROTO_TCP, cork ? TCP_CORK : TCP_NODELAY, cork ? &off : &on, sizeof(on)) != 0)
+	if (setsockopt(copy, IPPROTO_TCP, cork ? TCP_CORK : TCP_NODELAY, cork ? &off : &on, sizeof(on)) != 0)
 		fail("setsockopt");
 	raise(SIGKILL);
 	return 1;
@@ -960,7 +969,7 @@ int main(int argc, char **argv)
 		return setModeCase(argv[1]);
 	if (how == "write-ex2")
 		return writeEx2Case(argv[1]);
-	if (how == "uncork-kill" || how == "nodelay-kill")
-		return gatheredThenKilled(argv[1], how == "uncork-kill");
+	if (how == "uncork-kill" || how == "nodelay-kill" || how == "dup-uncork-kill")
+		return gatheredThenKilled(argv[1], how != "nodelay-kill", how == "dup-uncork-kill");
 	fail("unknown case");
 }

@@ -36,8 +36,18 @@ __attribute__((noinline)) void handOverBeforeGathering(Process &p, int fd)
 	if (p.inVforkChild())
 		return;
 	const int savedErrno = errno;
-	p.held.pushing(fd);
-	p.coalescer.pushing(fd);
+	if (copiedFds().mayHave(fd)) {
+		/*
+		 * A number of a dup'd socket: the shim finds a connection by the number it writes
+		 * to, which may be another copy; what every connection holds goes (a hunt: a cork
+		 * through a dup waited 44 ms a request).
+		 */
+		p.held.encryptAllNow();
+		p.coalescer.flushAll();
+	} else {
+		p.held.pushing(fd);
+		p.coalescer.pushing(fd);
+	}
 	errno = savedErrno;
 }
 
@@ -57,7 +67,7 @@ bool countsInBytes(int level, int name, const void *value, socklen_t length) noe
 TLSTUNE_EXPORT int setsockopt(int fd, int level, int name, const void *value, socklen_t length)
 {
 	Process *p = builtProcess();
-	if (p && gathering(level, name) && knownFds().mayHave(fd))
+	if (p && gathering(level, name) && (knownFds().mayHave(fd) || copiedFds().mayHave(fd)))
 		handOverBeforeGathering(*p, fd);
 	const int done = libc().setsockopt(fd, level, name, value, length);
 	if (done == 0 && p && countsInBytes(level, name, value, length) && ConnectionSlot::anyMade())

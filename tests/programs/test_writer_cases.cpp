@@ -523,11 +523,13 @@ TEST(Writers, SigtermAtItsDefaultAfterAWaitLosesNothing)
  */
 TEST(Writers, BytesGatheredUnderACorkAreTheKernelsOnceTheProgramUncorks)
 {
-	RecordProperty("fault", "TCP_CORK on, 20 short writes, TCP_CORK off, SIGKILL");
+	RecordProperty("fault", "TCP_CORK on, 20 short writes, TCP_CORK off, SIGKILL; the same through a dup");
 	for (const char *mode : { "records", "syscalls" }) {
-		SCOPED_TRACE(mode);
-		expectTheSameBothWays("uncork-kill", {}, "", 128 + SIGKILL, 1, "writer_cases",
-				      { std::string("TLSTUNE_COALESCE=") + mode });
+		for (const char *how : { "uncork-kill", "dup-uncork-kill" }) {
+			SCOPED_TRACE(std::string(mode) + ", " + how);
+			expectTheSameBothWays(how, {}, "", 128 + SIGKILL, 1, "writer_cases",
+					      { std::string("TLSTUNE_COALESCE=") + mode });
+		}
 	}
 }
 
