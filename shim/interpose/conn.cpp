@@ -148,7 +148,6 @@ TLSTUNE_EXPORT int SSL_accept(SSL *s)
 
 namespace {
 
-/* SSL_set_fd, SSL_set_rfd: the real call, then the readiness follows the fd it set. */
 /*
  * libssl's SSL_set_fd calls SSL_set_bio, and that SSL_set0_rbio, by their exported names,
  * which come back here: only the outermost call follows the new read BIO, once, after the
@@ -175,6 +174,7 @@ private:
 	const bool outer_;
 };
 
+/* SSL_set_fd, SSL_set_rfd: the real call, then the readiness follows the fd it set. */
 int settingFd(decltype(&::SSL_set_fd) real, SSL *s, int fd)
 {
 	BioChange change;
