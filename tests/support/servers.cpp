@@ -8,9 +8,15 @@
 
 namespace testsupport {
 
+HttpsServer::HttpsServer() : port_(freePort()) {}
+
+std::string HttpsServer::url(const std::string &path) const
+{
+	return "https://127.0.0.1:" + std::to_string(port_) + path;
+}
+
 Nginx::Nginx(const std::string &root, const std::string &tls, const std::vector<std::string> &env,
 	     const std::string &server, int connections)
-	: port_(freePort())
 {
 	const std::string d = dir_.path();
 	const std::string protocols = tls == "1.2"
@@ -56,12 +62,7 @@ pid_t Nginx::worker() const
 	return static_cast<pid_t>(std::atoi(children.c_str()));
 }
 
-std::string Nginx::url(const std::string &path) const
-{
-	return "https://127.0.0.1:" + std::to_string(port_) + path;
-}
-
-Lighttpd::Lighttpd(const std::string &root, const std::vector<std::string> &env) : port_(freePort())
+Lighttpd::Lighttpd(const std::string &root, const std::vector<std::string> &env)
 {
 	/* One PEM file with the certificate and its key, as lighttpd takes them. */
 	writeFile(dir_.file("both.pem"), readFile(certificate().cert) + readFile(certificate().key));
@@ -80,11 +81,6 @@ Lighttpd::Lighttpd(const std::string &root, const std::vector<std::string> &env)
 	/* Its log goes to stderr without server.errorlog. */
 	daemon_.reset(new Daemon(command, "server started"));
 	daemon_->drainLog();
-}
-
-std::string Lighttpd::url(const std::string &path) const
-{
-	return "https://127.0.0.1:" + std::to_string(port_) + path;
 }
 
 Daemon::Daemon(const Command &command, const std::string &ready)

@@ -34,11 +34,25 @@ private:
 	std::string log_;
 };
 
+/* A web server the test started on a free port of 127.0.0.1, serving HTTPS. */
+class HttpsServer {
+public:
+	/* Stops it (SIGTERM) and returns what it logged since it started. */
+	std::string stop() { return daemon_->stop(); }
+	std::string url(const std::string &path) const;
+
+protected:
+	HttpsServer();
+	TempDir dir_;
+	int port_ = 0;
+	std::unique_ptr<Daemon> daemon_;
+};
+
 /*
  * nginx serving root over HTTPS on 127.0.0.1 with the test certificate; a PUT to
  * /uploads/NAME stores the body in root/uploads/NAME.
  */
-class Nginx {
+class Nginx : public HttpsServer {
 public:
 	/*
 	 * tls: "1.2" (the seed's ECDHE-RSA-AES256-GCM-SHA384) or "1.3". server: more lines for
@@ -49,14 +63,6 @@ public:
 	int port() const { return port_; }
 	/* The worker's pid (worker_processes 1): the process whose CPU a test reads. */
 	pid_t worker() const;
-	/* Stops it (SIGTERM) and returns what it logged since it started. */
-	std::string stop() { return daemon_->stop(); }
-	std::string url(const std::string &path) const;
-
-private:
-	TempDir dir_;
-	int port_ = 0;
-	std::unique_ptr<Daemon> daemon_;
 };
 
 /*
@@ -64,16 +70,9 @@ private:
  * certificate, in the foreground. It corks each response (TCP_CORK) and writes it in
  * records of 16 KiB.
  */
-class Lighttpd {
+class Lighttpd : public HttpsServer {
 public:
 	Lighttpd(const std::string &root, const std::vector<std::string> &env = {});
-	std::string stop() { return daemon_->stop(); }
-	std::string url(const std::string &path) const;
-
-private:
-	TempDir dir_;
-	int port_ = 0;
-	std::unique_ptr<Daemon> daemon_;
 };
 
 } /* namespace testsupport */
