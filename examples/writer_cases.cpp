@@ -95,6 +95,9 @@
  *   nodelay-kill      20 short lines, TCP_NODELAY on, then SIGKILL
  *   dup-uncork-kill   uncork-kill with the cork set and cleared through a dup of the socket,
  *                     which is in an epoll set
+ *   pending-handler   20,000 short lines while a 50 us timer's SIGALRM handler asks
+ *                     SSL_pending and SSL_has_pending of the connection; prints "asked"
+ *                     once the handler ran
  */
 
 #include <csignal>
@@ -897,6 +900,36 @@ int writeEx2Case(const char *port)
 
 } /* namespace */
 
+SSL *askedSsl = nullptr;
+volatile sig_atomic_t handlerRuns = 0;
+volatile int pendingSeen = 0;
+
+/* OpenSSL's queries read its state: a handler may make them (a progress meter). */
+void askPending(int)
+{
+	pendingSeen += SSL_pending(askedSsl) + SSL_has_pending(askedSsl);
+	handlerRuns = handlerRuns + 1;
+}
+
+int pendingInHandler(const char *port)
+{
+	SSL_CTX *ctx = client();
+	int fd = -1;
+	askedSsl = connectSsl(ctx, port, &fd);
+	struct sigaction action = {};
+	action.sa_handler = askPending;
+	action.sa_flags = SA_RESTART;
+	sigaction(SIGALRM, &action, nullptr);
+	const struct itimerval every = { { 0, 50 }, { 0, 50 } };
+	setitimer(ITIMER_REAL, &every, nullptr);
+	writeLines(askedSsl, 0, 20000);
+	const struct itimerval stop = {};
+	setitimer(ITIMER_REAL, &stop, nullptr);
+	std::printf("%s\n", handlerRuns > 0 ? "asked" : "the timer never fired");
+	endConnection(askedSsl, fd, ctx);
+	return 0;
+}
+
 /* What a program that gathers its bytes itself hands the kernel (lighttpd corks a response). */
 int gatheredThenKilled(const char *port, bool cork, bool throughCopy)
 {
@@ -969,6 +1002,8 @@ int main(int argc, char **argv)
 		return setModeCase(argv[1]);
 	if (how == "write-ex2")
 		return writeEx2Case(argv[1]);
+	if (how == "pending-handler")
+		return pendingInHandler(argv[1]);
 	if (how == "uncork-kill" || how == "nodelay-kill" || how == "dup-uncork-kill")
 		return gatheredThenKilled(argv[1], how != "nodelay-kill", how == "dup-uncork-kill");
 	fail("unknown case");

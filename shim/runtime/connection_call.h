@@ -124,6 +124,14 @@ public:
 		 */
 		if (held_ && !held_->holdsNow())
 			held_ = nullptr;
+		/*
+		 * A signal handler's query that interrupted this thread inside the lock (copying a
+		 * write in, which leaves OpenSSL alone; an encryption blocks signals): it reads
+		 * OpenSSL's state as it is, as without the shim (a hunt: SSL_pending from a 50 us
+		 * timer's handler hung 20 runs of 20 on the lock its own thread held).
+		 */
+		if (held_ && held_->mutex().heldHere())
+			held_ = nullptr;
 		if (held_)
 			held_->enter(HeldPlaintext::Entering::Query);
 	}

@@ -543,6 +543,17 @@ TEST(Writers, BytesWrittenBeforeTcpNodelayIsSetAreTheKernelsOnceItIs)
 	}
 }
 
+/*
+ * SSL_pending and SSL_has_pending only read OpenSSL's state, and a handler may ask them.
+ * One that interrupted the shim copying a short write in waited for the lock its own
+ * thread held (a hunt: 20 runs of 20 hung).
+ */
+TEST(Writers, AHandlerAskingSslPendingDuringShortWritesNeverWaits)
+{
+	RecordProperty("fault", "a 50 us timer's handler calls SSL_pending and SSL_has_pending during 20,000 short writes");
+	expectTheSameBothWays("pending-handler", {}, "asked\n", 0, 1);
+}
+
 TEST(Writers, AnAlarmHandlerThatExitsMidLoopLosesNothingWhereverItLands)
 {
 	RecordProperty("fault", "a SIGALRM handler calling _exit while the program writes 100-byte lines");
