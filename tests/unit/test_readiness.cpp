@@ -1627,6 +1627,22 @@ TEST(EpollWake, AWokenSetStaysReadyUntilAWaitSettlesItUnlessWokenSince)
 	close(epfd);
 }
 
+/* The wake's eventfd takes no number the program's next open would have taken. */
+TEST(EpollWake, ItsDescriptorLeavesTheLowestFreeNumberToTheProgram)
+{
+	/* The lowest free number: none is free below it. */
+	const int epfd = epoll_create1(EPOLL_CLOEXEC);
+	ASSERT_GE(epfd, 0);
+	EpollWake wake;
+	wake.wake(epfd, ::epoll_ctl);
+	const int next = eventfd(0, EFD_CLOEXEC);
+	EXPECT_EQ(next, epfd + 1) << "the program's next descriptor, as without the wake";
+	struct epoll_event events[2];
+	ASSERT_EQ(epoll_wait(epfd, events, 2, 0), 1) << "the wake is in the set all the same";
+	close(next);
+	close(epfd);
+}
+
 /*
  * Issue 24: before its first connection a process's epoll_ctl records nothing. A set made
  * then is read from the kernel once, when it first matters, and known whole from then on:
