@@ -14,8 +14,9 @@ class SignalsBlocked {
 public:
 	/*
 	 * A thread of the shim's takes none all its life (shim_thread.h), and one inside
-	 * another SignalsBlocked has them blocked already: no system call there (a shutdown
-	 * of a connection nested three, six calls where two do).
+	 * another SignalsBlocked has them blocked already, unless the program's code ran in
+	 * between (ProgramMayRun): no system call there (a shutdown of a connection nested
+	 * three, six calls where two do).
 	 */
 	SignalsBlocked() noexcept : changed_(!noneEver() && blockedHere() == 0)
 	{
@@ -51,6 +52,22 @@ public:
 
 	/* This thread is the shim's, which has every signal blocked for good. */
 	static void noteNoneEver() noexcept { noneEver() = true; }
+
+	/*
+	 * Around a call that may run the program's code (OpenSSL's message and info
+	 * callbacks, inside an encryption), which may unblock signals: the blocks nested in
+	 * it block again.
+	 */
+	class ProgramMayRun {
+	public:
+		ProgramMayRun() noexcept : saved_(blockedHere()) { blockedHere() = 0; }
+		~ProgramMayRun() { blockedHere() = saved_; }
+		ProgramMayRun(const ProgramMayRun &) = delete;
+		ProgramMayRun &operator=(const ProgramMayRun &) = delete;
+
+	private:
+		const int saved_;
+	};
 
 private:
 	static bool &noneEver() noexcept

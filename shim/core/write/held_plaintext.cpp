@@ -195,7 +195,11 @@ void HeldPlaintext::encryptLocked(bool byOwner, bool reportedHere) noexcept
 	Encrypting scope;
 	errors_.clear();
 	const ErrorMark mark = reportedHere ? ErrorMark{} : markErrors(*errorApi_);
-	const int sslError = encrypt_(ssl_, bytes_.get(), size, byOwner);
+	int sslError = 0;
+	{
+		SignalsBlocked::ProgramMayRun callbacks;
+		sslError = encrypt_(ssl_, bytes_.get(), size, byOwner);
+	}
 	const int error = errno;
 	/* This thread's queue as it was; a success's entries (if any) are nobody's. */
 	if (!reportedHere)
