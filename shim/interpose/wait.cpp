@@ -193,21 +193,19 @@ TLSTUNE_EXPORT int epoll_create1(int flags)
 	return epfd;
 }
 
-TLSTUNE_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
+namespace {
+
+/*
+ * A registration in a process with a connection: recorded with the real call (done: the
+ * real call was made before the first connection came, and succeeded).
+ */
+__attribute__((noinline)) int registered(Process &p, int epfd, int op, int fd, struct epoll_event *event,
+					 bool done)
 {
-	Process &p = process();
-	/*
-	 * Nothing is recorded before the process's first connection (issue 24): a set's list
-	 * is then read from the kernel once, when it first matters. Asked again after the real
-	 * call, so a change the gate missed is in the list that reading finds.
-	 */
-	if (ConnectionSlot::anyMade()) {
+	if (!done) {
 		if (p.epoll.control(epfd, op, fd, event, p.libc.epoll_ctl) != 0)
 			return -1;
 	} else {
-		const int result = p.libc.epoll_ctl(epfd, op, fd, event);
-		if (result != 0 || !ConnectionSlot::anyMade())
-			return result;
 		p.epoll.changed(epfd, op, fd, event);
 	}
 	/* A registration to read is a wait to read (waitedToRead). */
@@ -218,6 +216,25 @@ TLSTUNE_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event
 	    p.buffered.holds(fd))
 		p.epoll.wake().wake(epfd, p.libc.epoll_ctl);
 	return 0;
+}
+
+} /* namespace */
+
+/*
+ * Nothing is recorded before the process's first connection (issue 24): a set's list is
+ * then read from the kernel once, when it first matters, and the call is two loads and
+ * the real one. Asked again after the real call, so a change the gate missed is in the
+ * list that reading finds.
+ */
+TLSTUNE_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
+{
+	if (!ConnectionSlot::anyMade()) {
+		const int result = libc().epoll_ctl(epfd, op, fd, event);
+		if (result != 0 || !ConnectionSlot::anyMade())
+			return result;
+		return registered(process(), epfd, op, fd, event, true);
+	}
+	return registered(process(), epfd, op, fd, event, false);
 }
 
 TLSTUNE_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
