@@ -81,6 +81,7 @@
  *                     peer gets the 20 lines, then bytes that are no record
  *   popen             the same, the shell started by popen
  *   system            the same, the shell started by system
+ *   vfork             the same, the shell started by vfork and execl
  *   sent-away         a child forked first waits on a socketpair; 20 short lines, then the
  *                     socket goes to the child with SCM_RIGHTS, which writes "raw" to it
  *                     and exits; the parent waits for it and closes
@@ -695,6 +696,17 @@ int spawned(const char *port, const std::string &how)
 		    waitpid(child, &status, 0) != child)
 			fail("posix_spawn");
 		posix_spawn_file_actions_destroy(&actions);
+	} else if (how == "vfork") {
+		fcntl(fd, F_SETFD, 0);
+		const std::string command = "printf raw >&" + std::to_string(fd);
+		int status = 0;
+		const pid_t child = vfork();
+		if (child == 0) {
+			execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char *>(nullptr));
+			_exit(127);
+		}
+		if (child < 0 || waitpid(child, &status, 0) != child || status != 0)
+			fail("vfork");
 	} else {
 		fcntl(fd, F_SETFD, 0);
 		const std::string command = "printf raw >&" + std::to_string(fd);
@@ -974,7 +986,7 @@ int main(int argc, char **argv)
 		return shutWrite(argv[1], how == "shut-both");
 	if (how == "clone" || how == "raw-fork" || how == "clone3" || how == "clone-vm")
 		return copiedProcess(argv[1], how);
-	if (how == "spawn" || how == "popen" || how == "system")
+	if (how == "spawn" || how == "popen" || how == "system" || how == "vfork")
 		return spawned(argv[1], how);
 	if (how == "clone-vfork")
 		return cloneVfork(argv[1]);

@@ -133,3 +133,50 @@ TLSTUNE_EXPORT FILE *popen(const char *command, const char *type)
 	}
 	return real(command, type);
 }
+
+/*
+ * vfork: the child borrows this memory and may exec a program that writes on an inherited
+ * socket at once (a hunt: its raw bytes overtook the parent's held lines, 58 runs of 105),
+ * so what is held goes to the kernel first. Its child returns through the caller's frame,
+ * which a C wrapper would have left: an entry point that calls the hand-over, then jumps
+ * to libc's vfork with the caller's stack as it found it. x86-64 only; elsewhere vfork is
+ * not wrapped (docs/limits.md).
+ */
+namespace {
+
+pid_t vforkMissing()
+{
+	errno = ENOSYS;
+	return -1;
+}
+
+} /* namespace */
+
+extern "C" __attribute__((visibility("hidden"), used)) void *tlstune_before_vfork() noexcept
+{
+	if (Process *p = builtProcess())
+		p->handOver();
+	pid_t (*const real)() = libc().vfork;
+	return reinterpret_cast<void *>(real ? real : vforkMissing);
+}
+
+#if defined(__x86_64__)
+/* Stack aligned for the call (the return address is 8 bytes), then a tail jump. */
+asm(R"(
+	.text
+	.globl vfork
+	.type vfork, @function
+	.p2align 4
+vfork:
+	.cfi_startproc
+	endbr64
+	sub $8, %rsp
+	.cfi_adjust_cfa_offset 8
+	call tlstune_before_vfork
+	add $8, %rsp
+	.cfi_adjust_cfa_offset -8
+	jmp *%rax
+	.cfi_endproc
+	.size vfork, .-vfork
+)");
+#endif

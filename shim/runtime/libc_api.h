@@ -74,6 +74,7 @@ struct LibcApi {
 	long (*syscall)(long, long, long, long, long, long, long) = nullptr;
 
 	int (*clone)(int (*)(void *), void *, int, void *, pid_t *, void *, pid_t *) = nullptr;
+	pid_t (*vfork)() = nullptr;
 	int (*posix_spawn)(pid_t *, const char *, const posix_spawn_file_actions_t *,
 			   const posix_spawnattr_t *, char *const[], char *const[]) = nullptr;
 	int (*posix_spawnp)(pid_t *, const char *, const posix_spawn_file_actions_t *,

@@ -162,6 +162,7 @@ void resolveLibc(LibcApi *libc) noexcept
 	next(&libc->setns, "setns");
 	next(&libc->syscall, "syscall");
 	next(&libc->clone, "clone");
+	next(&libc->vfork, "vfork");
 	next(&libc->posix_spawn, "posix_spawn");
 	next(&libc->posix_spawnp, "posix_spawnp");
 	next(&libc->popen, "popen");
