@@ -919,8 +919,10 @@ volatile int pendingSeen = 0;
 /* OpenSSL's queries read its state: a handler may make them (a progress meter). */
 void askPending(int)
 {
+	const int savedErrno = errno;
 	pendingSeen += SSL_pending(askedSsl) + SSL_has_pending(askedSsl);
 	handlerRuns = handlerRuns + 1;
+	errno = savedErrno;
 }
 
 int pendingInHandler(const char *port)
