@@ -139,8 +139,8 @@ TLSTUNE_EXPORT FILE *popen(const char *command, const char *type)
  * socket at once (a hunt: its raw bytes overtook the parent's held lines, 58 runs of 105),
  * so what is held goes to the kernel first. Its child returns through the caller's frame,
  * which a C wrapper would have left: an entry point that calls the hand-over, then jumps
- * to libc's vfork with the caller's stack as it found it. x86-64 only; elsewhere vfork is
- * not wrapped (docs/limits.md).
+ * to libc's vfork with the caller's stack as it found it. x86-64 only (the machines the
+ * project builds for): elsewhere vfork stays libc's own.
  */
 namespace {
 
