@@ -437,6 +437,17 @@ std::vector<std::string> portList(const char *ports)
 	return each;
 }
 
+/* A SIGALRM timer every 50 us whose handler (SA_RESTART) is handler. */
+void everyFiftyMicroseconds(void (*handler)(int))
+{
+	struct sigaction action = {};
+	action.sa_handler = handler;
+	action.sa_flags = SA_RESTART;
+	sigaction(SIGALRM, &action, nullptr);
+	const struct itimerval every = { { 0, 50 }, { 0, 50 } };
+	setitimer(ITIMER_REAL, &every, nullptr);
+}
+
 void closeUnopened(int)
 {
 	const int saved = errno;
@@ -452,12 +463,7 @@ int timerCloseCase(const char *ports)
 {
 	const std::vector<std::string> each = portList(ports);
 	SSL_CTX *ctx = client();
-	struct sigaction action = {};
-	action.sa_handler = closeUnopened;
-	action.sa_flags = SA_RESTART;
-	sigaction(SIGALRM, &action, nullptr);
-	const struct itimerval timer = { { 0, 50 }, { 0, 50 } };
-	setitimer(ITIMER_REAL, &timer, nullptr);
+	everyFiftyMicroseconds(closeUnopened);
 	std::vector<std::thread> writers;
 	for (const std::string &port : each)
 		writers.emplace_back([ctx, port] {
@@ -930,12 +936,7 @@ int pendingInHandler(const char *port)
 	SSL_CTX *ctx = client();
 	int fd = -1;
 	askedSsl = connectSsl(ctx, port, &fd);
-	struct sigaction action = {};
-	action.sa_handler = askPending;
-	action.sa_flags = SA_RESTART;
-	sigaction(SIGALRM, &action, nullptr);
-	const struct itimerval every = { { 0, 50 }, { 0, 50 } };
-	setitimer(ITIMER_REAL, &every, nullptr);
+	everyFiftyMicroseconds(askPending);
 	writeLines(askedSsl, 0, 20000);
 	const struct itimerval stop = {};
 	setitimer(ITIMER_REAL, &stop, nullptr);
