@@ -60,7 +60,7 @@ TLSTUNE_EXPORT void SSL_set_read_ahead(SSL *s, int yes)
 TLSTUNE_EXPORT int SSL_read(SSL *s, void *buf, int num)
 {
 	tuneReads(s, __builtin_return_address(0));
-	flushWrites(s);
+	PeerCall peer(s);
 	int n = onConnection(s, &OpenSslApi::SSL_read, buf, num);
 	if (n > 0)
 		countSslRead(static_cast<size_t>(n));
@@ -70,7 +70,7 @@ TLSTUNE_EXPORT int SSL_read(SSL *s, void *buf, int num)
 TLSTUNE_EXPORT int SSL_read_ex(SSL *s, void *buf, size_t num, size_t *readbytes)
 {
 	tuneReads(s, __builtin_return_address(0));
-	flushWrites(s);
+	PeerCall peer(s);
 	int ok = onConnection(s, &OpenSslApi::SSL_read_ex, buf, num, readbytes);
 	if (ok > 0 && readbytes)
 		countSslRead(*readbytes);
@@ -80,14 +80,14 @@ TLSTUNE_EXPORT int SSL_read_ex(SSL *s, void *buf, size_t num, size_t *readbytes)
 TLSTUNE_EXPORT int SSL_peek(SSL *s, void *buf, int num)
 {
 	tuneReads(s, __builtin_return_address(0));
-	flushWrites(s);
+	PeerCall peer(s);
 	return onConnection(s, &OpenSslApi::SSL_peek, buf, num);
 }
 
 TLSTUNE_EXPORT int SSL_peek_ex(SSL *s, void *buf, size_t num, size_t *readbytes)
 {
 	tuneReads(s, __builtin_return_address(0));
-	flushWrites(s);
+	PeerCall peer(s);
 	return onConnection(s, &OpenSslApi::SSL_peek_ex, buf, num, readbytes);
 }
 
@@ -128,21 +128,21 @@ TLSTUNE_EXPORT int SSL_write_ex2(SSL *s, const void *buf, size_t num, uint64_t f
 TLSTUNE_EXPORT int SSL_do_handshake(SSL *s)
 {
 	tuneReads(s, __builtin_return_address(0));
-	flushWrites(s);
+	PeerCall peer(s);
 	return onConnection(s, &OpenSslApi::SSL_do_handshake);
 }
 
 TLSTUNE_EXPORT int SSL_connect(SSL *s)
 {
 	tuneReads(s, __builtin_return_address(0), true);
-	flushWrites(s);
+	PeerCall peer(s);
 	return onConnection(s, &OpenSslApi::SSL_connect);
 }
 
 TLSTUNE_EXPORT int SSL_accept(SSL *s)
 {
 	tuneReads(s, __builtin_return_address(0));
-	flushWrites(s);
+	PeerCall peer(s);
 	return onConnection(s, &OpenSslApi::SSL_accept);
 }
 

@@ -281,6 +281,22 @@ inline void flushWrites(SSL *ssl)
 	}
 }
 
+/*
+ * A call that may wait for the peer (read, peek, handshake): what the connection wrote
+ * goes out before it (flushWrites), and it counts as a wait again when it returns. The
+ * records it wrote itself (a handshake's flights, a TLS 1.3 server's session tickets
+ * after the client's Finished) are not the program's: the program's first writes after
+ * it go out at once, as after any wait. Before, lighttpd's response to the request read
+ * in the handshake's SSL_read was held, and sent at its next epoll_wait, for nothing.
+ */
+class PeerCall {
+public:
+	explicit PeerCall(SSL *ssl) { flushWrites(ssl); }
+	~PeerCall() { waitsOfThisThread()++; }
+	PeerCall(const PeerCall &) = delete;
+	PeerCall &operator=(const PeerCall &) = delete;
+};
+
 /* Writes of this many bytes or more are not held: they go out after what is. */
 constexpr size_t kHeldWriteBelow = 4096;
 
