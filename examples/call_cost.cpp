@@ -4,6 +4,9 @@
  * without the shim, interleaved. Prints "ns N" (per call, the loop's median of 5 rounds).
  * Usage: call_cost CASE [CALLS], CASE:
  *   close-epoll   close of /dev/null in a process that has an epoll set (and no TLS)
+ *   close-epoll-tls
+ *                 close of an eventfd registered in an epoll set, in a process with a TLS
+ *                 connection: an fd the shim knows (it records the set's registrations)
  *   dup-close     dup of /dev/null and close of the copy, the same process
  *   dup-close-tls the same in a process with a TLS connection (an SSL made first), where
  *                 the shim notes each copy's number
@@ -89,7 +92,7 @@ int main(int argc, char **argv)
 		fail("epoll_ctl");
 	const bool sslCase = how.compare(0, 4, "ssl-") == 0;
 	/* A connection the shim follows: from then on it records the sets' registrations. */
-	const bool tlsCase = how == "epoll-ctl-tls" || how == "dup-close-tls";
+	const bool tlsCase = how == "epoll-ctl-tls" || how == "dup-close-tls" || how == "close-epoll-tls";
 	SSL_CTX *context = tlsCase ? SSL_CTX_new(TLS_client_method()) : nullptr;
 	SSL *connection = context ? SSL_new(context) : nullptr;
 	if (tlsCase && !connection)
@@ -99,7 +102,7 @@ int main(int argc, char **argv)
 	static struct epoll_event registered;
 	setFd = set, idleFd = idle, nullFd = null, registered = event;
 	void (*call)() = nullptr;
-	if (how == "close-epoll")
+	if (how == "close-epoll" || how == "close-epoll-tls")
 		call = [] { close(copyFd); };
 	else if (how == "dup-close" || how == "dup-close-tls")
 		call = [] { close(dup(nullFd)); };
@@ -120,13 +123,19 @@ int main(int argc, char **argv)
 		};
 	else if (!sslCase)
 		fail("unknown case");
-	const bool closeCase = how == "close-epoll";
+	const bool closeCase = how == "close-epoll" || how == "close-epoll-tls";
+	const bool registeredCopy = how == "close-epoll-tls";
 	std::vector<double> rounds = sslCase ? sslRounds(how, calls) : std::vector<double>();
 	for (int round = 0; round < 5 && !sslCase; round++) {
 		double spent = 0;
 		for (long i = 0; i < calls; i++) {
-			if (closeCase)
+			if (closeCase && !registeredCopy)
 				copyFd = dup(null);
+			else if (registeredCopy) {
+				copyFd = eventfd(0, EFD_CLOEXEC);
+				if (copyFd < 0 || epoll_ctl(set, EPOLL_CTL_ADD, copyFd, &event) != 0)
+					fail("close-epoll-tls setup");
+			}
 			const auto started = std::chrono::steady_clock::now();
 			call();
 			spent += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - started).count();

@@ -23,9 +23,8 @@ namespace {
  * The shim keeps state for fds (connections holding data or bytes, epoll sets) and this
  * process may change it: not a vfork child, which shares the parent's memory and locks
  * but not its fds (issue 11: a child's close of fds 3-63 broke the parent's writes).
- * That costs one getpid(2) per close while the shim holds any state: vfork cannot be
- * wrapped (the child may not return from the wrapper), and the child shares even the
- * parent thread's thread-local storage, so its pid is the only sign.
+ * The child shares even the parent thread's thread-local storage, so its pid is the only
+ * sign: a getpid(2) per close, once the process has made such a child (inVforkChild).
  */
 bool tracking(Process &p)
 {

@@ -56,6 +56,8 @@ TLSTUNE_EXPORT __attribute__((no_sanitize("address"))) int clone(int (*fn)(void 
 	void *tls = va_arg(rest, void *);
 	pid_t *childTid = va_arg(rest, pid_t *);
 	va_end(rest);
+	if ((flags & CLONE_VM) && !(flags & CLONE_THREAD))
+		noteChildSharingMemory();
 	Process &p = process();
 	if (!p.libc.clone) {
 		errno = ENOSYS;
@@ -154,6 +156,7 @@ pid_t vforkMissing()
 
 extern "C" __attribute__((visibility("hidden"), used)) void *tlstune_before_vfork() noexcept
 {
+	noteChildSharingMemory();
 	if (Process *p = builtProcess())
 		p->handOver();
 	pid_t (*const real)() = libc().vfork;

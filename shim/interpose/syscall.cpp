@@ -73,6 +73,8 @@ bool clone3Arguments(long args, long size, struct clone_args *arguments) noexcep
  */
 long clonedPast(Process &p, long number, const long (&a)[6], unsigned long long flags, bool ownStack)
 {
+	if ((flags & CLONE_VM) && !(flags & CLONE_THREAD))
+		noteChildSharingMemory();
 	if (!(flags & CLONE_VM) && !p.inVforkChild()) {
 		if (flags & CLONE_VFORK)
 			p.handOver();
@@ -302,6 +304,10 @@ TLSTUNE_EXPORT __attribute__((no_sanitize("address"))) long syscall(long number,
 	case SYS_fork:
 		if (!p.inVforkChild())
 			return forkedPast(p, number, a);
+		break;
+	/* The child borrows this memory and runs on (interpose/spawn.cpp's vfork). */
+	case SYS_vfork:
+		noteChildSharingMemory();
 		break;
 	case SYS_clone:
 		return clonedPast(p, number, a, static_cast<unsigned long>(a[0]), a[1] != 0);

@@ -505,8 +505,21 @@ const Crypto &crypto() noexcept
 	return built ? *built : buildFirst(g_cryptoBuild, g_crypto, buildCrypto);
 }
 
+namespace {
+/* Set in the parent before the child exists, so the child, in the same memory, sees it. */
+std::atomic<bool> g_childMayShareMemory{ false };
+} /* namespace */
+
+void noteChildSharingMemory() noexcept
+{
+	g_childMayShareMemory.store(true, std::memory_order_relaxed);
+}
+
 bool Process::inVforkChild() const noexcept
 {
+	/* No such child was ever made: a process that never vforks pays no getpid per close (issue 24). */
+	if (!g_childMayShareMemory.load(std::memory_order_relaxed))
+		return false;
 	/* vfork() runs no atfork handler: the child still has the parent's pid recorded. */
 	return getpid() != pid;
 }

@@ -76,7 +76,10 @@ struct Process {
 	 * inherited socket: what is held goes to the kernel.
 	 */
 	void handOver() noexcept;
-	/* This is a vfork child (or posix_spawn's): it must change no state of the shim's. */
+	/*
+	 * This is a vfork child (or posix_spawn's): it must change no state of the shim's. A
+	 * load until the process makes such a child (noteChildSharingMemory), then a getpid.
+	 */
 	bool inVforkChild() const noexcept;
 
 	const Config config;
@@ -105,6 +108,13 @@ inline Process &process() noexcept
 	Process *built = g_process.load(std::memory_order_acquire);
 	return built ? *built : processFirst();
 }
+
+/*
+ * Before a call that can make a child with a pid of its own in this memory (vfork, clone
+ * with CLONE_VM and without CLONE_THREAD): from then on inVforkChild asks the kernel.
+ */
+void noteChildSharingMemory() noexcept;
+
 /* The state if a call has built it, else null: for ways out, which have nothing to hand over then. */
 inline Process *builtProcess() noexcept
 {

@@ -370,6 +370,24 @@ TEST(FdReuse, ANewSocketOnTheSameNumberIsNotReadable)
 	EXPECT_EQ(out, "reuse ok\n");
 }
 
+/*
+ * Issue 24: a close where the shim has state for fds (an epoll set it records, a
+ * connection) asked getpid whether it ran in a vfork child, once per close; only a
+ * process that made such a child asks now.
+ */
+TEST(Close, ACloseInAProcessWithTlsAndAnEpollSetMakesNoSyscallOfTheShims)
+{
+	auto counted = [&](bool withShim) {
+		TracedRun run = runTraced({ examplePath("call_cost"), "close-epoll-tls", "1000" }, withShim, {},
+					  300000, "getpid");
+		EXPECT_EQ(run.status, 0) << run.out;
+		return static_cast<long>(run.calls.size());
+	};
+	const long without = counted(false), with = counted(true);
+	/* The shim's start-up makes one; five rounds of 1,000 closes made 5,000 more. */
+	EXPECT_LT(with, without + 100) << "without " << without << ", with " << with;
+}
+
 /* Issue 24: apache's event MPM re-adds every keep-alive connection after each request. */
 TEST(EpollCtl, AnAddAndADeleteInAProcessWithTlsMakeNoSyscallOfTheShims)
 {

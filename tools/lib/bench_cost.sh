@@ -78,6 +78,7 @@ cost_rows() {
 		interleaved_row "$name" call_time "$how" "$calls"
 	done <<'ROWS'
 close-epoll|`close` of a regular file, in a process with an epoll set
+close-epoll-tls|`close` of an eventfd registered in an epoll set, in a process with a TLS connection
 dup-close|`dup` of a regular file and `close` of the copy
 dup-close-tls|the same in a process with a TLS connection
 epoll-ctl|`EPOLL_CTL_ADD` and `EPOLL_CTL_DEL` of an eventfd
