@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <unistd.h>
 
@@ -114,7 +115,12 @@ const char *programName() noexcept
 	static char name[64];
 	static const char *const copied = [] {
 		const char *given = program_invocation_short_name;
-		std::snprintf(name, sizeof(name), "%s", given && *given ? given : "?");
+		if (!given || !*given)
+			given = "?";
+		/* Not snprintf: its code is pages every process would fault in at start. */
+		const size_t length = strnlen(given, sizeof(name) - 1);
+		std::memcpy(name, given, length);
+		name[length] = '\0';
 		return name;
 	}();
 	return copied;
