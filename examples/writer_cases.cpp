@@ -61,6 +61,11 @@
  *   daemon            20 short lines, daemon(1, 1), then 20 more from the child
  *   shut-write        SIGPIPE ignored; 5 short lines, shutdown(fd, SHUT_WR), then 3 more:
  *                     prints each write's result, SSL_get_error and errno
+ *   vfork-shut        shut-write with the shutdown made by a vfork child (its _exit after)
+ *   clone-vm-shut     the same, the child made by clone(CLONE_VM | CLONE_VFORK)
+ *   clone-files-close the same, the child made with CLONE_FILES too, and closing the socket
+ *                     (the parent's fd too); then a socketpair takes the number: prints the
+ *                     bytes it got
  *   shut-both         the same with SHUT_RDWR, the 3 writes once the kernel has reset the
  *                     connection (the server's close_notify met a socket shut for reading)
  *   longjmp-wait      300 rounds of 20 short lines, then a wait (select, poll, ppoll and
@@ -511,15 +516,53 @@ int daemonCase(const char *port)
 	return 0;
 }
 
-int shutWrite(const char *port, bool both)
+/* The socket a child borrowing this memory shuts down or closes (vfork-shut, clone-vm-shut, clone-files-close). */
+int childsSocket = -1;
+
+[[noreturn]] int shutInChild(void *)
+{
+	_exit(shutdown(childsSocket, SHUT_WR) == 0 ? 0 : 1);
+}
+
+[[noreturn]] int closeInChild(void *)
+{
+	_exit(close(childsSocket) == 0 ? 0 : 1);
+}
+
+/* The shutdown (or close) by a child in this memory, which ends before the parent goes on. */
+void byChild(int fd, const std::string &how)
+{
+	childsSocket = fd;
+	pid_t child = -1;
+	if (how == "vfork-shut") {
+		child = vfork();
+		if (child == 0)
+			shutInChild(nullptr);
+	} else {
+		static char stack[256 * 1024];
+		const bool closes = how == "clone-files-close";
+		child = clone(closes ? closeInChild : shutInChild, stack + sizeof(stack),
+			      CLONE_VM | CLONE_VFORK | (closes ? CLONE_FILES : 0) | SIGCHLD, nullptr);
+	}
+	int status = 0;
+	if (child < 0 || waitpid(child, &status, 0) != child || status != 0)
+		fail("the child");
+}
+
+int shutWrite(const char *port, const std::string &how)
 {
 	signal(SIGPIPE, SIG_IGN);
 	SSL_CTX *ctx = client();
 	int fd = -1;
 	SSL *ssl = connectSsl(ctx, port, &fd);
 	writeLines(ssl, 0, 5);
-	if (shutdown(fd, both ? SHUT_RDWR : SHUT_WR) != 0)
-		fail("shutdown");
+	const bool both = how == "shut-both";
+	if (how == "shut-write" || both) {
+		if (shutdown(fd, both ? SHUT_RDWR : SHUT_WR) != 0)
+			fail("shutdown");
+	} else {
+		byChild(fd, how);
+	}
 	/*
 	 * SHUT_RDWR: the server's close_notify meets a socket shut for reading, and the kernel
 	 * resets the connection (bounded: 10 s, a millisecond apart).
@@ -537,6 +580,20 @@ int shutWrite(const char *port, bool both)
 		const int n = SSL_write(ssl, "line\n", 5);
 		const int error = SSL_get_error(ssl, n);
 		std::printf("write %d error %d errno %d\n", n, error, errno);
+	}
+	if (how == "clone-files-close") {
+		/* The lowest free number is the socket's again: what reaches it was the parent's. */
+		int pair[2];
+		if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair) != 0)
+			fail("socketpair");
+		SSL_free(ssl);
+		close(pair[0]);
+		char got[4096];
+		const ssize_t n = recv(pair[1], got, sizeof(got), MSG_DONTWAIT);
+		std::printf("the next socket on the number got %zd bytes\n", n < 0 ? 0 : n);
+		close(pair[1]);
+		SSL_CTX_free(ctx);
+		return 0;
 	}
 	SSL_free(ssl);
 	close(fd);
@@ -985,8 +1042,9 @@ int main(int argc, char **argv)
 		return reuseCase(argv[1]);
 	if (how == "longjmp-wait")
 		return longjmpWait(argv[1]);
-	if (how == "shut-write" || how == "shut-both")
-		return shutWrite(argv[1], how == "shut-both");
+	if (how == "shut-write" || how == "shut-both" || how == "vfork-shut" || how == "clone-vm-shut" ||
+	    how == "clone-files-close")
+		return shutWrite(argv[1], how);
 	if (how == "clone" || how == "raw-fork" || how == "clone3" || how == "clone-vm")
 		return copiedProcess(argv[1], how);
 	if (how == "spawn" || how == "popen" || how == "system" || how == "vfork")

@@ -231,8 +231,14 @@ TLSTUNE_EXPORT int shutdown(int fd, int how)
 	if (!builtProcess())
 		return libc().shutdown(fd, how);
 	Process &p = process();
-	if ((how != SHUT_WR && how != SHUT_RDWR) || !knownFds().mayHave(fd) || !tracking(p))
+	if ((how != SHUT_WR && how != SHUT_RDWR) || !knownFds().mayHave(fd))
 		return p.libc.shutdown(fd, how);
+	if (!tracking(p)) {
+		/* A vfork child's shuts the parent's socket too (a hunt: the parent's next writes were held, and lost). */
+		if (p.inVforkChild())
+			p.socketShutInVforkChild();
+		return p.libc.shutdown(fd, how);
+	}
 	p.held.socketsLeaving(fd, fd);
 	p.coalescer.shuttingDown(fd);
 	const int result = p.libc.shutdown(fd, how);

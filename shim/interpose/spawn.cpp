@@ -64,13 +64,16 @@ TLSTUNE_EXPORT __attribute__((no_sanitize("address"))) int clone(int (*fn)(void 
 		return -1;
 	}
 	/*
-	 * Another process in this memory, running beside this one (not a thread, not vfork's
-	 * borrower): the shim cannot tell its writes from this process's, nor drain them when
-	 * it ends (a hunt: its writes waited for the parent's next call; it ended a second
-	 * late, with status 0). From now on nothing is held, in either.
+	 * Another process in this memory, running beside this one, or borrowing it with this
+	 * process's fds: the shim cannot tell its writes and closes from this process's (a
+	 * hunt: its writes waited for the parent's next call; it ended a second late, with
+	 * status 0; a CLONE_FILES child's close left the parent holding for the number a
+	 * socketpair took next, which got the records). From now on nothing is held. One that
+	 * borrows it with fds of its own (CLONE_VFORK) gets what is held first, as vfork's
+	 * (a hunt: its shutdown went before 98 held lines).
 	 */
-	if ((flags & CLONE_VM) && !(flags & (CLONE_THREAD | CLONE_VFORK)) && !p.inVforkChild())
-		p.sharesMemoryWithAProcess();
+	if ((flags & CLONE_VM) && !(flags & CLONE_THREAD))
+		p.childInThisMemory(static_cast<unsigned>(flags));
 	/* A thread, or vfork's borrower of this memory: nothing is copied. */
 	if ((flags & CLONE_VM) || p.inVforkChild())
 		return p.libc.clone(fn, stack, flags, arg, parentTid, tls, childTid);

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <new>
 #include <poll.h>
+#include <sched.h>
 #include <csignal>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -430,13 +431,25 @@ void Process::handOver() noexcept
 	errno = savedErrno;
 }
 
-void Process::sharesMemoryWithAProcess()
+void Process::childInThisMemory(unsigned long long cloneFlags)
 {
+	if (inVforkChild())
+		return;
+	if ((cloneFlags & CLONE_VFORK) && !(cloneFlags & CLONE_FILES)) {
+		handOver();
+		return;
+	}
 	if (!coalescer.holding())
 		return;
 	handOverAndStopHolding();
-	logLine(LogLevel::Info, "clone(CLONE_VM) made a process that shares this memory: small writes are no "
-		"longer held in this process");
+	logLine(LogLevel::Info, "clone(CLONE_VM) made a process that shares this memory or its fds: small writes "
+		"are no longer held in this process");
+}
+
+void Process::socketShutInVforkChild() noexcept
+{
+	held.stopHolding();
+	coalescer.stopHoldingIdle();
 }
 
 SocketCalls Process::socketCalls() noexcept

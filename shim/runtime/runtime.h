@@ -67,8 +67,21 @@ struct Process {
 	 * connection decided later reads ahead (its calls may be refused too).
 	 */
 	void sendRefused() noexcept;
-	/* clone(CLONE_VM) made a process beside this one: what is held goes out, and nothing more is held. */
-	void sharesMemoryWithAProcess();
+	/*
+	 * Before a child process in this memory (clone with CLONE_VM and without CLONE_THREAD,
+	 * raw or not). One that borrows it while this thread waits (CLONE_VFORK) gets what is
+	 * held handed over first. One that runs beside this process, or shares its fd table
+	 * (CLONE_FILES: its closes are this process's, unseen), makes the process hold nothing
+	 * more: what is held goes out, and writes go straight through.
+	 */
+	void childInThisMemory(unsigned long long cloneFlags);
+	/*
+	 * A vfork child shut a socket down (SHUT_WR): every process with that socket sees it,
+	 * and the shim no longer knows which of its connections write to it. Nothing more is
+	 * held, so their writes meet the kernel's EPIPE themselves. Two stores, no lock: the
+	 * child shares them with the parent.
+	 */
+	void socketShutInVforkChild() noexcept;
 	/* What is held goes to the kernel (no system call where nothing ever was), and nothing more is held. */
 	void handOverAndStopHolding();
 	/*
