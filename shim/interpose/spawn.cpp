@@ -56,8 +56,6 @@ TLSTUNE_EXPORT __attribute__((no_sanitize("address"))) int clone(int (*fn)(void 
 	void *tls = va_arg(rest, void *);
 	pid_t *childTid = va_arg(rest, pid_t *);
 	va_end(rest);
-	if ((flags & CLONE_VM) && !(flags & CLONE_THREAD))
-		noteChildSharingMemory();
 	Process &p = process();
 	if (!p.libc.clone) {
 		errno = ENOSYS;
@@ -159,9 +157,10 @@ pid_t vforkMissing()
 
 extern "C" __attribute__((visibility("hidden"), used)) void *tlstune_before_vfork() noexcept
 {
-	noteChildSharingMemory();
 	if (Process *p = builtProcess())
-		p->handOver();
+		p->childInThisMemory(CLONE_VM | CLONE_VFORK);
+	else
+		noteChildSharingMemory();
 	pid_t (*const real)() = libc().vfork;
 	return reinterpret_cast<void *>(real ? real : vforkMissing);
 }

@@ -73,10 +73,8 @@ bool clone3Arguments(long args, long size, struct clone_args *arguments) noexcep
  */
 long clonedPast(Process &p, long number, const long (&a)[6], unsigned long long flags, bool ownStack)
 {
-	if ((flags & CLONE_VM) && !(flags & CLONE_THREAD)) {
-		noteChildSharingMemory();
+	if ((flags & CLONE_VM) && !(flags & CLONE_THREAD))
 		p.childInThisMemory(flags);
-	}
 	if (!(flags & CLONE_VM) && !p.inVforkChild()) {
 		if (flags & CLONE_VFORK)
 			p.handOver();
@@ -309,7 +307,6 @@ TLSTUNE_EXPORT __attribute__((no_sanitize("address"))) long syscall(long number,
 		break;
 	/* The child borrows this memory and runs on (interpose/spawn.cpp's vfork). */
 	case SYS_vfork:
-		noteChildSharingMemory();
 		p.childInThisMemory(CLONE_VM | CLONE_VFORK);
 		break;
 	case SYS_clone:

@@ -433,6 +433,7 @@ void Process::handOver() noexcept
 
 void Process::childInThisMemory(unsigned long long cloneFlags)
 {
+	noteChildSharingMemory();
 	if (inVforkChild())
 		return;
 	if ((cloneFlags & CLONE_VFORK) && !(cloneFlags & CLONE_FILES)) {

@@ -72,7 +72,8 @@ struct Process {
 	 * raw or not). One that borrows it while this thread waits (CLONE_VFORK) gets what is
 	 * held handed over first. One that runs beside this process, or shares its fd table
 	 * (CLONE_FILES: its closes are this process's, unseen), makes the process hold nothing
-	 * more: what is held goes out, and writes go straight through.
+	 * more: what is held goes out, and writes go straight through. From then on
+	 * inVforkChild asks the kernel (noteChildSharingMemory).
 	 */
 	void childInThisMemory(unsigned long long cloneFlags);
 	/*
