@@ -1,11 +1,16 @@
 #include "epoll_wake.h"
 
 #include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <fcntl.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include "core/raw_syscalls.h"
 
 namespace tlstune {
 
@@ -21,19 +26,53 @@ bool sameFile(int fd, dev_t dev, ino_t ino) noexcept
 }
 
 /*
- * fd moved out of the numbers the program's next open takes (the lowest free one), to the
- * top of the first 1,024 or of a lower limit: a one-shot loop's re-arm made the program's
- * next descriptor one higher than without the shim (a hunt: 6 against 5). Not higher: the
- * kernel grows a process's fd table to the highest number in use.
+ * The size of this process's fd table (FDSize in /proc/self/status), or 0 if unknown. Raw
+ * system calls, as readKernelList's (core/read/epoll_sets.cpp).
+ */
+long fdTableSize() noexcept
+{
+	RawSyscalls raw;
+	const int savedErrno = errno;
+	const int file = static_cast<int>(syscall(SYS_openat, AT_FDCWD, "/proc/self/status", O_RDONLY | O_CLOEXEC));
+	long size = 0;
+	if (file >= 0) {
+		char text[8192];
+		long used = 0;
+		for (long n; used < static_cast<long>(sizeof(text)) - 1 &&
+			     (n = syscall(SYS_read, file, text + used, sizeof(text) - 1 - used)) > 0;)
+			used += n;
+		text[used] = '\0';
+		if (const char *line = std::strstr(text, "\nFDSize:"))
+			size = std::strtol(line + 8, nullptr, 10);
+		syscall(SYS_close, file);
+	}
+	errno = savedErrno;
+	return size > 0 ? size : 0;
+}
+
+/*
+ * fd moved out of the numbers the program's next open takes (the lowest free one), near
+ * the top of the process's fd table: a one-shot loop's re-arm made the program's next
+ * descriptor one higher than without the shim (a hunt: 6 against 5). Not past it: the
+ * kernel would grow the table, and in a process with threads wait for an RCU grace period
+ * first (a hunt: 10 to 22 ms, once, in a server's second request, when the wake went to
+ * 960 of a table of 64). Where the size is unknown, near the top of the first 1,024.
  */
 int outOfTheWay(int fd) noexcept
 {
-	constexpr rlim_t kTop = 1024, kBelowTop = 64;
 	struct rlimit limit;
-	if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur <= 2 * kBelowTop)
+	if (getrlimit(RLIMIT_NOFILE, &limit) != 0)
 		return fd;
-	const rlim_t top = limit.rlim_cur < kTop ? limit.rlim_cur : kTop;
-	const int moved = fcntl(fd, F_DUPFD_CLOEXEC, static_cast<int>(top - kBelowTop));
+	rlim_t top = static_cast<rlim_t>(fdTableSize());
+	if (top == 0)
+		top = 1024;
+	if (limit.rlim_cur < top)
+		top = limit.rlim_cur;
+	/* The top eighth: 56 to 63 of the 64 a process starts with. */
+	const rlim_t from = top - top / 8;
+	if (top < 16 || from <= static_cast<rlim_t>(fd))
+		return fd;
+	const int moved = fcntl(fd, F_DUPFD_CLOEXEC, static_cast<int>(from));
 	if (moved < 0)
 		return fd;
 	close(fd);
@@ -41,6 +80,12 @@ int outOfTheWay(int fd) noexcept
 }
 
 } /* namespace */
+
+EpollWake::~EpollWake()
+{
+	if (fd_ >= 0 && sameFile(fd_, dev_, ino_))
+		close(fd_);
+}
 
 int EpollWake::descriptor() noexcept
 {

@@ -28,6 +28,12 @@ using EpollCtl = int (*)(int, int, int, struct epoll_event *);
  */
 class EpollWake {
 public:
+	EpollWake() = default;
+	/* The process's lives as long as the process; a unit test's leaves no number behind. */
+	~EpollWake();
+	EpollWake(const EpollWake &) = delete;
+	EpollWake &operator=(const EpollWake &) = delete;
+
 	void wake(int epfd, EpollCtl ctl) noexcept;
 	/*
 	 * Removes the wake's events from the count events the real wait returned: the new
