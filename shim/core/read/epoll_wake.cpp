@@ -51,12 +51,14 @@ long fdTableSize() noexcept
 }
 
 /*
- * fd moved out of the numbers the program's next open takes (the lowest free one), near
- * the top of the process's fd table: a one-shot loop's re-arm made the program's next
- * descriptor one higher than without the shim (a hunt: 6 against 5). Not past it: the
- * kernel would grow the table, and in a process with threads wait for an RCU grace period
- * first (a hunt: 10 to 22 ms, once, in a server's second request, when the wake went to
- * 960 of a table of 64). Where the size is unknown, near the top of the first 1,024.
+ * fd moved out of the numbers the program's next open takes (the lowest free one), to a
+ * free number in the top eighth of the process's fd table: a one-shot loop's re-arm made
+ * the program's next descriptor one higher than without the shim (a hunt: 6 against 5).
+ * Never past the table: the kernel would grow it, and in a process with threads wait for
+ * an RCU grace period first (a hunt: 10 to 22 ms, once, when the wake went to 960 of a
+ * table of 64; then 6 to 16 ms when 56 to 63 were taken and it went to 64). A table of
+ * unknown size (no /proc) has the 64 every process starts with. No free number there:
+ * it stays where it is.
  */
 int outOfTheWay(int fd) noexcept
 {
@@ -65,18 +67,22 @@ int outOfTheWay(int fd) noexcept
 		return fd;
 	rlim_t top = static_cast<rlim_t>(fdTableSize());
 	if (top == 0)
-		top = 1024;
+		top = 64;
 	if (limit.rlim_cur < top)
 		top = limit.rlim_cur;
-	/* The top eighth: 56 to 63 of the 64 a process starts with. */
-	const rlim_t from = top - top / 8;
-	if (top < 16 || from <= static_cast<rlim_t>(fd))
-		return fd;
-	const int moved = fcntl(fd, F_DUPFD_CLOEXEC, static_cast<int>(from));
-	if (moved < 0)
-		return fd;
-	close(fd);
-	return moved;
+	const int last = static_cast<int>(top) - 1;
+	const int from = static_cast<int>(top - top / 8);
+	for (int n = last; n >= from && n > fd; n--) {
+		/* A free number: F_DUPFD takes the lowest free one from there, this one. */
+		if (fcntl(n, F_GETFD) >= 0 || errno != EBADF)
+			continue;
+		const int moved = fcntl(fd, F_DUPFD_CLOEXEC, n);
+		if (moved < 0)
+			return fd;
+		close(fd);
+		return moved;
+	}
+	return fd;
 }
 
 } /* namespace */
