@@ -313,6 +313,7 @@ void EpollSets::changedLocked(int epfd, int op, int fd, const struct epoll_event
 		stored->registration.events = event->events;
 		stored->registration.data = event->data.u64;
 		stored->fired = false; /* MOD re-arms */
+		stored->claimed = false;
 		/*
 		 * The kernel polls the file again on MOD, edge-triggered too, and queues an event
 		 * when it is ready: a held connection is, so its next wait reports it once more
@@ -797,6 +798,7 @@ void EpollSets::tell(Stored &stored, unsigned long long arrival) noexcept
 	stored.told = true;
 	stored.toldArrival = arrival;
 	stored.fired = (stored.registration.events & EPOLLONESHOT) != 0;
+	stored.claimed = stored.fired;
 }
 
 bool EpollSets::heldToReport(Set &set, const BufferedFds &buffered, unsigned long long *newest) noexcept
@@ -910,33 +912,51 @@ void EpollSets::unclaim(int epfd, const EpollRegistration &registration) noexcep
 		    stored.registration.data == registration.data) {
 			stored.told = false;
 			stored.fired = false;
+			stored.claimed = false;
 		}
 	}
 }
 
-void EpollSets::delivered(int epfd, const struct epoll_event *events, int count) noexcept
+int EpollSets::delivered(int epfd, struct epoll_event *events, int count, const EpollRegistration *claimed,
+			 int claimedCount) noexcept
 {
 	if (count <= 0 || oneShotCount_.load(std::memory_order_relaxed) == 0)
-		return;
+		return count;
 	std::lock_guard<std::mutex> lock(mutex_);
 	Set *set = find(epfd);
 	if (!set || !set->exact || set->oneShotByData.empty())
-		return;
+		return count;
 	/*
 	 * The kernel disarmed the EPOLLONESHOT registrations it reported. Where two of them
 	 * share their data the shim cannot tell which fired: it reads the kernel's list from
 	 * then on.
 	 */
+	int kept = 0;
 	for (int i = 0; i < count; i++) {
 		auto range = set->oneShotByData.equal_range(events[i].data.u64);
-		if (range.first == range.second)
-			continue;
-		if (std::next(range.first) != range.second) {
+		if (range.first != range.second && std::next(range.first) != range.second) {
 			set->exact = false;
-			return;
+			for (; i < count; i++)
+				events[kept++] = events[i];
+			return kept;
 		}
-		range.first->second->fired = true;
+		Stored *stored = range.first != range.second ? range.first->second : nullptr;
+		const bool claimedHere = stored && std::any_of(claimed, claimed + claimedCount, [&](const EpollRegistration &r) {
+			return r.fd == stored->registration.fd && r.data == stored->registration.data;
+		});
+		if (stored && stored->claimed && !claimedHere) {
+			/* Another wait reports this arm: the kernel's report of it goes (once). */
+			stored->claimed = false;
+			continue;
+		}
+		/* The kernel reported the arm this wait claimed to this wait: nobody else can. */
+		if (stored) {
+			stored->fired = true;
+			stored->claimed = false;
+		}
+		events[kept++] = events[i];
 	}
+	return kept;
 }
 
 size_t EpollSets::registrations(int epfd) const noexcept

@@ -118,8 +118,15 @@ public:
 	void owe(int epfd) noexcept;
 	bool takeOwed(int epfd) noexcept;
 
-	/* The real wait returned these events: EPOLLONESHOT registrations among them are disarmed. */
-	void delivered(int epfd, const struct epoll_event *events, int count) noexcept;
+	/*
+	 * The real wait returned these events: EPOLLONESHOT registrations among them are
+	 * disarmed. One that another wait claimed (it reports the records OpenSSL holds) is
+	 * taken out: that wait reports this arm, and the kernel reported it too to a waiter
+	 * that began before the claim's disarm (a hunt: a connection handed to two worker
+	 * threads at once, 18 runs of 30). claimed: what this wait claimed, kept. The count left.
+	 */
+	int delivered(int epfd, struct epoll_event *events, int count, const EpollRegistration *claimed = nullptr,
+		      int claimedCount = 0) noexcept;
 	/* No set has an EPOLLONESHOT registration: delivered() has nothing to do. One load. */
 	bool noOneShots() const noexcept { return oneShotCount_.load(std::memory_order_relaxed) == 0; }
 
@@ -143,6 +150,8 @@ private:
 		bool detached;                  /* its fd was closed; alive while the file is */
 		unsigned long long closedAt;    /* the closing that detached it */
 		int innerSet = -1;              /* the registered fd is this epoll set of the shim's */
+		/* EPOLLONESHOT: this arm fired by a wait of the shim's claim, which the kernel may report too */
+		bool claimed = false;
 	};
 	/* A registration whose file is not looked up yet (see above): live, never told. */
 	struct Pending {

@@ -213,7 +213,9 @@ inline int epollMerged(const BufferedFds &buffered, EpollSets &sets, EpollCtl re
 	/* The wake stays until a wait settles it (epollMergedFully). */
 	if (woken && ready == 0)
 		return epollMergedFully(buffered, sets, realCtl, epfd, events, maxevents, realWait);
-	sets.delivered(epfd, events, ready);
+	/* Nothing left once another wait's one-shot arms went: wait again, as the kernel would have. */
+	if (ready > 0 && sets.delivered(epfd, events, ready) == 0)
+		return epollMergedFully(buffered, sets, realCtl, epfd, events, maxevents, realWait);
 	return ready;
 }
 
@@ -243,7 +245,9 @@ int epollMergedFully(const BufferedFds &buffered, EpollSets &sets, EpollCtl real
 				wake.settle(epfd, realCtl, before);
 			if (woken && ready == 0)
 				continue;
-			sets.delivered(epfd, events, ready);
+			/* Only another wait's one-shot arms: wait again (EpollSets::delivered). */
+			if (ready > 0 && sets.delivered(epfd, events, ready) == 0)
+				continue;
 			return ready;
 		}
 
@@ -264,14 +268,15 @@ int epollMergedFully(const BufferedFds &buffered, EpollSets &sets, EpollCtl real
 			ready = wake.strip(events, ready, &woken);
 		/* Before the look for what to report: a wake made after it keeps the set woken. */
 		const unsigned long seen = woken ? wake.generation() : 0;
-		sets.delivered(epfd, events, ready);
+		const int kernelReady = ready;
+		ready = sets.delivered(epfd, events, ready, extra, found);
 		/* Woken by the shim: a registration of a held connection was armed during the wait. */
 		if (woken && found == 0)
 			found = sets.claim(epfd, buffered, extra, claimable);
 		/* Found some: the wake stays, for the set's other waiters (EpollWake). */
 		if (woken && found == 0)
 			wake.settle(epfd, realCtl, seen);
-		if (woken && ready == 0 && found == 0)
+		if ((woken || kernelReady > 0) && ready == 0 && found == 0)
 			continue;
 		bool full = false;
 		for (int i = 0; i < found; i++) {
