@@ -29,11 +29,12 @@
  *                   a child's thread writes 100-byte lines while its main thread, once 100
  *                   are accepted, leaves by exit, _exit or an exec of /bin/true; the parent prints "accepted N"
  *                   (what SSL_write had accepted, in shared memory) once the child is gone
- *   close-while-writing close|close-range|shutdown
+ *   close-while-writing close|close-range|shutdown|vfork-shutdown
  *                   a thread writes 100-byte lines while main, once 100 are accepted,
  *                   takes the socket from under it (the program's own race): close,
- *                   close_range over it, or shutdown(SHUT_WR) with SIGPIPE ignored; the
- *                   writer stops at its first failed write; prints "accepted N"
+ *                   close_range over it, or shutdown(SHUT_WR) with SIGPIPE ignored, made
+ *                   by main or by a vfork child; the writer stops at its first failed
+ *                   write; prints "accepted N"
  */
 
 #include <csignal>
@@ -262,9 +263,16 @@ int closeWhileWritingCase(const char *port, const std::string &way)
 	/* No sleep: the close lands while the writer is in full flow. */
 	while (accepted.load() < 100 * 100)
 		sched_yield();
-	if (way == "shutdown")
+	if (way == "shutdown") {
 		shutdown(fd, SHUT_WR);
-	else if (way == "close-range")
+	} else if (way == "vfork-shutdown") {
+		const pid_t child = vfork();
+		if (child == 0)
+			_exit(shutdown(fd, SHUT_WR) == 0 ? 0 : 1);
+		int status = 0;
+		if (child < 0 || waitpid(child, &status, 0) != child || status != 0)
+			fail("the vfork child's shutdown");
+	} else if (way == "close-range")
 		close_range(static_cast<unsigned>(fd), static_cast<unsigned>(fd) + 10, 0);
 	else
 		close(fd);

@@ -447,11 +447,6 @@ void Process::childInThisMemory(unsigned long long cloneFlags)
 		"are no longer held in this process");
 }
 
-void Process::socketShutInVforkChild() noexcept
-{
-	held.stopHolding();
-	coalescer.stopHoldingIdle();
-}
 
 SocketCalls Process::socketCalls() noexcept
 {

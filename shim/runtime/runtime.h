@@ -76,13 +76,6 @@ struct Process {
 	 * inVforkChild asks the kernel (noteChildSharingMemory).
 	 */
 	void childInThisMemory(unsigned long long cloneFlags);
-	/*
-	 * A vfork child shut a socket down (SHUT_WR): every process with that socket sees it,
-	 * and the shim no longer knows which of its connections write to it. Nothing more is
-	 * held, so their writes meet the kernel's EPIPE themselves. Two stores, no lock: the
-	 * child shares them with the parent.
-	 */
-	void socketShutInVforkChild() noexcept;
 	/* What is held goes to the kernel (no system call where nothing ever was), and nothing more is held. */
 	void handOverAndStopHolding();
 	/*

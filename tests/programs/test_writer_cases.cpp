@@ -630,14 +630,15 @@ TEST(Writers, LeavingWhileAnotherThreadWritesLosesNothingAccepted)
  * With it, a close handed over what was held and then detached in a second hold of the
  * lock, a record appended between the two never went out, and a batch the writer had
  * taken out to send met a closed number (a hunt: one or two lines lost in 26 runs of 300
- * with close, one in 138 of 300 with shutdown).
+ * with close, one in 138 of 300 with shutdown). A vfork child's shutdown went before
+ * what the writer had held (up to 16,383 bytes lost, 27 runs of 30).
  */
 TEST(Writers, ACloseWhileAnotherThreadWritesLosesNothingAccepted)
 {
 	RecordProperty("fault", "a thread writing 100-byte lines while main closes, close_ranges or shuts down the socket");
 	if (threadSanitizerBuild())
 		GTEST_SKIP() << "the program's own race on its socket: ThreadSanitizer reports it either way";
-	expectAcceptedArrivedEachWay("close-while-writing", { "close", "close-range", "shutdown" }, 40);
+	expectAcceptedArrivedEachWay("close-while-writing", { "close", "close-range", "shutdown", "vfork-shutdown" }, 40);
 }
 
 TEST(Writers, AMessageCallbackSetMidStreamSeesNoRecordWrittenBeforeIt)
