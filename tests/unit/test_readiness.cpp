@@ -1066,6 +1066,24 @@ TEST_F(EpollMerged, OneShotArmClaimedByOneWaitIsNotReportedByAnother)
 	EXPECT_EQ(rearmed[0].data.u64, 12u);
 }
 
+/* Of two kernel reports, only the claimed arm's goes: the other stays, first, and the count says one. */
+TEST_F(EpollMerged, OnlyTheClaimedArmsReportLeavesAWaitsEvents)
+{
+	SocketPair other;
+	add(pair_.fds[0], EPOLLIN | EPOLLONESHOT, 9);
+	add(other.fds[0], EPOLLIN | EPOLLONESHOT, 20);
+	ASSERT_EQ(write(pair_.fds[1], "x", 1), 1);
+	ASSERT_EQ(write(other.fds[1], "y", 1), 1);
+	hold(pair_.fds[0]);
+	struct epoll_event slow[4];
+	ASSERT_EQ(epoll_wait(epfd_, slow, 4, 0), 2);
+	EpollRegistration claimed[4];
+	ASSERT_EQ(sets_.claim(epfd_, buffered_, claimed, 4), 1);
+	ASSERT_EQ(sets_.delivered(epfd_, slow, 2), 1);
+	EXPECT_EQ(slow[0].data.u64, 20u);
+	control(EPOLL_CTL_DEL, other.fds[0], 0, 0);
+}
+
 TEST_F(EpollMerged, TableFollowsAddModDel)
 {
 	hold(pair_.fds[0]);

@@ -213,8 +213,10 @@ inline int epollMerged(const BufferedFds &buffered, EpollSets &sets, EpollCtl re
 	/* The wake stays until a wait settles it (epollMergedFully). */
 	if (woken && ready == 0)
 		return epollMergedFully(buffered, sets, realCtl, epfd, events, maxevents, realWait);
+	const int kernelReady = ready;
+	ready = sets.delivered(epfd, events, ready);
 	/* Nothing left once another wait's one-shot arms went: wait again, as the kernel would have. */
-	if (ready > 0 && sets.delivered(epfd, events, ready) == 0)
+	if (kernelReady > 0 && ready == 0)
 		return epollMergedFully(buffered, sets, realCtl, epfd, events, maxevents, realWait);
 	return ready;
 }
@@ -246,7 +248,9 @@ int epollMergedFully(const BufferedFds &buffered, EpollSets &sets, EpollCtl real
 			if (woken && ready == 0)
 				continue;
 			/* Only another wait's one-shot arms: wait again (EpollSets::delivered). */
-			if (ready > 0 && sets.delivered(epfd, events, ready) == 0)
+			const int kernelReady = ready;
+			ready = sets.delivered(epfd, events, ready);
+			if (kernelReady > 0 && ready == 0)
 				continue;
 			return ready;
 		}
