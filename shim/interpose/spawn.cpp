@@ -70,8 +70,7 @@ TLSTUNE_EXPORT __attribute__((no_sanitize("address"))) int clone(int (*fn)(void 
 	 * borrows it with fds of its own (CLONE_VFORK) gets what is held first, as vfork's
 	 * (a hunt: its shutdown went before 98 held lines).
 	 */
-	if ((flags & CLONE_VM) && !(flags & CLONE_THREAD))
-		p.childInThisMemory(static_cast<unsigned>(flags));
+	p.childInThisMemory(static_cast<unsigned>(flags));
 	/* A thread, or vfork's borrower of this memory: nothing is copied. */
 	if ((flags & CLONE_VM) || p.inVforkChild())
 		return p.libc.clone(fn, stack, flags, arg, parentTid, tls, childTid);

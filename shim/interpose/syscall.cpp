@@ -73,8 +73,7 @@ bool clone3Arguments(long args, long size, struct clone_args *arguments) noexcep
  */
 long clonedPast(Process &p, long number, const long (&a)[6], unsigned long long flags, bool ownStack)
 {
-	if ((flags & CLONE_VM) && !(flags & CLONE_THREAD))
-		p.childInThisMemory(flags);
+	p.childInThisMemory(flags);
 	if (!(flags & CLONE_VM) && !p.inVforkChild()) {
 		if (flags & CLONE_VFORK)
 			p.handOver();

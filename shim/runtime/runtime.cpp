@@ -433,6 +433,9 @@ void Process::handOver() noexcept
 
 void Process::childInThisMemory(unsigned long long cloneFlags)
 {
+	/* A thread, or a copy of the memory (fork's): no child in this memory. */
+	if (!(cloneFlags & CLONE_VM) || (cloneFlags & CLONE_THREAD))
+		return;
 	noteChildSharingMemory();
 	if (inVforkChild())
 		return;

@@ -68,8 +68,8 @@ struct Process {
 	 */
 	void sendRefused() noexcept;
 	/*
-	 * Before a child process in this memory (clone with CLONE_VM and without CLONE_THREAD,
-	 * raw or not). One that borrows it while this thread waits (CLONE_VFORK) gets what is
+	 * Before a clone, raw or not, with its flags: only a child process in this memory
+	 * (CLONE_VM without CLONE_THREAD) is one to act on. One that borrows it while this thread waits (CLONE_VFORK) gets what is
 	 * held handed over first. One that runs beside this process, or shares its fd table
 	 * (CLONE_FILES: its closes are this process's, unseen), makes the process hold nothing
 	 * more: what is held goes out, and writes go straight through. From then on

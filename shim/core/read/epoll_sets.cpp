@@ -941,10 +941,11 @@ int EpollSets::delivered(int epfd, struct epoll_event *events, int count, const 
 			return kept;
 		}
 		Stored *stored = range.first != range.second ? range.first->second : nullptr;
-		const bool claimedHere = stored && std::any_of(claimed, claimed + claimedCount, [&](const EpollRegistration &r) {
-			return r.fd == stored->registration.fd && r.data == stored->registration.data;
-		});
-		if (stored && stored->claimed && !claimedHere) {
+		/* Looked for only where an arm is claimed: one compare per event otherwise. */
+		if (stored && stored->claimed &&
+		    std::none_of(claimed, claimed + claimedCount, [stored](const EpollRegistration &r) {
+			    return r.fd == stored->registration.fd && r.data == stored->registration.data;
+		    })) {
 			/* Another wait reports this arm: the kernel's report of it goes (once). */
 			stored->claimed = false;
 			continue;

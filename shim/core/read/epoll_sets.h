@@ -150,7 +150,7 @@ private:
 		bool detached;                  /* its fd was closed; alive while the file is */
 		unsigned long long closedAt;    /* the closing that detached it */
 		int innerSet = -1;              /* the registered fd is this epoll set of the shim's */
-		/* EPOLLONESHOT: this arm fired by a wait of the shim's claim, which the kernel may report too */
+		/* EPOLLONESHOT: a wait of the shim's claimed this arm, which the kernel may report too */
 		bool claimed = false;
 	};
 	/* A registration whose file is not looked up yet (see above): live, never told. */
