@@ -66,6 +66,10 @@
  *   clone-files-close the same, the child made with CLONE_FILES too, and closing the socket
  *                     (the parent's fd too); then a socketpair takes the number: prints the
  *                     bytes it got
+ *   shut-rest         20 connections in turn (tls_server --connections 20): one short
+ *                     line (the connection's first write goes straight out), close_notify,
+ *                     shutdown(fd, SHUT_WR), then read to the server's end: prints "rounds
+ *                     20 bytes N" (the close_notify and end each connection got back)
  *   shut-both         the same with SHUT_RDWR, the 3 writes once the kernel has reset the
  *                     connection (the server's close_notify met a socket shut for reading)
  *   longjmp-wait      300 rounds of 20 short lines, then a wait (select, poll, ppoll and
@@ -427,6 +431,32 @@ int midFlushCase(const char *port)
 		}
 	}
 	std::printf("bytes into other files %zu\n", elsewhere);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
+/* A server's way of ending a connection (lighttpd): its writes have all gone out. */
+int shutAtRest(const char *port)
+{
+	SSL_CTX *ctx = client();
+	size_t back = 0;
+	int round = 0;
+	for (; round < 20; round++) {
+		int fd = -1;
+		SSL *ssl = connectSsl(ctx, port, &fd);
+		writeLines(ssl, 0, 1);
+		SSL_shutdown(ssl);
+		if (shutdown(fd, SHUT_WR) != 0)
+			fail("shutdown");
+		/* The server closes once it has read the client's end (bounded: tls_server's). */
+		char buffer[4096];
+		ssize_t n;
+		while ((n = read(fd, buffer, sizeof(buffer))) > 0)
+			back += static_cast<size_t>(n);
+		SSL_free(ssl);
+		close(fd);
+	}
+	std::printf("rounds %d bytes %zu\n", round, back);
 	SSL_CTX_free(ctx);
 	return 0;
 }
@@ -1061,6 +1091,8 @@ int main(int argc, char **argv)
 		return fcloseCase(argv[1]);
 	if (how == "mid-flush")
 		return midFlushCase(argv[1]);
+	if (how == "shut-rest")
+		return shutAtRest(argv[1]);
 	if (how == "timer-close")
 		return timerCloseCase(argv[1]);
 	if (how == "msg-callback")

@@ -1,5 +1,6 @@
 #include "tls_fixture.h"
 
+#include <cctype>
 #include <cstring>
 #include <fstream>
 #include <link.h>
@@ -143,6 +144,14 @@ TracedRun runTraced(const std::vector<std::string> &argv, bool withShim,
 	result.status = run(command, timeoutMs, &result.out);
 	std::ifstream in(log);
 	result.calls = tlstune::parseStraceLog(in);
+	in.clear();
+	in.seekg(0);
+	/* "PID name(...": neither a signal ("--- SIG") nor an exit ("+++"). */
+	for (std::string line; std::getline(in, line);) {
+		const std::string::size_type space = line.find(' ');
+		if (space != std::string::npos && space + 1 < line.size() && std::islower(static_cast<unsigned char>(line[space + 1])))
+			result.traced++;
+	}
 	return result;
 }
 

@@ -58,7 +58,10 @@ private:
 struct TracedRun {
 	int status = -1;
 	std::string out;
+	/* The calls on an fd (their first argument), parsed. */
 	std::vector<tlstune::Syscall> calls;
+	/* Every call traced, on an fd or not (rt_sigprocmask): the lines of the log that are one. */
+	std::size_t traced = 0;
 };
 
 /* What runTraced traces by default: the reads and writes. */

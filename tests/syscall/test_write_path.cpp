@@ -214,3 +214,23 @@ TEST_P(WritePath, ThreadsWritingReadingAndMakingContextsAtOnceKeepTheirBytes)
 	}
 	countCheckedBytes(8 * 4 * 5000 * 100);
 }
+
+/*
+ * Issue 22 and 24: a shutdown(SHUT_WR) of a connection whose writes have all gone out (how
+ * lighttpd ends each one) took the hand-over's lock, and blocked and unblocked every
+ * signal around it: two rt_sigprocmask a connection. It takes no lock now.
+ */
+TEST(WritePathShutdown, AShutdownOfAConnectionHoldingNothingChangesNoSignalMask)
+{
+	ExampleServer server({ "--sink", "--tls", "1.2", "--connections", "40" });
+	auto counted = [&](bool withShim) {
+		TracedRun run = runTraced({ examplePath("writer_cases"), server.portText(), "shut-rest" }, withShim,
+					  {}, kTimeoutMs, "rt_sigprocmask");
+		EXPECT_EQ(run.status, 0) << run.out;
+		EXPECT_EQ(run.out.rfind("rounds 20 bytes ", 0), 0u) << run.out;
+		return static_cast<long>(run.traced);
+	};
+	const long without = counted(false), with = counted(true);
+	/* The shim's start-up and exit make a few pairs; one a connection was 40 calls more. */
+	EXPECT_LT(with, without + 16) << "without " << without << ", with " << with;
+}

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <csignal>
@@ -27,7 +28,8 @@ using namespace tlstune;
 
 namespace {
 
-int g_sends = 0;
+/* Atomic: a test's appender thread sends too. */
+std::atomic<int> g_sends{0};
 
 ssize_t countingSend(int fd, const void *data, size_t length, int flags)
 {
@@ -609,6 +611,66 @@ TEST_F(TcpPair, AfterAShutdownsHandOverRecordsGoToTheSocketUntilTheShutdownFails
 	EXPECT_EQ(readExactly(6), "again\n");
 	EXPECT_EQ(appendRecord(*writes, "closed\n"), PendingWrites::Result::Failed) << "detached with the hand-over";
 	coalescer.release(writes);
+}
+
+/*
+ * A shutdown that finds the connection at rest takes no lock (writeOutAtRest) and sends
+ * nothing; a record after it is the socket's to answer (NoRoom), as after a locked one.
+ */
+TEST_F(Pair, AShutdownOfAConnectionAtRestSendsNothingAndLetsTheSocketAnswerWhatFollows)
+{
+	Coalescer coalescer(16 * 1024, std::chrono::milliseconds(100), kCalls);
+	PendingWrites *writes = coalescer.open(fds_[0]);
+	ASSERT_EQ(append(*writes, "held\n"), PendingWrites::Result::Done);
+	ASSERT_EQ(writes->send(), PendingWrites::Result::Done);
+	const int sends = g_sends;
+	coalescer.shuttingDown(fds_[0]);
+	EXPECT_EQ(g_sends, sends);
+	EXPECT_TRUE(writes->writesDirect());
+	EXPECT_EQ(append(*writes, "after\n"), PendingWrites::Result::NoRoom);
+	EXPECT_FALSE(writes->dirty());
+	coalescer.shutdownFailed(fds_[0]);
+	EXPECT_EQ(append(*writes, "again\n"), PendingWrites::Result::Done);
+	EXPECT_EQ(received(), "held\n");
+	coalescer.release(writes);
+}
+
+/*
+ * The same racing a writer whose records go out one by one: the shutdown sees a record
+ * and sends it first, or the writer sees the shutdown and writes to the socket itself
+ * (NoRoom). When it returns nothing is held, so nothing can follow the kernel's FIN. The
+ * window is a few instructions wide: this mostly finds data races (the thread sanitizer
+ * leg) and a lock-free path that touches what the lock guards.
+ */
+TEST_F(Pair, AShutdownRacingAWriterLeavesNothingHeldBehindIt)
+{
+	Coalescer coalescer(16 * 1024, std::chrono::milliseconds(100), kCalls);
+	int heldAfter = 0, lost = 0;
+	for (int round = 0; round < 400; round++) {
+		PendingWrites *writes = coalescer.open(fds_[0]);
+		std::atomic<bool> writing{false};
+		int appended = 0;
+		std::thread writer([&] {
+			for (int i = 0; i < 200; i++) {
+				if (append(*writes, "record\n") != PendingWrites::Result::Done)
+					break;
+				appended++;
+				writing.store(true);
+				writes->send();
+			}
+			writing.store(true);
+		});
+		while (!writing.load())
+			std::this_thread::yield();
+		coalescer.shuttingDown(fds_[0]);
+		heldAfter += writes->dirty() ? 1 : 0;
+		writer.join();
+		lost += received().size() == static_cast<size_t>(appended) * 7 ? 0 : 1;
+		coalescer.shutdownFailed(fds_[0]);
+		coalescer.release(writes);
+	}
+	EXPECT_EQ(heldAfter, 0) << "rounds where a record was held after the shutdown returned";
+	EXPECT_EQ(lost, 0);
 }
 
 #ifdef BIO_CTRL_GET_KTLS_SEND /* OpenSSL 3: 1.1.1 has no kernel TLS ask */

@@ -392,6 +392,9 @@ void Coalescer::handOver(PendingWrites *writes, PendingWrites::AfterSend then)
 	/* Nothing to send, nothing to do after: an SSL_free's, a close's of a connection at rest. */
 	if (then == PendingWrites::AfterSend::Nothing && !writes->dirty())
 		return;
+	/* A shutdown of a connection at rest: no lock, so no signal mask to change. */
+	if (then == PendingWrites::AfterSend::WriteOut && writes->writeOutAtRest())
+		return;
 	/* Bounded (kDrainTimeoutMs): a cancelled thread hands the bytes over first. */
 	CancelDeferred whole;
 	const int fd = writes->fd(); /* for the log: a detach forgets it */

@@ -144,7 +144,12 @@ int filterWrite(BIO *bio, const char *data, int length)
 		askRetry(bio);
 		return -1;
 	case PendingWrites::Result::NoRoom:
-		/* Nothing is pending: the write goes to the socket as it would without the shim. */
+		/*
+		 * The write goes to the socket as it would without the shim, after what is held
+		 * (none, but where a shutdown at rest found an append under way: writeOutAtRest).
+		 */
+		if (!flushed(bio, writes))
+			return -1;
 		return passOn(bio, writes, next, data, length);
 	default:
 		return errno == EPIPE ? failAsTheKernelWould(EPIPE) : -1;

@@ -32,6 +32,12 @@ PendingWrites::Result PendingWrites::appendRecord(const void *record, std::size_
 						  bool *becameDirty, bool overflow)
 {
 	*becameDirty = false;
+	/* Before shut_ is read: writeOutAtRest sees this append, or this sees its shut_. */
+	appending_.fetch_add(1, std::memory_order_seq_cst);
+	struct Ended {
+		std::atomic<int> &appending;
+		~Ended() { appending.fetch_sub(1, std::memory_order_release); }
+	} ended{ appending_ };
 	{
 		ShimLock lock(mutex_);
 		if (refusedLocked())
@@ -48,7 +54,7 @@ PendingWrites::Result PendingWrites::appendRecord(const void *record, std::size_
 	if (refusedLocked())
 		return Result::Failed;
 	/* A shutdown did: the kernel answers this write, as without the shim. */
-	if (!overflow && shut_.load(std::memory_order_relaxed))
+	if (!overflow && shut_.load(std::memory_order_seq_cst))
 		return Result::NoRoom;
 	/*
 	 * A new batch only on a socket with room for it, asked under the lock: the flusher
@@ -163,6 +169,19 @@ PendingWrites::Result PendingWrites::sendPatiently(std::chrono::milliseconds pat
 	else if (then == AfterSend::WriteOut)
 		shut_.store(true, std::memory_order_relaxed);
 	return result;
+}
+
+bool PendingWrites::writeOutAtRest() noexcept
+{
+	if (dirty() || appending_.load(std::memory_order_relaxed) != 0)
+		return false;
+	/*
+	 * Dekker with appendRecord: a later append finds shut_ and writes to the kernel; one
+	 * under way, or what it appended (after its release), is seen here. Seen: shut_ stays
+	 * (an append then flushes before it writes) and the locked way sends what is held.
+	 */
+	shut_.store(true, std::memory_order_seq_cst);
+	return appending_.load(std::memory_order_seq_cst) == 0 && !dirty();
 }
 
 PendingWrites::Result PendingWrites::trySend()

@@ -144,6 +144,13 @@ public:
 	};
 	/* The same waiting for the lock a bounded while (a way out). */
 	Result sendPatiently(std::chrono::milliseconds patience, AfterSend then = AfterSend::Nothing);
+	/*
+	 * A shutdown's AfterSend::WriteOut on a connection that holds nothing and is appending
+	 * nothing: done without the lock, so without the signal mask the lock needs (two
+	 * system calls a connection in a server that shuts its connections down, lighttpd).
+	 * False: the caller takes the locked way (sendPatiently).
+	 */
+	bool writeOutAtRest() noexcept;
 
 	/*
 	 * Before a batch begins (nothing pending): the largest batch the socket can take now
@@ -266,6 +273,7 @@ private:
 	std::atomic<bool> stalled_{false};
 	std::atomic<bool> sentAway_{false};
 	std::atomic<bool> shut_{false}; /* shut down for writing (AfterSend::WriteOut) */
+	std::atomic<int> appending_{0}; /* appendRecord calls under way: writeOutAtRest's other half */
 	/* Written under mutex_; read without it by error(), once per held write. */
 	std::atomic<int> error_{0};
 	bool listed_ = false;
