@@ -7,10 +7,13 @@
  * CRYPTO_set_mem_functions, which moves the heap's layout: the RSS is then not a plain
  * program's), the same question without the allocator's and the kernel's noise.
  * Usage: idle_memory --cert C --key K [--role client|server] [--connections N]
- *                    [--burst BYTES] [--release-buffers] [--openssl-bytes]
+ *                    [--burst BYTES] [--release-buffers] [--openssl-bytes] [--connect-first]
  * --role: whether this process connects (the default) or accepts; the peer does the other.
  * --release-buffers: SSL_MODE_RELEASE_BUFFERS on this process's context (curl, python and
  * nginx set it).
+ * --connect-first: this process makes every connection first, then reads each burst in
+ * turn (a pool of clients that connect, then each take an answer); with --openssl-bytes
+ * it prints "OpenSSL bytes per connection after the handshakes Z" first.
  */
 
 #include <atomic>
@@ -128,15 +131,24 @@ int main(int argc, char **argv)
 	std::vector<SSL *> kept;
 	const long before = rssKiB();
 	const long long openSslBefore = openSslBytes;
+	bool connectFirst = false;
+	for (int i = 1; i < argc; i++)
+		connectFirst = connectFirst || std::string(argv[i]) == "--connect-first";
+	for (int i = 0; connectFirst && i < connections; i++)
+		kept.push_back(open(ctx, server, listener, port));
+	if (connectFirst && counted)
+		std::printf("OpenSSL bytes per connection after the handshakes %lld\n",
+			    (openSslBytes - openSslBefore) / connections);
 	for (int i = 0; i < connections; i++) {
-		SSL *ssl = open(ctx, server, listener, port);
+		SSL *ssl = connectFirst ? kept[static_cast<size_t>(i)] : open(ctx, server, listener, port);
 		for (size_t got = 0; got < size;) {
 			const int n = SSL_read(ssl, buffer.data(), static_cast<int>(buffer.size()));
 			if (n <= 0)
 				fail("SSL_read");
 			got += static_cast<size_t>(n);
 		}
-		kept.push_back(ssl);
+		if (!connectFirst)
+			kept.push_back(ssl);
 	}
 	const long after = rssKiB();
 	std::printf("KiB per connection %.1f\n", static_cast<double>(after - before) / connections);

@@ -22,7 +22,8 @@ start_time() {
 }
 
 # idle_kib PRELOAD [ARG]...: KiB a process keeps per idle connection after reading a burst
-# of 64 KiB on each of 300 (examples/idle_memory ARG...: its role, --release-buffers).
+# of 64 KiB on each of 300 (examples/idle_memory ARG...: its role, --release-buffers,
+# --connect-first).
 idle_kib() {
 	LD_PRELOAD="$1" "$tree/examples/idle_memory" --cert "$work/cert.pem" --key "$work/key.pem" "${@:2}" |
 		awk '/^KiB per connection / { print $4 }'
@@ -96,6 +97,7 @@ ROWS
 	with="$work/floor-cxx.so" interleaved_row "the same with an empty C++ library, its runtime linked in (static libstdc++ and libgcc), microseconds" start_time "$starts"
 	interleaved_row "RSS per idle client connection after 64 KiB read, 300 connections, KiB, not ns" idle_kib
 	interleaved_row "the same, the client sets \`SSL_MODE_RELEASE_BUFFERS\` (curl, python), KiB" idle_kib --release-buffers
+	interleaved_row "the same, the client makes its 300 connections first, then reads each burst, KiB" idle_kib --connect-first
 	interleaved_row "RSS per idle server connection after 64 KiB read, 300 connections, KiB" idle_kib --role server
 	interleaved_row "the same, the server sets \`SSL_MODE_RELEASE_BUFFERS\` (nginx), KiB" idle_kib --role server --release-buffers
 	interleaved_row "apache 2.4 (event MPM, mod_ssl): syscalls for $apache_requests keep-alive requests of 100 B, 50 clients (h2load --h1, strace -f -c), not ns" apache_syscalls "$apache_requests"

@@ -73,7 +73,17 @@ public:
 	void setReadAheadByShim(bool on) noexcept { readAheadByShim_ = on; }
 	/* The shim gave it a read buffer larger than OpenSSL's own (a client's four records). */
 	bool enlargedByShim() const noexcept { return enlargedByShim_; }
-	void setEnlargedByShim() noexcept { enlargedByShim_ = true; }
+	void setEnlargedByShim() noexcept
+	{
+		enlargedByShim_ = true;
+		handshakeBufferKept_ = true;
+	}
+	/*
+	 * Until the handshake is done: the enlarged buffer OpenSSL made for it, of whose pages
+	 * the handshake fills a few, is let go then (ReadTuning::letEmptyBufferGo).
+	 */
+	bool handshakeBufferKept() const noexcept { return handshakeBufferKept_; }
+	void handshakeBufferGone() noexcept { handshakeBufferKept_ = false; }
 	/*
 	 * What its socket reads returned since it last wrote, and since it last let its read
 	 * buffer go (ReadTuning::letEmptyBufferGo); whether it let it go since it last wrote;
@@ -118,6 +128,7 @@ private:
 	bool madeThroughShim_ = false;
 	bool readAheadByShim_ = false;
 	bool enlargedByShim_ = false;
+	bool handshakeBufferKept_ = false;
 	size_t receivedSinceWrite_ = 0;
 	size_t receivedSinceLetGo_ = 0;
 	bool lastReadEmptied_ = false;

@@ -127,6 +127,20 @@ void ReadTuning::tuneConnection(const OpenSslApi &api, const Config &config,
 	}
 }
 
+void ReadTuning::letHandshakeBufferGo(const OpenSslApi &api, SSL *ssl, Connection &connection,
+				      bool progressed) noexcept
+{
+	if (!progressed || !api.SSL_is_init_finished || api.SSL_is_init_finished(ssl) != 1)
+		return;
+	/*
+	 * One try, at the call that ended the handshake (letGo says when it is safe): a
+	 * record read ahead with its end keeps the buffer until the end of the first burst.
+	 */
+	connection.handshakeBufferGone();
+	if (api.SSL_free_buffers && api.SSL_has_pending(ssl) == 0 && api.SSL_free_buffers(ssl) == 1)
+		connection.bufferLetGo();
+}
+
 void ReadTuning::letGo(const OpenSslApi &api, const UnseenWaits &unseen, SSL *ssl, Connection &connection,
 		       bool progressed) noexcept
 {
