@@ -1066,6 +1066,80 @@ TEST_F(EpollMerged, OneShotArmClaimedByOneWaitIsNotReportedByAnother)
 	EXPECT_EQ(rearmed[0].data.u64, 12u);
 }
 
+/*
+ * A wait that began before another claimed an arm and disarmed it in the kernel may take
+ * in the kernel's report of that arm only after the program armed the registration again
+ * (its worker read, then MOD): the report may be the old arm's, and two workers would have
+ * the connection at once (a hunt: 1 to 3 runs of 20). It goes, and the kernel is given the
+ * program's arm again, so that a wait begun after reports it once.
+ */
+TEST_F(EpollMerged, AReportToAWaitBegunBeforeAClaimedArmsDisarmGoesAndTheArmIsMadeAgain)
+{
+	add(pair_.fds[0], EPOLLIN | EPOLLONESHOT, 9);
+	ASSERT_EQ(write(pair_.fds[1], "x", 1), 1); /* the kernel has data too */
+	hold(pair_.fds[0]);
+	const unsigned long slow = sets_.beginWait();
+	const unsigned long claimer = sets_.beginWait();
+	EXPECT_LT(slow, claimer);
+	EpollRegistration claimed[4];
+	ASSERT_EQ(sets_.claim(epfd_, buffered_, claimed, 4), 1);
+	sets_.disarm(epfd_, claimed[0], ::epoll_ctl);
+	struct epoll_event none[4];
+	EXPECT_EQ(epoll_wait(epfd_, none, 4, 0), 0) << "disarmed in the kernel";
+	control(EPOLL_CTL_MOD, pair_.fds[0], EPOLLIN | EPOLLONESHOT, 10);
+
+	struct epoll_event late[4];
+	ASSERT_EQ(epoll_wait(epfd_, late, 4, 0), 1);
+	EXPECT_EQ(sets_.delivered(epfd_, late, 1, nullptr, 0, slow, ::epoll_ctl), 0)
+		<< "the slow wait's report goes";
+	const unsigned long after = sets_.beginWait();
+	struct epoll_event again[4];
+	ASSERT_EQ(epoll_wait(epfd_, again, 4, 0), 1) << "the kernel has the arm again";
+	EXPECT_EQ(sets_.delivered(epfd_, again, 1, nullptr, 0, after, ::epoll_ctl), 1);
+	EXPECT_EQ(again[0].data.u64, 10u);
+	EXPECT_EQ(epoll_wait(epfd_, again, 4, 0), 0) << "reported once";
+}
+
+/* The same where the program arms it again by EPOLL_CTL_DEL and EPOLL_CTL_ADD. */
+TEST_F(EpollMerged, AReportToAWaitBegunBeforeAClaimedArmsDisarmGoesAlsoAfterADeleteAndAnAdd)
+{
+	add(pair_.fds[0], EPOLLIN | EPOLLONESHOT, 9);
+	ASSERT_EQ(write(pair_.fds[1], "x", 1), 1);
+	hold(pair_.fds[0]);
+	const unsigned long slow = sets_.beginWait();
+	EpollRegistration claimed[4];
+	ASSERT_EQ(sets_.claim(epfd_, buffered_, claimed, 4), 1);
+	sets_.disarm(epfd_, claimed[0], ::epoll_ctl);
+	control(EPOLL_CTL_DEL, pair_.fds[0], 0, 0);
+	control(EPOLL_CTL_ADD, pair_.fds[0], EPOLLIN | EPOLLONESHOT, 9);
+
+	struct epoll_event late[4];
+	ASSERT_EQ(epoll_wait(epfd_, late, 4, 0), 1);
+	EXPECT_EQ(sets_.delivered(epfd_, late, 1, nullptr, 0, slow, ::epoll_ctl), 0)
+		<< "the slow wait's report goes";
+	const unsigned long after = sets_.beginWait();
+	struct epoll_event again[4];
+	ASSERT_EQ(epoll_wait(epfd_, again, 4, 0), 1) << "the kernel has the arm again";
+	EXPECT_EQ(sets_.delivered(epfd_, again, 1, nullptr, 0, after, ::epoll_ctl), 1);
+}
+
+/*
+ * The shim disarms a claimed arm in the kernel as the kernel's own report would, but not
+ * an arm the program made again before that (another thread's MOD): it stands.
+ */
+TEST_F(EpollMerged, AClaimedArmIsDisarmedInTheKernelUnlessTheProgramArmedItAgain)
+{
+	add(pair_.fds[0], EPOLLIN | EPOLLONESHOT, 9);
+	ASSERT_EQ(write(pair_.fds[1], "x", 1), 1);
+	hold(pair_.fds[0]);
+	EpollRegistration claimed[4];
+	ASSERT_EQ(sets_.claim(epfd_, buffered_, claimed, 4), 1);
+	control(EPOLL_CTL_MOD, pair_.fds[0], EPOLLIN | EPOLLONESHOT, 9);
+	sets_.disarm(epfd_, claimed[0], ::epoll_ctl);
+	struct epoll_event events[4];
+	EXPECT_EQ(epoll_wait(epfd_, events, 4, 0), 1) << "the program's arm stands";
+}
+
 /* Of two kernel reports, only the claimed arm's goes: the other stays, first, and the count says one. */
 TEST_F(EpollMerged, OnlyTheClaimedArmsReportLeavesAWaitsEvents)
 {

@@ -206,6 +206,10 @@ void EpollSets::unindex(Set &set, const Stored *stored) noexcept
 
 void EpollSets::erase(Set &set, Stored *stored) noexcept
 {
+	if (stored->disarmedAt > 0) {
+		set.deletedDisarms[set.deletedNext] = { stored->registration.data, stored->disarmedAt };
+		set.deletedNext = (set.deletedNext + 1) % set.deletedDisarms.size();
+	}
 	unindex(set, stored);
 	if (stored->registration.ino & kUnresolvedInode)
 		countUnresolved(set, -1);
@@ -375,6 +379,13 @@ void EpollSets::add(int epfd, Set &set, const EpollRegistration &registration)
 	if (registration.fd != epfd && find(registration.fd)) {
 		stored->innerSet = registration.fd;
 		set.nested++;
+	}
+	/* A re-arm by DEL and ADD: waits begun before the old arm's disarm may report it still. */
+	if (registration.events & EPOLLONESHOT) {
+		for (size_t i = 0; i < set.deletedDisarms.size() && set.deletedDisarms[i].second > 0; i++) {
+			if (set.deletedDisarms[i].first == registration.data)
+				stored->disarmedAt = std::max(stored->disarmedAt, set.deletedDisarms[i].second);
+		}
 	}
 	index(set, stored);
 }
@@ -917,8 +928,32 @@ void EpollSets::unclaim(int epfd, const EpollRegistration &registration) noexcep
 	}
 }
 
+void EpollSets::disarm(int epfd, const EpollRegistration &registration, EpollCtl realCtl) noexcept
+{
+	std::lock_guard<std::mutex> lock(mutex_);
+	Set *set = find(epfd);
+	if (!set)
+		return;
+	auto range = set->byIno.equal_range(registration.ino);
+	for (auto it = range.first; it != range.second; ++it) {
+		Stored &stored = it->second;
+		/* Not fired: the program armed it again since the claim (MOD), and that arm stands. */
+		if (stored.detached || stored.registration.fd != registration.fd ||
+		    stored.registration.data != registration.data || !stored.fired)
+			continue;
+		const int savedErrno = errno;
+		struct epoll_event event = {};
+		event.events = stored.registration.events & (EPOLLONESHOT | EPOLLET | EPOLLWAKEUP);
+		event.data.u64 = stored.registration.data;
+		realCtl(epfd, EPOLL_CTL_MOD, stored.registration.fd, &event);
+		errno = savedErrno;
+		/* After the kernel's disarm: a wait with a ticket from here on began after it. */
+		stored.disarmedAt = tickets_.load(std::memory_order_seq_cst);
+	}
+}
+
 int EpollSets::delivered(int epfd, struct epoll_event *events, int count, const EpollRegistration *claimed,
-			 int claimedCount) noexcept
+			 int claimedCount, unsigned long ticket, EpollCtl realCtl) noexcept
 {
 	if (count <= 0 || oneShotCount_.load(std::memory_order_relaxed) == 0)
 		return count;
@@ -942,12 +977,30 @@ int EpollSets::delivered(int epfd, struct epoll_event *events, int count, const 
 		}
 		Stored *stored = range.first != range.second ? range.first->second : nullptr;
 		/* Looked for only where an arm is claimed: one compare per event otherwise. */
-		if (stored && stored->claimed &&
-		    std::none_of(claimed, claimed + claimedCount, [stored](const EpollRegistration &r) {
-			    return r.fd == stored->registration.fd && r.data == stored->registration.data;
-		    })) {
+		const bool another = stored && (stored->claimed || ticket < stored->disarmedAt) &&
+				     std::none_of(claimed, claimed + claimedCount, [stored](const EpollRegistration &r) {
+					     return r.fd == stored->registration.fd &&
+						    r.data == stored->registration.data;
+				     });
+		if (another && stored->claimed) {
 			/* Another wait reports this arm: the kernel's report of it goes (once). */
 			stored->claimed = false;
+			continue;
+		}
+		if (another) {
+			/*
+			 * Begun before a claimed arm's disarm: perhaps that arm's report. It goes; an
+			 * arm the program made since is the kernel's again, to report anew if it was
+			 * this one's (its fd still names its file: not detached).
+			 */
+			if (realCtl && armed(*stored) && !stored->detached) {
+				const int savedErrno = errno;
+				struct epoll_event event = {};
+				event.events = stored->registration.events;
+				event.data.u64 = stored->registration.data;
+				realCtl(epfd, EPOLL_CTL_MOD, stored->registration.fd, &event);
+				errno = savedErrno;
+			}
 			continue;
 		}
 		/* The kernel reported the arm this wait claimed to this wait: nobody else can. */

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
@@ -124,9 +125,26 @@ public:
 	 * taken out: that wait reports this arm, and the kernel reported it too to a waiter
 	 * that began before the claim's disarm (a hunt: a connection handed to two worker
 	 * threads at once, 18 runs of 30). claimed: what this wait claimed, kept. The count left.
+	 *
+	 * ticket: the wait's (beginWait), taken before the real wait. A report to a wait that
+	 * began before a claimed arm was disarmed in the kernel (disarm) may be that old arm's
+	 * although the program has armed the registration again since: it is taken out too, and
+	 * the kernel is given the program's arm again (realCtl), so that, were it the new arm's
+	 * report, the kernel makes it anew to a later wait (a hunt: three workers on four
+	 * connections, two workers had one connection at once in 1 to 3 runs of 20).
 	 */
 	int delivered(int epfd, struct epoll_event *events, int count, const EpollRegistration *claimed = nullptr,
-		      int claimedCount = 0) noexcept;
+		      int claimedCount = 0, unsigned long ticket = kNewestTicket, EpollCtl realCtl = nullptr) noexcept;
+	/* A ticket newer than every disarm: a wait that began after them all. */
+	static constexpr unsigned long kNewestTicket = ~0UL;
+	/* Before each real wait on a set, while a set has EPOLLONESHOT registrations: its ticket. */
+	unsigned long beginWait() noexcept { return tickets_.fetch_add(1, std::memory_order_seq_cst); }
+	/*
+	 * A wait delivered the shim's event of a claimed EPOLLONESHOT registration: its arm is
+	 * disarmed in the kernel too (as the kernel's own report would have), unless the program
+	 * armed it again meanwhile; the waits that began before then are remembered (delivered).
+	 */
+	void disarm(int epfd, const EpollRegistration &registration, EpollCtl realCtl) noexcept;
 	/* No set has an EPOLLONESHOT registration: delivered() has nothing to do. One load. */
 	bool noOneShots() const noexcept { return oneShotCount_.load(std::memory_order_relaxed) == 0; }
 
@@ -152,6 +170,8 @@ private:
 		int innerSet = -1;              /* the registered fd is this epoll set of the shim's */
 		/* EPOLLONESHOT: a wait of the shim's claimed this arm, which the kernel may report too */
 		bool claimed = false;
+		/* EPOLLONESHOT: the tickets handed out when a claimed arm was last disarmed (delivered) */
+		unsigned long disarmedAt = 0;
 	};
 	/* A registration whose file is not looked up yet (see above): live, never told. */
 	struct Pending {
@@ -180,6 +200,12 @@ private:
 		size_t unresolved = 0;
 		std::vector<int> unresolvedFds;
 		std::vector<Pending> pending; /* by fd, below kPendingFds */
+		/*
+		 * The disarms of the last one-shot registrations deleted (data, disarmedAt): one
+		 * the program adds again (DEL, then ADD: its re-arm) takes its disarm back.
+		 */
+		std::array<std::pair<unsigned long long, unsigned long>, 64> deletedDisarms{};
+		size_t deletedNext = 0;
 	};
 	/* Registrations of higher numbers are stored at once: a slot per number below. */
 	static constexpr int kPendingFds = 1 << 16;
@@ -263,6 +289,7 @@ private:
 	EpollWake wake_;
 	std::atomic<size_t> count_{0};        /* sets_.size(): close() of a non-epoll program skips all */
 	std::atomic<size_t> oneShotCount_{0}; /* EPOLLONESHOT registrations in all sets */
+	std::atomic<unsigned long> tickets_{1}; /* beginWait's, in the order the waits begin */
 	std::atomic<size_t> unresolved_{0};   /* Set::unresolved, over all sets: closing() skips at 0 */
 	unsigned long long closings_ = 0;
 };

@@ -41,14 +41,4 @@ int mergeEpollEvent(struct epoll_event *events, int ready, int maxevents,
 	return ready + 1;
 }
 
-void disarmOneShot(EpollCtl realCtl, int epfd, const EpollRegistration &registration) noexcept
-{
-	int savedErrno = errno;
-	struct epoll_event event = {};
-	event.events = registration.events & (EPOLLONESHOT | EPOLLET | EPOLLWAKEUP);
-	event.data.u64 = registration.data;
-	realCtl(epfd, EPOLL_CTL_MOD, registration.fd, &event);
-	errno = savedErrno;
-}
-
 } /* namespace tlstune */

@@ -171,9 +171,6 @@ inline ssize_t peekBuffered(const BufferedFds &buffered, int fd, void *buffer, s
 int mergeEpollEvent(struct epoll_event *events, int ready, int maxevents,
 		    const EpollRegistration &registration, bool *delivered) noexcept;
 
-/* EPOLLONESHOT: an event the shim delivered disarms the registration, as the kernel's would. */
-void disarmOneShot(EpollCtl realCtl, int epfd, const EpollRegistration &registration) noexcept;
-
 /*
  * realWait(zeroTimeout) runs the real epoll_wait/epoll_pwait/epoll_pwait2. The kernel's
  * semantics, had read-ahead left the bytes in the socket: a level-triggered registration
@@ -203,6 +200,7 @@ inline int epollMerged(const BufferedFds &buffered, EpollSets &sets, EpollCtl re
 {
 	if (!buffered.empty() && maxevents > 0)
 		return epollMergedFully(buffered, sets, realCtl, epfd, events, maxevents, realWait);
+	const unsigned long ticket = sets.noOneShots() ? 0 : sets.beginWait();
 	int ready = realWait(false, maxevents);
 	const bool wakeIdle = ready <= 0 || sets.wake().idle();
 	if (ready <= 0 || (wakeIdle && sets.noOneShots()))
@@ -214,7 +212,7 @@ inline int epollMerged(const BufferedFds &buffered, EpollSets &sets, EpollCtl re
 	if (woken && ready == 0)
 		return epollMergedFully(buffered, sets, realCtl, epfd, events, maxevents, realWait);
 	const int kernelReady = ready;
-	ready = sets.delivered(epfd, events, ready);
+	ready = sets.delivered(epfd, events, ready, nullptr, 0, ticket, realCtl);
 	/* Nothing left once another wait's one-shot arms went: wait again, as the kernel would have. */
 	if (kernelReady > 0 && ready == 0)
 		return epollMergedFully(buffered, sets, realCtl, epfd, events, maxevents, realWait);
@@ -239,6 +237,7 @@ int epollMergedFully(const BufferedFds &buffered, EpollSets &sets, EpollCtl real
 		/* Before the look at what is held: a wake made after it keeps the set woken. */
 		const unsigned long before = wake.generation();
 		if (buffered.empty() || maxevents <= 0) {
+			const unsigned long ticket = sets.noOneShots() ? 0 : sets.beginWait();
 			int ready = realWait(false, maxevents);
 			if (ready > 0 && !wake.idle())
 				ready = wake.strip(events, ready, &woken);
@@ -249,7 +248,7 @@ int epollMergedFully(const BufferedFds &buffered, EpollSets &sets, EpollCtl real
 				continue;
 			/* Only another wait's one-shot arms: wait again (EpollSets::delivered). */
 			const int kernelReady = ready;
-			ready = sets.delivered(epfd, events, ready);
+			ready = sets.delivered(epfd, events, ready, nullptr, 0, ticket, realCtl);
 			if (kernelReady > 0 && ready == 0)
 				continue;
 			return ready;
@@ -267,13 +266,14 @@ int epollMergedFully(const BufferedFds &buffered, EpollSets &sets, EpollCtl real
 		 */
 		const bool shimsTurn = found > 0 && sets.takeOwed(epfd);
 		const int room = shimsTurn ? maxevents - found : maxevents;
+		const unsigned long ticket = sets.noOneShots() ? 0 : sets.beginWait();
 		int ready = room > 0 ? realWait(found > 0, room) : 0;
 		if (ready > 0 && !wake.idle())
 			ready = wake.strip(events, ready, &woken);
 		/* Before the look for what to report: a wake made after it keeps the set woken. */
 		const unsigned long seen = woken ? wake.generation() : 0;
 		const int kernelReady = ready;
-		ready = sets.delivered(epfd, events, ready, extra, found);
+		ready = sets.delivered(epfd, events, ready, extra, found, ticket, realCtl);
 		/* Woken by the shim: a registration of a held connection was armed during the wait. */
 		if (woken && found == 0)
 			found = sets.claim(epfd, buffered, extra, claimable);
@@ -291,7 +291,7 @@ int epollMergedFully(const BufferedFds &buffered, EpollSets &sets, EpollCtl real
 			if (!delivered)
 				sets.unclaim(epfd, extra[i]);
 			else if (extra[i].events & EPOLLONESHOT)
-				disarmOneShot(realCtl, epfd, extra[i]);
+				sets.disarm(epfd, extra[i], realCtl);
 		}
 		if (full && !shimsTurn)
 			sets.owe(epfd);
