@@ -150,6 +150,14 @@
  *                     wait: HOW level (the kernel wakes all three in turn, the file staying
  *                     ready) or oneshot (EPOLLONESHOT: one is told, two time out). Prints
  *                     per round "told N, timed out N, other N" (other: any other answer)
+ *   workers mod|deladd --cert C --key K
+ *                     a thread pool on EPOLLONESHOT: 10 rounds of 4 connections (socketpairs
+ *                     to a forked server, which sends each 32 records of 2,000 bytes in
+ *                     bursts of 8), 3 workers waiting on one set (maxevents 1); a worker
+ *                     reads one record of the connection it was told of and re-arms it
+ *                     (EPOLL_CTL_MOD, or DEL and ADD). The kernel tells one worker per arm:
+ *                     prints "bytes 2560000, twice 0" (twice: a worker told of a connection
+ *                     another worker had at that moment) and "timeouts 0"
  */
 
 #include <algorithm>
@@ -175,6 +183,7 @@
 #include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/socket.h>
+#include <sys/eventfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1441,6 +1450,145 @@ int waiters(const std::string &how, const char *port)
 	return 0;
 }
 
+/* workers' server, in a forked child: bursts of records on each connection, then the end. */
+[[noreturn]] void sendBursts(SSL_CTX *server, const std::vector<int> &sockets, int bursts, int perBurst)
+{
+	std::vector<SSL *> ssls;
+	for (int fd : sockets) {
+		SSL *ssl = SSL_new(server);
+		SSL_set_fd(ssl, fd);
+		if (SSL_accept(ssl) != 1)
+			_exit(2);
+		ssls.push_back(ssl);
+	}
+	std::vector<char> record(2000, 'r');
+	for (int burst = 0; burst < bursts; burst++) {
+		for (SSL *ssl : ssls) {
+			for (int i = 0; i < perBurst; i++) {
+				if (SSL_write(ssl, record.data(), static_cast<int>(record.size())) <= 0)
+					_exit(3);
+			}
+		}
+	}
+	/* Until the client has read everything and closes. */
+	char byte;
+	for (SSL *ssl : ssls)
+		SSL_read(ssl, &byte, 1);
+	_exit(0);
+}
+
+int workers(SSL_CTX *server, const std::string &how)
+{
+	constexpr int kConnections = 4, kWorkers = 3, kBursts = 4, kPerBurst = 8, kRounds = 10;
+	constexpr long kBytes = 2000L * kConnections * kBursts * kPerBurst;
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	long bytes = 0, twice = 0, timeouts = 0;
+	for (int round = 0; round < kRounds; round++) {
+		std::vector<int> mine, theirs;
+		for (int i = 0; i < kConnections; i++) {
+			int pair[2];
+			if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair) != 0)
+				fail("socketpair");
+			mine.push_back(pair[0]);
+			theirs.push_back(pair[1]);
+		}
+		std::fflush(stdout);
+		const pid_t child = fork();
+		if (child == 0) {
+			for (int fd : mine)
+				close(fd);
+			sendBursts(server, theirs, kBursts, kPerBurst);
+		}
+		for (int fd : theirs)
+			close(fd);
+		std::vector<SSL *> ssls;
+		for (int fd : mine) {
+			SSL *ssl = SSL_new(ctx);
+			SSL_set_fd(ssl, fd);
+			if (SSL_connect(ssl) != 1)
+				fail("SSL_connect");
+			setNonBlocking(fd);
+			ssls.push_back(ssl);
+		}
+		const int epfd = epoll_create1(0);
+		const int done = eventfd(0, 0);
+		struct epoll_event interest = {};
+		interest.events = EPOLLIN;
+		interest.data.u64 = kConnections;
+		if (epoll_ctl(epfd, EPOLL_CTL_ADD, done, &interest) != 0)
+			fail("EPOLL_CTL_ADD");
+		auto arm = [&](int i, int op) {
+			struct epoll_event event = {};
+			event.events = EPOLLIN | EPOLLONESHOT;
+			event.data.u64 = static_cast<uint64_t>(i);
+			if (epoll_ctl(epfd, op, mine[i], &event) != 0)
+				fail("epoll_ctl");
+		};
+		for (int i = 0; i < kConnections; i++)
+			arm(i, EPOLL_CTL_ADD);
+		std::atomic<bool> busy[kConnections] = {};
+		std::atomic<long> read{0}, doubled{0}, waitedOut{0};
+		std::vector<std::thread> pool;
+		for (int w = 0; w < kWorkers; w++)
+			pool.emplace_back([&] {
+				for (;;) {
+					struct epoll_event event;
+					const int ready = epoll_wait(epfd, &event, 1, 2000);
+					if (ready == 0)
+						waitedOut++;
+					if (ready <= 0 || event.data.u64 >= kConnections)
+						return;
+					const int i = static_cast<int>(event.data.u64);
+					bool idle = false;
+					if (!busy[i].compare_exchange_strong(idle, true)) {
+						doubled++; /* the other worker re-arms it */
+						continue;
+					}
+					/*
+					 * One record: what OpenSSL has decrypted of it is the program's to take
+					 * (SSL_pending), not the kernel's to report (a peer's writes may be
+					 * merged into records larger than this buffer).
+					 */
+					char buffer[4096];
+					long got = 0;
+					for (int n; (n = SSL_read(ssls[i], buffer, sizeof(buffer))) > 0;) {
+						got += n;
+						if (SSL_pending(ssls[i]) == 0)
+							break;
+					}
+					if (got > 0 && (read += got) == kBytes) {
+						const uint64_t one = 1;
+						if (write(done, &one, sizeof(one)) != sizeof(one))
+							fail("eventfd");
+					}
+					busy[i] = false;
+					if (how == "deladd") {
+						if (epoll_ctl(epfd, EPOLL_CTL_DEL, mine[i], nullptr) != 0)
+							fail("EPOLL_CTL_DEL");
+						arm(i, EPOLL_CTL_ADD);
+					} else {
+						arm(i, EPOLL_CTL_MOD);
+					}
+				}
+			});
+		for (std::thread &thread : pool)
+			thread.join();
+		bytes += read;
+		twice += doubled;
+		timeouts += waitedOut;
+		for (size_t i = 0; i < ssls.size(); i++) {
+			SSL_free(ssls[i]);
+			close(mine[i]);
+		}
+		waitpid(child, nullptr, 0);
+		close(done);
+		close(epfd);
+	}
+	std::printf("bytes %ld, twice %ld\ntimeouts %ld\n", bytes, twice, timeouts);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const std::string which = argc > 1 ? argv[1] : "";
@@ -1473,9 +1621,10 @@ int main(int argc, char **argv)
 	if (which == "duplicate" && argc > 3)
 		return anotherFd(argv[3], argv[2]);
 	if (which == "pipes" || which == "pty" || which == "stoptls" || which == "close-unread" ||
-	    which == "half-record" || which == "cancel-half-record") {
+	    which == "half-record" || which == "cancel-half-record" || which == "workers") {
 		SSL_CTX *server = serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", ""));
 		int status = which == "pipes" || which == "pty" ? pipes(server, which == "pty")
+			     : which == "workers"                  ? workers(server, argc > 2 ? argv[2] : "")
 			     : which == "stoptls"                  ? stoptls(server)
 			     : which == "half-record"              ? halfRecord(server)
 			     : which == "cancel-half-record"       ? cancelHalfRecord(server)
