@@ -910,22 +910,39 @@ bool EpollSets::takeOwed(int epfd) noexcept
 	return owed;
 }
 
+template <typename Visit>
+void EpollSets::forEachOf(Set &set, const EpollRegistration &registration, Visit visit) noexcept
+{
+	auto range = set.byIno.equal_range(registration.ino);
+	for (auto it = range.first; it != range.second; ++it) {
+		Stored &stored = it->second;
+		if (stored.registration.fd == registration.fd && stored.registration.data == registration.data)
+			visit(stored);
+	}
+}
+
+void EpollSets::armInKernel(EpollCtl realCtl, int epfd, const EpollRegistration &registration,
+			    unsigned events) noexcept
+{
+	const int savedErrno = errno;
+	struct epoll_event event = {};
+	event.events = events;
+	event.data.u64 = registration.data;
+	realCtl(epfd, EPOLL_CTL_MOD, registration.fd, &event);
+	errno = savedErrno;
+}
+
 void EpollSets::unclaim(int epfd, const EpollRegistration &registration) noexcept
 {
 	std::lock_guard<std::mutex> lock(mutex_);
 	Set *set = find(epfd);
 	if (!set)
 		return;
-	auto range = set->byIno.equal_range(registration.ino);
-	for (auto it = range.first; it != range.second; ++it) {
-		Stored &stored = it->second;
-		if (stored.registration.fd == registration.fd &&
-		    stored.registration.data == registration.data) {
-			stored.told = false;
-			stored.fired = false;
-			stored.claimed = false;
-		}
-	}
+	forEachOf(*set, registration, [](Stored &stored) {
+		stored.told = false;
+		stored.fired = false;
+		stored.claimed = false;
+	});
 }
 
 void EpollSets::disarm(int epfd, const EpollRegistration &registration, EpollCtl realCtl) noexcept
@@ -934,22 +951,15 @@ void EpollSets::disarm(int epfd, const EpollRegistration &registration, EpollCtl
 	Set *set = find(epfd);
 	if (!set)
 		return;
-	auto range = set->byIno.equal_range(registration.ino);
-	for (auto it = range.first; it != range.second; ++it) {
-		Stored &stored = it->second;
+	forEachOf(*set, registration, [&](Stored &stored) {
 		/* Not fired: the program armed it again since the claim (MOD), and that arm stands. */
-		if (stored.detached || stored.registration.fd != registration.fd ||
-		    stored.registration.data != registration.data || !stored.fired)
-			continue;
-		const int savedErrno = errno;
-		struct epoll_event event = {};
-		event.events = stored.registration.events & (EPOLLONESHOT | EPOLLET | EPOLLWAKEUP);
-		event.data.u64 = stored.registration.data;
-		realCtl(epfd, EPOLL_CTL_MOD, stored.registration.fd, &event);
-		errno = savedErrno;
+		if (stored.detached || !stored.fired)
+			return;
+		armInKernel(realCtl, epfd, stored.registration,
+			    stored.registration.events & (EPOLLONESHOT | EPOLLET | EPOLLWAKEUP));
 		/* After the kernel's disarm: a wait with a ticket from here on began after it. */
 		stored.disarmedAt = tickets_.load(std::memory_order_seq_cst);
-	}
+	});
 }
 
 int EpollSets::delivered(int epfd, struct epoll_event *events, int count, const EpollRegistration *claimed,
@@ -993,14 +1003,8 @@ int EpollSets::delivered(int epfd, struct epoll_event *events, int count, const 
 			 * arm the program made since is the kernel's again, to report anew if it was
 			 * this one's (its fd still names its file: not detached).
 			 */
-			if (realCtl && armed(*stored) && !stored->detached) {
-				const int savedErrno = errno;
-				struct epoll_event event = {};
-				event.events = stored->registration.events;
-				event.data.u64 = stored->registration.data;
-				realCtl(epfd, EPOLL_CTL_MOD, stored->registration.fd, &event);
-				errno = savedErrno;
-			}
+			if (realCtl && armed(*stored) && !stored->detached)
+				armInKernel(realCtl, epfd, stored->registration, stored->registration.events);
 			continue;
 		}
 		/* The kernel reported the arm this wait claimed to this wait: nobody else can. */

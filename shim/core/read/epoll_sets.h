@@ -216,6 +216,12 @@ private:
 	static bool reportable(const Stored &stored, unsigned long long arrival) noexcept;
 	/* Reported for that arrival: told, and a one-shot fired. */
 	static void tell(Stored &stored, unsigned long long arrival) noexcept;
+	/* Under the lock: each of set's registrations that is registration (file, fd and data). */
+	template <typename Visit>
+	static void forEachOf(Set &set, const EpollRegistration &registration, Visit visit) noexcept;
+	/* The kernel's arm of registration made events (EPOLL_CTL_MOD), errno kept. */
+	static void armInKernel(EpollCtl realCtl, int epfd, const EpollRegistration &registration,
+				unsigned events) noexcept;
 	/* Under the lock: set has a held connection's registration to report; its newest arrival. */
 	bool heldToReport(Set &set, const BufferedFds &buffered, unsigned long long *newest) noexcept;
 	/*
