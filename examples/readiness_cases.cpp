@@ -149,7 +149,9 @@
  *                     EPOLL_CTL_ADD of the connection (data 7) once all three are in the
  *                     wait: HOW level (the kernel wakes all three in turn, the file staying
  *                     ready) or oneshot (EPOLLONESHOT: one is told, two time out). Prints
- *                     per round "told N, timed out N, other N" (other: any other answer)
+ *                     per round "told N, timed out N, other N" (other: any other answer).
+ *                     HOW level-first or oneshot-first: the first round's threads are in
+ *                     their waits (3 s) before the process makes its first connection
  *   workers mod|deladd --cert C --key K
  *                     a thread pool on EPOLLONESHOT: 10 rounds of 4 connections (socketpairs
  *                     to a forked server, which sends each 32 records of 2,000 bytes in
@@ -1397,13 +1399,22 @@ int waiters(const std::string &how, const char *port)
 {
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	constexpr int kWaiters = 3;
+	const bool first = how.size() > 6 && how.compare(how.size() - 6, 6, "-first") == 0;
 	for (int round = 0; round < 5; round++) {
-		const int fd = connectTo("127.0.0.1", port);
-		SSL *ssl = connectTls(ctx, fd);
+		/* HOW-first: the first round's threads wait before the process has any connection. */
+		const bool early = first && round == 0;
+		int fd = -1, got = 0;
+		SSL *ssl = nullptr;
 		char buffer[256];
-		int got = SSL_read(ssl, buffer, 12); /* "line 000000\n" */
-		if (got <= 0)
-			fail("SSL_read");
+		auto connectAndRead = [&] {
+			fd = connectTo("127.0.0.1", port);
+			ssl = connectTls(ctx, fd);
+			got = SSL_read(ssl, buffer, 12); /* "line 000000\n" */
+			if (got <= 0)
+				fail("SSL_read");
+		};
+		if (!early)
+			connectAndRead();
 		const int epfd = epoll_create1(0);
 		int idle[2];
 		addPipe(epfd, idle);
@@ -1414,7 +1425,8 @@ int waiters(const std::string &how, const char *port)
 			threads.emplace_back([&, i] {
 				tids[i] = static_cast<pid_t>(syscall(SYS_gettid));
 				struct epoll_event events[4];
-				const int ready = epoll_wait(epfd, events, 4, 300);
+				/* Long enough for the first round's handshake, made while they wait. */
+				const int ready = epoll_wait(epfd, events, 4, early ? 3000 : 300);
 				answers[i] = ready == 0 ? "timed out"
 					     : ready == 1 && events[0].data.u64 == 7 && (events[0].events & EPOLLIN) ? "told"
 					     : "other";
@@ -1423,8 +1435,10 @@ int waiters(const std::string &how, const char *port)
 		for (int i = 0; i < kWaiters; i++)
 			for (int tries = 0; tries < 100000 && (tids[i] == 0 || !blockedInEpollWait(tids[i])); tries++)
 				sched_yield();
+		if (early)
+			connectAndRead();
 		struct epoll_event interest = {};
-		interest.events = how == "oneshot" ? EPOLLIN | EPOLLONESHOT : EPOLLIN;
+		interest.events = how.rfind("oneshot", 0) == 0 ? EPOLLIN | EPOLLONESHOT : EPOLLIN;
 		interest.data.u64 = 7;
 		if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &interest) != 0)
 			fail("EPOLL_CTL_ADD");

@@ -79,6 +79,33 @@ __attribute__((noinline)) int mergedWait(Merged merged)
 	return merged(p);
 }
 
+/*
+ * An epoll wait that went straight to the kernel (it began before the process's first
+ * connection) may end after the shim's work on its set began: the shim's wake joined the
+ * set, or one-shot arms were claimed. Its events are taken in as a wait of the shim's
+ * takes them, with the oldest ticket (it began before every disarm): a hunt's thread pool,
+ * whose workers waited from before the first accept, got the wake's event (data
+ * "tlstunew": a program that indexes by it crashed) and a connection two workers had at
+ * once. One left with no event waits again through the shim, as the kernel would have
+ * gone on waiting. One load and a compare for a process the shim has not begun.
+ */
+template <typename Again>
+int afterStraightWait(int epfd, struct epoll_event *events, int ready, Again again)
+{
+	if (ready <= 0 || !builtProcess())
+		return ready;
+	Process &p = process();
+	EpollSets &sets = p.epoll;
+	if (sets.wake().idle() && sets.noOneShots())
+		return ready;
+	bool woken = false;
+	const int kernelReady = ready;
+	if (!sets.wake().idle())
+		ready = sets.wake().strip(events, ready, &woken);
+	ready = sets.delivered(epfd, events, ready, nullptr, 0, 0, p.libc.epoll_ctl);
+	return kernelReady > 0 && ready == 0 ? again() : ready;
+}
+
 } /* namespace */
 
 TLSTUNE_EXPORT int poll(struct pollfd *fds, nfds_t nfds, int timeout)
@@ -239,25 +266,35 @@ TLSTUNE_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event
 
 TLSTUNE_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
 {
-	if (nothingToWaitFor())
-		return libc().epoll_wait(epfd, events, maxevents, timeout);
-	return mergedWait([=](Process &p) {
-		return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents, [&](bool zero, int room) {
-			return p.libc.epoll_wait(epfd, events, room, zero ? 0 : timeout);
+	auto merged = [=] {
+		return mergedWait([=](Process &p) {
+			return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents,
+					   [&](bool zero, int room) {
+						   return p.libc.epoll_wait(epfd, events, room, zero ? 0 : timeout);
+					   });
 		});
-	});
+	};
+	if (nothingToWaitFor())
+		return afterStraightWait(epfd, events, libc().epoll_wait(epfd, events, maxevents, timeout), merged);
+	return merged();
 }
 
 TLSTUNE_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxevents, int timeout,
 			       const sigset_t *sigmask)
 {
-	if (nothingToWaitFor())
-		return libc().epoll_pwait(epfd, events, maxevents, timeout, sigmask);
-	return mergedWait([=](Process &p) {
-		return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents, [&](bool zero, int room) {
-			return p.libc.epoll_pwait(epfd, events, room, zero ? 0 : timeout, zero ? nullptr : sigmask);
+	auto merged = [=] {
+		return mergedWait([=](Process &p) {
+			return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents,
+					   [&](bool zero, int room) {
+						   return p.libc.epoll_pwait(epfd, events, room, zero ? 0 : timeout,
+									     zero ? nullptr : sigmask);
+					   });
 		});
-	});
+	};
+	if (nothingToWaitFor())
+		return afterStraightWait(epfd, events, libc().epoll_pwait(epfd, events, maxevents, timeout, sigmask),
+					 merged);
+	return merged();
 }
 
 TLSTUNE_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxevents,
@@ -267,14 +304,19 @@ TLSTUNE_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxeve
 		errno = ENOSYS;
 		return -1;
 	}
-	if (straightToTheKernel(timeout))
-		return libc().epoll_pwait2(epfd, events, maxevents, timeout, sigmask);
-	return mergedWait([=](Process &p) {
-		return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents, [&](bool zero, int room) {
-			return p.libc.epoll_pwait2(epfd, events, room, zero ? &kZeroSpec : timeout,
-						   zero ? nullptr : sigmask);
+	auto merged = [=] {
+		return mergedWait([=](Process &p) {
+			return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents,
+					   [&](bool zero, int room) {
+						   return p.libc.epoll_pwait2(epfd, events, room, zero ? &kZeroSpec : timeout,
+									      zero ? nullptr : sigmask);
+					   });
 		});
-	});
+	};
+	if (straightToTheKernel(timeout))
+		return afterStraightWait(epfd, events, libc().epoll_pwait2(epfd, events, maxevents, timeout, sigmask),
+					 merged);
+	return merged();
 }
 
 /* Every ioctl takes at most one argument, an int or a pointer: pass it on as a pointer. */
