@@ -95,15 +95,9 @@ int afterStraightWait(int epfd, struct epoll_event *events, int ready, Again aga
 	if (ready <= 0 || !builtProcess())
 		return ready;
 	Process &p = process();
-	EpollSets &sets = p.epoll;
-	if (sets.wake().idle() && sets.noOneShots())
-		return ready;
-	bool woken = false;
-	const int kernelReady = ready;
-	if (!sets.wake().idle())
-		ready = sets.wake().strip(events, ready, &woken);
-	ready = sets.delivered(epfd, events, ready, nullptr, 0, 0, p.libc.epoll_ctl);
-	return kernelReady > 0 && ready == 0 ? again() : ready;
+	bool waitAgain = false;
+	ready = takenIn(p.epoll, p.libc.epoll_ctl, epfd, events, ready, 0, &waitAgain);
+	return waitAgain ? again() : ready;
 }
 
 } /* namespace */

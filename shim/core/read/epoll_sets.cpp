@@ -174,7 +174,10 @@ void EpollSets::record(int epfd, Set &set, int fd, const struct epoll_event &eve
 {
 	const bool pendable = fd < kPendingFds && !(event.events & EPOLLONESHOT) && !find(fd);
 	if (!pendable) {
-		add(epfd, set, { fd, event.events, event.data.u64, kUnresolvedInode | static_cast<unsigned>(fd) });
+		Stored *stored = add(epfd, set, { fd, event.events, event.data.u64, kUnresolvedInode | static_cast<unsigned>(fd) });
+		/* A re-arm by DEL and ADD: waits begun before the old arm's disarm may report it still. */
+		if (event.events & EPOLLONESHOT)
+			stored->disarmedAt = deletedDisarm(set, event.data.u64);
 		return;
 	}
 	if (static_cast<size_t>(fd) >= set.pending.size())
@@ -366,7 +369,7 @@ void EpollSets::noteUnresolvedFd(Set &set, int fd)
 	set.unresolvedFds.push_back(fd);
 }
 
-void EpollSets::add(int epfd, Set &set, const EpollRegistration &registration)
+EpollSets::Stored *EpollSets::add(int epfd, Set &set, const EpollRegistration &registration)
 {
 	const bool unresolved = (registration.ino & kUnresolvedInode) != 0;
 	if (unresolved)
@@ -380,14 +383,18 @@ void EpollSets::add(int epfd, Set &set, const EpollRegistration &registration)
 		stored->innerSet = registration.fd;
 		set.nested++;
 	}
-	/* A re-arm by DEL and ADD: waits begun before the old arm's disarm may report it still. */
-	if (registration.events & EPOLLONESHOT) {
-		for (size_t i = 0; i < set.deletedDisarms.size() && set.deletedDisarms[i].second > 0; i++) {
-			if (set.deletedDisarms[i].first == registration.data)
-				stored->disarmedAt = std::max(stored->disarmedAt, set.deletedDisarms[i].second);
-		}
-	}
 	index(set, stored);
+	return stored;
+}
+
+unsigned long EpollSets::deletedDisarm(const Set &set, unsigned long long data) noexcept
+{
+	unsigned long disarmedAt = 0;
+	for (size_t i = 0; i < set.deletedDisarms.size() && set.deletedDisarms[i].second > 0; i++) {
+		if (set.deletedDisarms[i].first == data)
+			disarmedAt = std::max(disarmedAt, set.deletedDisarms[i].second);
+	}
+	return disarmedAt;
 }
 
 void EpollSets::readWhole(int epfd, Set &set) noexcept

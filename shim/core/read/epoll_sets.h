@@ -283,7 +283,9 @@ private:
 	/* Under the lock: an unread set's whole list, from the kernel, once; exact if it could be read. */
 	void readWhole(int epfd, Set &set) noexcept;
 	/* Under the lock: records a registration the kernel has (ADD, or readWhole). */
-	void add(int epfd, Set &set, const EpollRegistration &registration);
+	Stored *add(int epfd, Set &set, const EpollRegistration &registration);
+	/* The disarm of the newest one-shot registration with that data the program deleted, or 0. */
+	static unsigned long deletedDisarm(const Set &set, unsigned long long data) noexcept;
 
 	/* changed() with the lock held. */
 	void changedLocked(int epfd, int op, int fd, const struct epoll_event *event) noexcept;

@@ -194,6 +194,27 @@ __attribute__((noinline)) int epollMergedFully(const BufferedFds &buffered, Epol
  * epoll_wait 1.19x). Anything else goes to epollMergedFully, which waits again from the
  * start only where this wait returned nothing, as its own loop would.
  */
+/*
+ * The ready events a real wait with that ticket returned, as the kernel would have given
+ * them: the shim's wake taken out, and one-shot reports another wait made
+ * (EpollSets::delivered). *again: none is left where the kernel had some; the wait goes on,
+ * as the kernel's would have. A few loads where the shim has neither.
+ */
+inline int takenIn(EpollSets &sets, EpollCtl realCtl, int epfd, struct epoll_event *events, int ready,
+		   unsigned long ticket, bool *again) noexcept
+{
+	*again = false;
+	if (ready <= 0 || (sets.wake().idle() && sets.noOneShots()))
+		return ready;
+	const int kernelReady = ready;
+	bool woken = false;
+	if (!sets.wake().idle())
+		ready = sets.wake().strip(events, ready, &woken);
+	ready = sets.delivered(epfd, events, ready, nullptr, 0, ticket, realCtl);
+	*again = kernelReady > 0 && ready == 0;
+	return ready;
+}
+
 template <typename RealWait>
 inline int epollMerged(const BufferedFds &buffered, EpollSets &sets, EpollCtl realCtl, int epfd,
 		       struct epoll_event *events, int maxevents, RealWait realWait)
@@ -201,22 +222,10 @@ inline int epollMerged(const BufferedFds &buffered, EpollSets &sets, EpollCtl re
 	if (!buffered.empty() && maxevents > 0)
 		return epollMergedFully(buffered, sets, realCtl, epfd, events, maxevents, realWait);
 	const unsigned long ticket = sets.noOneShots() ? 0 : sets.beginWait();
-	int ready = realWait(false, maxevents);
-	const bool wakeIdle = ready <= 0 || sets.wake().idle();
-	if (ready <= 0 || (wakeIdle && sets.noOneShots()))
-		return ready;
-	bool woken = false;
-	if (!wakeIdle)
-		ready = sets.wake().strip(events, ready, &woken);
+	bool again = false;
+	const int ready = takenIn(sets, realCtl, epfd, events, realWait(false, maxevents), ticket, &again);
 	/* The wake stays until a wait settles it (epollMergedFully). */
-	if (woken && ready == 0)
-		return epollMergedFully(buffered, sets, realCtl, epfd, events, maxevents, realWait);
-	const int kernelReady = ready;
-	ready = sets.delivered(epfd, events, ready, nullptr, 0, ticket, realCtl);
-	/* Nothing left once another wait's one-shot arms went: wait again, as the kernel would have. */
-	if (kernelReady > 0 && ready == 0)
-		return epollMergedFully(buffered, sets, realCtl, epfd, events, maxevents, realWait);
-	return ready;
+	return again ? epollMergedFully(buffered, sets, realCtl, epfd, events, maxevents, realWait) : ready;
 }
 
 template <typename RealWait>
