@@ -1390,6 +1390,34 @@ TEST_F(EpollMerged, ClosedRegistrationsDoNotPileUp)
 	EXPECT_TRUE(sets_.exact(epfd_));
 }
 
+TEST_F(EpollMerged, AClosedFileThatCanBeNoConnectionsLeavesNoRegistration)
+{
+	/*
+	 * eventfds share one inode: kept detached, each close walked those closed before
+	 * (issue 24). A pipe can carry TLS, so a pipe's registration outlives its fd like a
+	 * socket's while a copy keeps the file.
+	 */
+	const size_t before = sets_.registrations(epfd_);
+	for (int i = 0; i < 3000; i++) {
+		const int counter = eventfd(0, EFD_CLOEXEC);
+		ASSERT_GE(counter, 0);
+		add(counter, EPOLLIN | (i % 2 ? EPOLLONESHOT : 0u), static_cast<uint64_t>(i));
+		closeFd(counter);
+	}
+	EXPECT_EQ(sets_.registrations(epfd_), before);
+	EXPECT_TRUE(sets_.exact(epfd_));
+
+	int pipeFds[2];
+	ASSERT_EQ(pipe(pipeFds), 0);
+	const int copy = dup(pipeFds[0]);
+	ASSERT_GE(copy, 0);
+	add(pipeFds[0], EPOLLIN, 9);
+	closeFd(pipeFds[0]);
+	EXPECT_EQ(sets_.registrations(epfd_), before + 1) << "the pipe's registration, alive through its copy";
+	close(copy);
+	close(pipeFds[1]);
+}
+
 TEST_F(EpollMerged, EachSetOfAnFdGetsItsOwnEdge)
 {
 	const int other = epoll_create1(EPOLL_CLOEXEC);

@@ -472,10 +472,10 @@ void EpollSets::countUnresolved(Set &set, long delta) noexcept
 		unresolved_.fetch_sub(static_cast<size_t>(-delta), std::memory_order_relaxed);
 }
 
-void EpollSets::resolve(Set &set, int fd) noexcept
+void EpollSets::resolve(Set &set, int fd, bool closing) noexcept
 {
 	if (Pending *pending = pendingAt(set, fd)) {
-		resolvePending(set, fd, *pending);
+		resolvePending(set, fd, *pending, closing);
 		return;
 	}
 	Stored *stored = live(set, fd);
@@ -489,6 +489,10 @@ void EpollSets::resolve(Set &set, int fd) noexcept
 		/* Closed where the shim could not see: the kernel's list says what is left of it. */
 		erase(set, stored);
 		set.exact = false;
+		return;
+	}
+	if (closing && stored->innerSet < 0 && !S_ISSOCK(st.st_mode) && !S_ISFIFO(st.st_mode)) {
+		erase(set, stored);
 		return;
 	}
 	/* A node moves between keys in place: the one-shot index's pointer to it stays good. */
@@ -506,7 +510,7 @@ void EpollSets::resolve(Set &set, int fd) noexcept
 	}
 }
 
-void EpollSets::resolvePending(Set &set, int fd, const Pending &pending) noexcept
+void EpollSets::resolvePending(Set &set, int fd, const Pending &pending, bool closing) noexcept
 {
 	const Pending copy = pending;
 	dropPending(set, fd);
@@ -519,6 +523,9 @@ void EpollSets::resolvePending(Set &set, int fd, const Pending &pending) noexcep
 		set.exact = false;
 		return;
 	}
+	/* A pending registration is of no set (record): a file that is no stream goes with its fd. */
+	if (closing && !S_ISSOCK(st.st_mode) && !S_ISFIFO(st.st_mode))
+		return;
 	const Stored stored = { { fd, copy.events, copy.data, st.st_ino }, 0, false, false, false, 0 };
 	try {
 		auto node = set.byIno.emplace(st.st_ino, stored);
@@ -552,12 +559,12 @@ void EpollSets::closing(int first, int last) noexcept
 		/* long long: a close of INT_MAX ended no int loop (a hunt: a core spinning). */
 		if (static_cast<long long>(last) - first <= 64) {
 			for (long long fd = first; fd <= last; fd++)
-				resolve(set, static_cast<int>(fd));
+				resolve(set, static_cast<int>(fd), true);
 		} else {
 			/* A wide close_range: from the set's side (resolve leaves the list as it is). */
 			for (int fd : set.unresolvedFds) {
 				if (fd >= first && fd <= last)
-					resolve(set, fd);
+					resolve(set, fd, true);
 			}
 		}
 	}

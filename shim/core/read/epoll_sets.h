@@ -256,10 +256,17 @@ private:
 	 * registrations of connections holding data (reload).
 	 */
 	void forgetTold(Set &set, int fd) noexcept;
-	/* Under the lock: the inodes of set's unresolved registrations (at fd, or all), by fstat. */
+	/*
+	 * Under the lock: the inodes of set's unresolved registrations (at fd, or all), by fstat.
+	 * closing: fd is about to be closed, and a registration of a file that can be no
+	 * connection's (no socket or pipe, no set) is dropped: the shim never reports it, and
+	 * kept detached it would share its inode with every eventfd and timerfd closed since
+	 * (anonymous files have one), so that each close walked them all (issue 24: a close of
+	 * a registered eventfd cost 2.06x).
+	 */
 	void resolve(Set &set) noexcept;
-	void resolve(Set &set, int fd) noexcept;
-	void resolvePending(Set &set, int fd, const Pending &pending) noexcept;
+	void resolve(Set &set, int fd, bool closing = false) noexcept;
+	void resolvePending(Set &set, int fd, const Pending &pending, bool closing) noexcept;
 	/* Under the lock: fd may have an unresolved registration (the list resolve(set) walks). */
 	void noteUnresolvedFd(Set &set, int fd);
 	/* Under the lock: a set's unresolved count changed by delta, the process's with it. */
