@@ -152,14 +152,15 @@
  *                     per round "told N, timed out N, other N" (other: any other answer).
  *                     HOW level-first or oneshot-first: the first round's threads are in
  *                     their waits (3 s) before the process makes its first connection
- *   workers mod|deladd --cert C --key K
+ *   workers mod|deladd|newdata --cert C --key K
  *                     a thread pool on EPOLLONESHOT: 10 rounds of 4 connections (socketpairs
  *                     to a forked server, which sends each 32 records of 2,000 bytes in
  *                     bursts of 8), 3 workers waiting on one set (maxevents 1); a worker
  *                     reads one record of the connection it was told of and re-arms it
- *                     (EPOLL_CTL_MOD, or DEL and ADD). The kernel tells one worker per arm:
- *                     prints "bytes 2560000, twice 0" (twice: a worker told of a connection
- *                     another worker had at that moment) and "timeouts 0"
+ *                     (EPOLL_CTL_MOD, DEL and ADD, or MOD with data of a new generation).
+ *                     The kernel tells one worker per arm: prints "bytes 2560000, twice 0"
+ *                     (twice: a worker told of a connection another worker had at that
+ *                     moment, or of an arm the connection no longer has) and "timeouts 0"
  */
 
 #include <algorithm>
@@ -1531,10 +1532,15 @@ int workers(SSL_CTX *server, const std::string &how)
 		interest.data.u64 = kConnections;
 		if (epoll_ctl(epfd, EPOLL_CTL_ADD, done, &interest) != 0)
 			fail("EPOLL_CTL_ADD");
+		/* The data of each connection's arm: its index, and with newdata a generation above it. */
+		std::atomic<uint64_t> armedData[kConnections] = {};
 		auto arm = [&](int i, int op) {
 			struct epoll_event event = {};
 			event.events = EPOLLIN | EPOLLONESHOT;
 			event.data.u64 = static_cast<uint64_t>(i);
+			if (how == "newdata")
+				event.data.u64 |= (armedData[i].load() + (uint64_t{1} << 8)) & ~uint64_t{0xff};
+			armedData[i] = event.data.u64; /* before the arm: the worker told of it compares */
 			if (epoll_ctl(epfd, op, mine[i], &event) != 0)
 				fail("epoll_ctl");
 		};
@@ -1550,9 +1556,13 @@ int workers(SSL_CTX *server, const std::string &how)
 					const int ready = epoll_wait(epfd, &event, 1, 2000);
 					if (ready == 0)
 						waitedOut++;
-					if (ready <= 0 || event.data.u64 >= kConnections)
+					if (ready <= 0 || (event.data.u64 & 0xff) >= kConnections)
 						return;
-					const int i = static_cast<int>(event.data.u64);
+					const int i = static_cast<int>(event.data.u64 & 0xff);
+					if (event.data.u64 != armedData[i]) {
+						doubled++; /* an arm the connection no longer has: its arm stands */
+						continue;
+					}
 					bool idle = false;
 					if (!busy[i].compare_exchange_strong(idle, true)) {
 						doubled++; /* the other worker re-arms it */

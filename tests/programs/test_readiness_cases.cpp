@@ -283,16 +283,17 @@ TEST(Readiness, ThreadsBlockedInOneSetAreWokenAsTheKernelWakesThem)
 
 /*
  * A thread pool on EPOLLONESHOT (3 workers on 4 connections, maxevents 1), each worker
- * reading one record and re-arming with MOD, or DEL and ADD: every byte, no connection
- * told to two workers at once, no wait timed out. The race the wait tickets close
+ * reading one record and re-arming with MOD, DEL and ADD, or MOD with new data: every
+ * byte, no connection told to two workers at once or of an arm it no longer has, no wait
+ * timed out. The race the wait tickets close
  * (EpollSets::delivered) needs the kernel to have data while OpenSSL holds records,
  * which this program's bursts seldom give: a hunt's echo server found it (two workers on
  * one connection in 6 runs of 40).
  */
 TEST(Readiness, AOneShotThreadPoolGetsEveryByteAndEachArmOnce)
 {
-	RecordProperty("fault", "EPOLLONESHOT, three workers waiting on one set, re-arming by MOD or by DEL and ADD");
-	for (const char *how : { "mod", "deladd" }) {
+	RecordProperty("fault", "EPOLLONESHOT, three workers waiting on one set, re-arming by MOD, by DEL and ADD, or with new data");
+	for (const char *how : { "mod", "deladd", "newdata" }) {
 		SCOPED_TRACE(how);
 		std::vector<std::string> arguments = withIdentity("workers");
 		arguments.insert(arguments.begin() + 1, how);

@@ -1116,6 +1116,54 @@ TEST_F(EpollMerged, AReportToAWaitBegunBeforeAClaimedArmsDisarmGoesAndTheArmIsMa
 }
 
 /*
+ * The kernel reported an arm to a slow wait as another wait claimed it; the program then
+ * armed the registration again with new data (a MOD), or closed the connection and gave
+ * its data to a new one. The slow wait's report carries the old arm's data, which names
+ * no registration as it was: it goes (hunts: 14 runs of 30 with new data, 3 of 30 with a
+ * closed connection's data, where two registrations of one data made the set read from
+ * the kernel, which reported the old arm).
+ */
+TEST_F(EpollMerged, AClaimedArmsReportToAWaitBegunBeforeItsDisarmGoesOnceItsDataNamesAnotherArm)
+{
+	for (const bool closedAndReused : { false, true }) {
+		SCOPED_TRACE(closedAndReused ? "closed, its data given to a new connection" : "armed again with new data");
+		const uint64_t data = closedAndReused ? 40 : 30;
+		SocketPair &pair = heldPair();
+		add(pair.fds[0], EPOLLIN | EPOLLONESHOT, data);
+		ASSERT_EQ(write(pair.fds[1], "x", 1), 1);
+		const unsigned long slow = sets_.beginWait();
+		struct epoll_event stale[4];
+		ASSERT_EQ(epoll_wait(epfd_, stale, 4, 0), 1) << "the kernel reports the arm to the slow wait";
+		EpollRegistration claimed[4];
+		ASSERT_EQ(sets_.claim(epfd_, buffered_, claimed, 4), 1) << "another wait claims it meanwhile";
+		sets_.disarm(epfd_, claimed[0], ::epoll_ctl);
+
+		int armedFd = pair.fds[0];
+		uint64_t armedData = data + 1;
+		SocketPair fresh;
+		if (closedAndReused) {
+			closeFd(pair.fds[0]);
+			pair.fds[0] = -1;
+			add(fresh.fds[0], EPOLLIN | EPOLLONESHOT, data);
+			ASSERT_EQ(write(fresh.fds[1], "y", 1), 1);
+			armedFd = fresh.fds[0], armedData = data;
+		} else {
+			control(EPOLL_CTL_MOD, pair.fds[0], EPOLLIN | EPOLLONESHOT, armedData);
+		}
+		EXPECT_EQ(sets_.delivered(epfd_, stale, 1, nullptr, 0, slow, ::epoll_ctl), 0) << "the old arm's report goes";
+		EXPECT_TRUE(sets_.exact(epfd_));
+
+		const unsigned long after = sets_.beginWait();
+		struct epoll_event events[4];
+		ASSERT_EQ(epoll_wait(epfd_, events, 4, 0), 1) << "the arm the program made";
+		EXPECT_EQ(sets_.delivered(epfd_, events, 1, nullptr, 0, after, ::epoll_ctl), 1);
+		EXPECT_EQ(events[0].data.u64, armedData);
+		EXPECT_EQ(epoll_wait(epfd_, events, 4, 0), 0) << "reported once";
+		control(EPOLL_CTL_DEL, armedFd, 0, 0);
+	}
+}
+
+/*
  * The shim disarms a claimed arm in the kernel as the kernel's own report would, but not
  * an arm the program made again before that (another thread's MOD): it stands.
  */

@@ -201,11 +201,15 @@ private:
 		std::vector<int> unresolvedFds;
 		std::vector<Pending> pending; /* by fd, below kPendingFds */
 		/*
-		 * The disarms of the last one-shot registrations deleted (data, disarmedAt): one
-		 * the program adds again (DEL, then ADD: its re-arm) takes its disarm back.
+		 * The disarms of the last claimed one-shot arms that no registration carries any
+		 * more (data, disarmedAt): deleted, closed, or given new data by a MOD. A report of
+		 * one to a wait begun before its disarm is that old arm's (delivered); a
+		 * registration the program adds with its data (DEL, then ADD: its re-arm, or a new
+		 * connection given a closed one's data) takes its disarm over.
 		 */
-		std::array<std::pair<unsigned long long, unsigned long>, 64> deletedDisarms{};
-		size_t deletedNext = 0;
+		std::array<std::pair<unsigned long long, unsigned long>, 64> formerDisarms{};
+		size_t formerNext = 0;
+		unsigned long newestFormerDisarm = 0; /* a wait begun after it finds none of them */
 	};
 	/* Registrations of higher numbers are stored at once: a slot per number below. */
 	static constexpr int kPendingFds = 1 << 16;
@@ -291,8 +295,12 @@ private:
 	void readWhole(int epfd, Set &set) noexcept;
 	/* Under the lock: records a registration the kernel has (ADD, or readWhole). */
 	Stored *add(int epfd, Set &set, const EpollRegistration &registration);
-	/* The disarm of the newest one-shot registration with that data the program deleted, or 0. */
-	static unsigned long deletedDisarm(const Set &set, unsigned long long data) noexcept;
+	/* The newest disarm of a former arm with that data (formerDisarms), or 0. */
+	static unsigned long formerDisarm(const Set &set, unsigned long long data) noexcept;
+	/* stored's claimed arm, with its data, is carried by no registration from now on. */
+	static void rememberFormerArm(Set &set, const Stored &stored) noexcept;
+	/* Under the lock: a live registration of set that is no one-shot has that data (a walk). */
+	static bool othersCarry(const Set &set, unsigned long long data) noexcept;
 
 	/* changed() with the lock held. */
 	void changedLocked(int epfd, int op, int fd, const struct epoll_event *event) noexcept;
