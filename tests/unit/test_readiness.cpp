@@ -1546,6 +1546,41 @@ TEST_F(EpollMerged, PollAndSelectOnASetsOwnFdSeeWhatTheSetWouldReport)
 	EXPECT_EQ(pollSet(), 1) << "a new arrival";
 }
 
+/*
+ * A wait that returns with a one-shot's first report while the shim records the arm must
+ * not take the process for one without one-shots (its fast path passes the report on
+ * unseen, and a claim then reports the arm again): the arm is counted before the kernel
+ * has it, checked here from inside the kernel's call.
+ */
+namespace {
+EpollSets *g_announcing = nullptr;
+bool g_announcedInCall = false;
+int ctlThatLooks(int epfd, int op, int fd, struct epoll_event *event)
+{
+	g_announcedInCall = !g_announcing->noOneShots();
+	return ::epoll_ctl(epfd, op, fd, event);
+}
+} /* namespace */
+
+TEST(EpollSetsThreads, AOneShotArmIsCountedBeforeTheKernelHasIt)
+{
+	EpollSets sets;
+	g_announcing = &sets;
+	const int epfd = epoll_create1(EPOLL_CLOEXEC);
+	ASSERT_GE(epfd, 0);
+	sets.created(epfd);
+	SocketPair pair;
+	struct epoll_event event = {};
+	event.events = EPOLLIN | EPOLLONESHOT;
+	event.data.u64 = 5;
+	ASSERT_EQ(sets.control(epfd, EPOLL_CTL_ADD, pair.fds[0], &event, ctlThatLooks), 0);
+	EXPECT_TRUE(g_announcedInCall);
+	EXPECT_FALSE(sets.noOneShots()) << "recorded";
+	ASSERT_EQ(sets.control(epfd, EPOLL_CTL_DEL, pair.fds[0], nullptr, ::epoll_ctl), 0);
+	EXPECT_TRUE(sets.noOneShots()) << "counted once";
+	close(epfd);
+}
+
 TEST(EpollSetsThreads, WaitsAndChangesOnOneSetAtOnce)
 {
 	/* For ThreadSanitizer: epoll_ctl and waits on one set while connections gain and lose data. */

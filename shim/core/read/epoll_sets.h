@@ -131,14 +131,24 @@ public:
 	 * although the program has armed the registration again since: it is taken out too, and
 	 * the kernel is given the program's arm again (realCtl), so that, were it the new arm's
 	 * report, the kernel makes it anew to a later wait (a hunt: three workers on four
-	 * connections, two workers had one connection at once in 1 to 3 runs of 20).
+	 * connections, two workers had one connection at once in 1 to 3 runs of 20). Not where
+	 * the wait returned before the disarm (returned, read as the real wait came back): the
+	 * report is the old arm's for certain, and the program's arm may have gone to another
+	 * wait already, which the kernel's arm made again would duplicate (a hunt: four workers
+	 * on 48 connections, two workers on one connection in 1 to 3 runs of 30).
 	 */
 	int delivered(int epfd, struct epoll_event *events, int count, const EpollRegistration *claimed = nullptr,
-		      int claimedCount = 0, unsigned long ticket = kNewestTicket, EpollCtl realCtl = nullptr) noexcept;
+		      int claimedCount = 0, unsigned long ticket = kNewestTicket, EpollCtl realCtl = nullptr,
+		      unsigned long returned = kNewestTicket) noexcept;
 	/* A ticket newer than every disarm: a wait that began after them all. */
 	static constexpr unsigned long kNewestTicket = ~0UL;
 	/* Before each real wait on a set, while a set has EPOLLONESHOT registrations: its ticket. */
 	unsigned long beginWait() noexcept { return tickets_.fetch_add(1, std::memory_order_seq_cst); }
+	/*
+	 * As each such wait returns, before anything else: a report to a wait returned before
+	 * a claimed arm's disarm is that arm's, never the program's arm made since (delivered).
+	 */
+	unsigned long returned() const noexcept { return tickets_.load(std::memory_order_seq_cst); }
 	/*
 	 * A wait delivered the shim's event of a claimed EPOLLONESHOT registration: its arm is
 	 * disarmed in the kernel too (as the kernel's own report would have), unless the program

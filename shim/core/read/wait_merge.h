@@ -206,11 +206,12 @@ inline int takenIn(EpollSets &sets, EpollCtl realCtl, int epfd, struct epoll_eve
 	*again = false;
 	if (ready <= 0 || (sets.wake().idle() && sets.noOneShots()))
 		return ready;
+	const unsigned long returned = sets.returned();
 	const int kernelReady = ready;
 	bool woken = false;
 	if (!sets.wake().idle())
 		ready = sets.wake().strip(events, ready, &woken);
-	ready = sets.delivered(epfd, events, ready, nullptr, 0, ticket, realCtl);
+	ready = sets.delivered(epfd, events, ready, nullptr, 0, ticket, realCtl, returned);
 	*again = kernelReady > 0 && ready == 0;
 	return ready;
 }
@@ -248,6 +249,7 @@ int epollMergedFully(const BufferedFds &buffered, EpollSets &sets, EpollCtl real
 		if (buffered.empty() || maxevents <= 0) {
 			const unsigned long ticket = sets.noOneShots() ? 0 : sets.beginWait();
 			int ready = realWait(false, maxevents);
+			const unsigned long returned = sets.returned();
 			if (ready > 0 && !wake.idle())
 				ready = wake.strip(events, ready, &woken);
 			/* Nothing held: nothing of the shim's to report, the wake leaves. */
@@ -257,7 +259,7 @@ int epollMergedFully(const BufferedFds &buffered, EpollSets &sets, EpollCtl real
 				continue;
 			/* Only another wait's one-shot arms: wait again (EpollSets::delivered). */
 			const int kernelReady = ready;
-			ready = sets.delivered(epfd, events, ready, nullptr, 0, ticket, realCtl);
+			ready = sets.delivered(epfd, events, ready, nullptr, 0, ticket, realCtl, returned);
 			if (kernelReady > 0 && ready == 0)
 				continue;
 			return ready;
@@ -277,12 +279,13 @@ int epollMergedFully(const BufferedFds &buffered, EpollSets &sets, EpollCtl real
 		const int room = shimsTurn ? maxevents - found : maxevents;
 		const unsigned long ticket = sets.noOneShots() ? 0 : sets.beginWait();
 		int ready = room > 0 ? realWait(found > 0, room) : 0;
+		const unsigned long returned = sets.returned();
 		if (ready > 0 && !wake.idle())
 			ready = wake.strip(events, ready, &woken);
 		/* Before the look for what to report: a wake made after it keeps the set woken. */
 		const unsigned long seen = woken ? wake.generation() : 0;
 		const int kernelReady = ready;
-		ready = sets.delivered(epfd, events, ready, extra, found, ticket, realCtl);
+		ready = sets.delivered(epfd, events, ready, extra, found, ticket, realCtl, returned);
 		/* Woken by the shim: a registration of a held connection was armed during the wait. */
 		if (woken && found == 0)
 			found = sets.claim(epfd, buffered, extra, claimable);
