@@ -152,12 +152,14 @@
  *                     per round "told N, timed out N, other N" (other: any other answer).
  *                     HOW level-first or oneshot-first: the first round's threads are in
  *                     their waits (3 s) before the process makes its first connection
- *   workers mod|deladd|newdata --cert C --key K
+ *   workers mod|deladd|newdata|output --cert C --key K
  *                     a thread pool on EPOLLONESHOT: 10 rounds of 4 connections (socketpairs
  *                     to a forked server, which sends each 32 records of 2,000 bytes in
  *                     bursts of 8), 3 workers waiting on one set (maxevents 1); a worker
  *                     reads one record of the connection it was told of and re-arms it
- *                     (EPOLL_CTL_MOD, DEL and ADD, or MOD with data of a new generation).
+ *                     (EPOLL_CTL_MOD, DEL and ADD, or MOD with data of a new generation;
+ *                     output: every other re-arm asks for EPOLLOUT alone, as a server with
+ *                     a write pending does, and the worker told of it arms EPOLLIN again).
  *                     The kernel tells one worker per arm: prints "bytes 2560000, twice 0"
  *                     (twice: a worker told of a connection another worker had at that
  *                     moment, or of an arm the connection no longer has) and "timeouts 0"
@@ -1534,9 +1536,11 @@ int workers(SSL_CTX *server, const std::string &how)
 			fail("EPOLL_CTL_ADD");
 		/* The data of each connection's arm: its index, and with newdata a generation above it. */
 		std::atomic<uint64_t> armedData[kConnections] = {};
-		auto arm = [&](int i, int op) {
+		std::atomic<bool> forOutput[kConnections] = {};
+		auto arm = [&](int i, int op, uint32_t interest = EPOLLIN) {
 			struct epoll_event event = {};
-			event.events = EPOLLIN | EPOLLONESHOT;
+			event.events = interest | EPOLLONESHOT;
+			forOutput[i] = interest == EPOLLOUT;
 			event.data.u64 = static_cast<uint64_t>(i);
 			if (how == "newdata")
 				event.data.u64 |= (armedData[i].load() + (uint64_t{1} << 8)) & ~uint64_t{0xff};
@@ -1568,6 +1572,11 @@ int workers(SSL_CTX *server, const std::string &how)
 						doubled++; /* the other worker re-arms it */
 						continue;
 					}
+					if (forOutput[i]) {
+						busy[i] = false;
+						arm(i, EPOLL_CTL_MOD);
+						continue;
+					}
 					/*
 					 * One record: what OpenSSL has decrypted of it is the program's to take
 					 * (SSL_pending), not the kernel's to report (a peer's writes may be
@@ -1590,6 +1599,9 @@ int workers(SSL_CTX *server, const std::string &how)
 						if (epoll_ctl(epfd, EPOLL_CTL_DEL, mine[i], nullptr) != 0)
 							fail("EPOLL_CTL_DEL");
 						arm(i, EPOLL_CTL_ADD);
+					} else if (how == "output") {
+						static thread_local unsigned turn = 0;
+						arm(i, EPOLL_CTL_MOD, turn++ % 2 ? EPOLLOUT : EPOLLIN);
 					} else {
 						arm(i, EPOLL_CTL_MOD);
 					}
