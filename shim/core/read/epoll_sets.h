@@ -182,6 +182,8 @@ private:
 		bool claimed = false;
 		/* EPOLLONESHOT: the tickets handed out when a claimed arm was last disarmed (delivered) */
 		unsigned long disarmedAt = 0;
+		/* EPOLLONESHOT: the shim gave the kernel the program's arm again since the program made it */
+		bool armedByShim = false;
 	};
 	/* A registration whose file is not looked up yet (see above): live, never told. */
 	struct Pending {
@@ -307,8 +309,12 @@ private:
 	Stored *add(int epfd, Set &set, const EpollRegistration &registration);
 	/* The newest disarm of a former arm with that data (formerDisarms), or 0. */
 	static unsigned long formerDisarm(const Set &set, unsigned long long data) noexcept;
-	/* stored's claimed arm, with its data, is carried by no registration from now on. */
-	static void rememberFormerArm(Set &set, const Stored &stored) noexcept;
+	/*
+	 * stored's claimed arm, with its data, is carried by no registration from now on. One
+	 * that was reported and that the shim gave the kernel again (armedByShim) may have
+	 * that copy's report in flight: remembered as disarmed now.
+	 */
+	void rememberFormerArm(Set &set, const Stored &stored) noexcept;
 	/* Under the lock: a live registration of set that is no one-shot has that data (a walk). */
 	static bool othersCarry(const Set &set, unsigned long long data) noexcept;
 
