@@ -767,6 +767,26 @@ protected:
 		EXPECT_EQ(a, b) << when;
 	}
 
+	/*
+	 * pair's one-shot arm of data: the kernel reports it to a slow wait (into stale; the
+	 * wait's ticket, and the count as it returned), another wait claims it, the claim's
+	 * disarm, and the program's next arm. A pool's state when the slow wait's thread
+	 * looks at last.
+	 */
+	void staleReportAfterAClaim(SocketPair &pair, uint64_t data, struct epoll_event *stale, unsigned long *slow,
+				    unsigned long *slowReturned)
+	{
+		add(pair.fds[0], EPOLLIN | EPOLLONESHOT, data);
+		ASSERT_EQ(write(pair.fds[1], "x", 1), 1);
+		*slow = sets_.beginWait();
+		ASSERT_EQ(epoll_wait(epfd_, stale, 4, 0), 1) << "the kernel reports the first arm to the slow wait";
+		*slowReturned = sets_.returned();
+		EpollRegistration claimed[4];
+		ASSERT_EQ(sets_.claim(epfd_, buffered_, claimed, 4), 1);
+		sets_.disarm(epfd_, claimed[0], ::epoll_ctl);
+		control(EPOLL_CTL_MOD, pair.fds[0], EPOLLIN | EPOLLONESHOT, data);
+	}
+
 	/* count sockets in the set, data firstData on, each a connection of its own holding data. */
 	void addHeld(int count, uint64_t firstData)
 	{
@@ -1149,16 +1169,10 @@ TEST_F(EpollMerged, AnOutputArmMadeAfterAClaimIsMadeAgainWhenAnOlderWaitsReportO
 TEST_F(EpollMerged, AReportToAWaitReturnedBeforeADisarmLeavesTheNextClaimsMark)
 {
 	SocketPair &pair = heldPair();
-	add(pair.fds[0], EPOLLIN | EPOLLONESHOT, 70);
-	ASSERT_EQ(write(pair.fds[1], "x", 1), 1);
-	const unsigned long slow = sets_.beginWait();
 	struct epoll_event stale[4];
-	ASSERT_EQ(epoll_wait(epfd_, stale, 4, 0), 1) << "the kernel reports the first arm to the slow wait";
-	const unsigned long slowReturned = sets_.returned();
+	unsigned long slow = 0, slowReturned = 0;
+	ASSERT_NO_FATAL_FAILURE(staleReportAfterAClaim(pair, 70, stale, &slow, &slowReturned));
 	EpollRegistration claimed[4];
-	ASSERT_EQ(sets_.claim(epfd_, buffered_, claimed, 4), 1);
-	sets_.disarm(epfd_, claimed[0], ::epoll_ctl);
-	control(EPOLL_CTL_MOD, pair.fds[0], EPOLLIN | EPOLLONESHOT, 70);
 	ASSERT_EQ(sets_.claim(epfd_, buffered_, claimed, 4), 1) << "a claim of the second arm";
 
 	EXPECT_EQ(sets_.delivered(epfd_, stale, 1, nullptr, 0, slow, ::epoll_ctl, slowReturned), 0);
@@ -1180,15 +1194,9 @@ TEST_F(EpollMerged, AReportToAWaitReturnedBeforeADisarmLeavesTheNextClaimsMark)
 TEST_F(EpollMerged, TheShimsCopyOfAnArmAnotherWaitAlreadyReportedGoes)
 {
 	SocketPair &pair = heldPair();
-	add(pair.fds[0], EPOLLIN | EPOLLONESHOT, 80);
-	ASSERT_EQ(write(pair.fds[1], "x", 1), 1);
-	const unsigned long slow = sets_.beginWait();
 	struct epoll_event stale[4];
-	ASSERT_EQ(epoll_wait(epfd_, stale, 4, 0), 1) << "the first arm's report, to the slow wait";
-	EpollRegistration claimed[4];
-	ASSERT_EQ(sets_.claim(epfd_, buffered_, claimed, 4), 1);
-	sets_.disarm(epfd_, claimed[0], ::epoll_ctl);
-	control(EPOLL_CTL_MOD, pair.fds[0], EPOLLIN | EPOLLONESHOT, 80);
+	unsigned long slow = 0, slowReturned = 0;
+	ASSERT_NO_FATAL_FAILURE(staleReportAfterAClaim(pair, 80, stale, &slow, &slowReturned));
 	const unsigned long other = sets_.beginWait();
 	struct epoll_event second[4];
 	ASSERT_EQ(epoll_wait(epfd_, second, 4, 0), 1) << "the second arm's report, to another wait";
