@@ -188,13 +188,6 @@ __attribute__((noinline)) int epollMergedFully(const BufferedFds &buffered, Epol
 					       RealWait realWait);
 
 /*
- * The wait as the program made it, where nothing is held and the kernel's answer needs
- * nothing of the shim's (no wake of its in the set, no one-shot to disarm): inline, so a
- * process without TLS pays a few loads (issue 24: the whole merge, out of line, made
- * epoll_wait 1.19x). Anything else goes to epollMergedFully, which waits again from the
- * start only where this wait returned nothing, as its own loop would.
- */
-/*
  * The ready events a real wait with that ticket returned, as the kernel would have given
  * them: the shim's wake taken out, and one-shot reports another wait made
  * (EpollSets::delivered). *again: none is left where the kernel had some; the wait goes on,
@@ -216,6 +209,13 @@ inline int takenIn(EpollSets &sets, EpollCtl realCtl, int epfd, struct epoll_eve
 	return ready;
 }
 
+/*
+ * The wait as the program made it, where nothing is held and the kernel's answer needs
+ * nothing of the shim's (no wake of its in the set, no one-shot to disarm): inline, so a
+ * process without TLS pays a few loads (issue 24: the whole merge, out of line, made
+ * epoll_wait 1.19x). Anything else goes to epollMergedFully, which waits again from the
+ * start only where this wait returned nothing, as its own loop would.
+ */
 template <typename RealWait>
 inline int epollMerged(const BufferedFds &buffered, EpollSets &sets, EpollCtl realCtl, int epfd,
 		       struct epoll_event *events, int maxevents, RealWait realWait)
