@@ -152,10 +152,11 @@
  *                     per round "told N, timed out N, other N" (other: any other answer).
  *                     HOW level-first or oneshot-first: the first round's threads are in
  *                     their waits (3 s) before the process makes its first connection
- *   workers mod|deladd|newdata|output --cert C --key K
- *                     a thread pool on EPOLLONESHOT: 10 rounds of 4 connections (socketpairs
- *                     to a forked server, which sends each 32 records of 2,000 bytes in
- *                     bursts of 8), 3 workers waiting on one set (maxevents 1); a worker
+ *   workers mod|deladd|newdata|output --cert C --key K [--workers N] [--connections N] [--edge 1]
+ *                     a thread pool on EPOLLONESHOT (with EPOLLET: --edge 1): 10 rounds of
+ *                     N connections (4; at most 255; TCP on loopback to a forked server,
+ *                     which sends each 32 records of 2,000 bytes in bursts of 8), N
+ *                     workers (3) waiting on one set (maxevents 1); a worker
  *                     reads one record of the connection it was told of and re-arms it
  *                     (EPOLL_CTL_MOD, DEL and ADD, or MOD with data of a new generation;
  *                     output: every other re-arm asks for EPOLLOUT alone, as a server with
@@ -1494,21 +1495,25 @@ int waiters(const std::string &how, const char *port)
 	_exit(0);
 }
 
-int workers(SSL_CTX *server, const std::string &how)
+int workers(SSL_CTX *server, const std::string &how, int kWorkers, int kConnections, uint32_t edge)
 {
-	constexpr int kConnections = 4, kWorkers = 3, kBursts = 4, kPerBurst = 8, kRounds = 10;
-	constexpr long kBytes = 2000L * kConnections * kBursts * kPerBurst;
+	constexpr int kBursts = 4, kPerBurst = 8, kRounds = 10;
+	const long kBytes = 2000L * kConnections * kBursts * kPerBurst;
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	long bytes = 0, twice = 0, timeouts = 0;
 	for (int round = 0; round < kRounds; round++) {
+		/* TCP on loopback: the shim reads no UNIX socket ahead (core/read/read_tuning.cpp). */
 		std::vector<int> mine, theirs;
+		int port = 0;
+		const int listening = listenOn(0, &port);
 		for (int i = 0; i < kConnections; i++) {
-			int pair[2];
-			if (socketpair(AF_UNIX, SOCK_STREAM, 0, pair) != 0)
-				fail("socketpair");
-			mine.push_back(pair[0]);
-			theirs.push_back(pair[1]);
+			mine.push_back(connectTo("127.0.0.1", std::to_string(port)));
+			const int accepted = accept(listening, nullptr, nullptr);
+			if (accepted < 0)
+				fail("accept");
+			theirs.push_back(accepted);
 		}
+		close(listening);
 		std::fflush(stdout);
 		const pid_t child = fork();
 		if (child == 0) {
@@ -1535,11 +1540,11 @@ int workers(SSL_CTX *server, const std::string &how)
 		if (epoll_ctl(epfd, EPOLL_CTL_ADD, done, &interest) != 0)
 			fail("EPOLL_CTL_ADD");
 		/* The data of each connection's arm: its index, and with newdata a generation above it. */
-		std::atomic<uint64_t> armedData[kConnections] = {};
-		std::atomic<bool> forOutput[kConnections] = {};
+		std::vector<std::atomic<uint64_t>> armedData(kConnections);
+		std::vector<std::atomic<bool>> forOutput(kConnections);
 		auto arm = [&](int i, int op, uint32_t interest = EPOLLIN) {
 			struct epoll_event event = {};
-			event.events = interest | EPOLLONESHOT;
+			event.events = interest | EPOLLONESHOT | edge;
 			forOutput[i] = interest == EPOLLOUT;
 			event.data.u64 = static_cast<uint64_t>(i);
 			if (how == "newdata")
@@ -1550,7 +1555,7 @@ int workers(SSL_CTX *server, const std::string &how)
 		};
 		for (int i = 0; i < kConnections; i++)
 			arm(i, EPOLL_CTL_ADD);
-		std::atomic<bool> busy[kConnections] = {};
+		std::vector<std::atomic<bool>> busy(kConnections);
 		std::atomic<long> read{0}, doubled{0}, waitedOut{0};
 		std::vector<std::thread> pool;
 		for (int w = 0; w < kWorkers; w++)
@@ -1560,7 +1565,7 @@ int workers(SSL_CTX *server, const std::string &how)
 					const int ready = epoll_wait(epfd, &event, 1, 2000);
 					if (ready == 0)
 						waitedOut++;
-					if (ready <= 0 || (event.data.u64 & 0xff) >= kConnections)
+					if (ready <= 0 || (event.data.u64 & 0xff) >= static_cast<uint64_t>(kConnections))
 						return;
 					const int i = static_cast<int>(event.data.u64 & 0xff);
 					if (event.data.u64 != armedData[i]) {
@@ -1660,7 +1665,10 @@ int main(int argc, char **argv)
 	    which == "half-record" || which == "cancel-half-record" || which == "workers") {
 		SSL_CTX *server = serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", ""));
 		int status = which == "pipes" || which == "pty" ? pipes(server, which == "pty")
-			     : which == "workers"                  ? workers(server, argc > 2 ? argv[2] : "")
+			     : which == "workers"                  ? workers(server, argc > 2 ? argv[2] : "",
+										 static_cast<int>(number(argc, argv, "--workers", 3)),
+										 static_cast<int>(number(argc, argv, "--connections", 4)),
+										 number(argc, argv, "--edge", 0) ? uint32_t{EPOLLET} : 0)
 			     : which == "stoptls"                  ? stoptls(server)
 			     : which == "half-record"              ? halfRecord(server)
 			     : which == "cancel-half-record"       ? cancelHalfRecord(server)

@@ -229,6 +229,8 @@ __attribute__((noinline)) int registered(Process &p, int epfd, int op, int fd, s
 	} else {
 		p.epoll.changed(epfd, op, fd, event);
 	}
+	if (op != EPOLL_CTL_DEL && event && (event->events & EPOLLONESHOT))
+		p.unseen.noteOneShot(fd);
 	/* A registration to read is a wait to read (waitedToRead). */
 	if (op != EPOLL_CTL_DEL && event && (event->events & (EPOLLIN | EPOLLRDNORM)))
 		p.buffered.readByProgram(fd);
@@ -251,8 +253,12 @@ TLSTUNE_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event
 {
 	if (!ConnectionSlot::anyMade()) {
 		const int result = libc().epoll_ctl(epfd, op, fd, event);
-		if (result != 0 || !ConnectionSlot::anyMade())
+		if (result != 0 || !ConnectionSlot::anyMade()) {
+			/* No connection to look: one made later on fd looks at its first call. */
+			if (result == 0 && op != EPOLL_CTL_DEL && event && (event->events & EPOLLONESHOT))
+				oneShotFds().note(fd);
 			return result;
+		}
 		return registered(process(), epfd, op, fd, event, true);
 	}
 	return registered(process(), epfd, op, fd, event, false);

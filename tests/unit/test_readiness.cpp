@@ -2145,6 +2145,21 @@ TEST(UnseenWaits, ASocketSentAwayIsNoLongerFollowedAndOthersStillAre)
 	EXPECT_EQ(unseen.generation(), afterFirst) << "the same file again changes nothing to ask";
 }
 
+TEST(UnseenWaits, AOneShotArmOfANewNumberMakesConnectionsLookOnce)
+{
+	UnseenWaits unseen;
+	const int fd = FdBitmap::kNumbers - 3; /* the process's bitmap: a number no other test arms */
+	EXPECT_FALSE(oneShotFds().mayHave(fd));
+	unseen.noteOneShot(fd);
+	const unsigned afterFirst = unseen.generation();
+	EXPECT_NE(afterFirst, 0u);
+	EXPECT_TRUE(oneShotFds().mayHave(fd));
+	EXPECT_FALSE(oneShotFds().mayHave(fd - 1));
+	unseen.noteOneShot(fd);
+	EXPECT_EQ(unseen.generation(), afterFirst) << "a pool re-arms after every event: nothing new to ask";
+	EXPECT_TRUE(unseen.follows(7)) << "files are another matter";
+}
+
 TEST(UnseenWaits, ARingOrMoreFilesThanItKeepsStopsEveryConnection)
 {
 	UnseenWaits ring;

@@ -21,6 +21,7 @@ RateLimit tunedLines;
 RateLimit untunedLines;
 RateLimit chunkedLines;
 RateLimit renegotiationLines;
+RateLimit oneShotLines;
 
 /* TLS's largest record payload: a BIO that asks the kernel for less reads in chunks of its own. */
 constexpr size_t kOneRecord = 16384;
@@ -218,7 +219,7 @@ bool ReadTuning::followable(const OpenSslApi &api, const UnseenWaits &unseen, SS
 			return false;
 		connection.noteSocket(fd, st.st_ino);
 	}
-	return !notFollowed(fd) && unseen.follows(connection.ino());
+	return !notFollowed(fd) && !oneShotFds().mayHave(fd) && unseen.follows(connection.ino());
 }
 
 void ReadTuning::turnOff(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept
@@ -241,9 +242,13 @@ void ReadTuning::unseenChanged(const OpenSslApi &api, const UnseenWaits &unseen,
 {
 	const unsigned generation = unseen.generation();
 	const bool justLearnt = connection.ownBio() == Connection::OwnBio::learnt;
-	if (!unseen.follows(connection.ino()) ||
-	    (justLearnt && (unseen.confined() || notFollowed(connection.fd()))))
+	if (oneShotFds().mayHave(connection.fd())) {
 		turnOff(api, ssl, connection);
+		logLimited(oneShotLines, LogLevel::Info, "read-ahead off: the connection's fd is armed EPOLLONESHOT");
+	} else if (!unseen.follows(connection.ino()) ||
+		   (justLearnt && (unseen.confined() || notFollowed(connection.fd())))) {
+		turnOff(api, ssl, connection);
+	}
 	else if (connection.ownBio() == Connection::OwnBio::settled || judgeOwnBio(api, ssl, connection))
 		connection.setUnseenSeen(generation);
 }

@@ -6,6 +6,8 @@
 
 namespace tlstune {
 
+FdBitmap g_oneShotFds;
+
 void UnseenWaits::noteRing() noexcept
 {
 	stopEverywhere("an io_uring instance exists: no connection reads ahead from now on");
@@ -34,6 +36,15 @@ void UnseenWaits::noteUnfollowed(ino_t ino) noexcept
 	else
 		everything_.store(true, std::memory_order_release);
 	/* After the slot: a connection that sees this number sees the inode too. */
+	generation_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+void UnseenWaits::noteOneShot(int fd) noexcept
+{
+	if (oneShotFds().mayHave(fd))
+		return;
+	oneShotFds().note(fd);
+	/* After the bit: a connection that sees this number sees the bit too. */
 	generation_.fetch_add(1, std::memory_order_acq_rel);
 }
 

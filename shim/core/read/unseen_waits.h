@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <sys/types.h>
 
+#include "core/known_fds.h"
+
 namespace tlstune {
 
 /*
@@ -13,7 +15,10 @@ namespace tlstune {
  * - a ring: once the process has made an io_uring instance, any socket may be waited on
  *   by POLL_ADD or added to epoll by IORING_OP_EPOLL_CTL, neither of which the shim sees;
  * - a socket's file sent away with SCM_RIGHTS: another process waits on it there;
- * - a socket given SO_RCVLOWAT above 1: the kernel's answer counts its bytes, not records.
+ * - a socket given SO_RCVLOWAT above 1: the kernel's answer counts its bytes, not records;
+ * - an fd the program armed EPOLLONESHOT (oneShotFds): an arm goes to one waiter, and the
+ *   kernel's report of what the socket has and the shim's of what OpenSSL holds cannot be
+ *   made one hand-over.
  * A connection asks at each of its calls whether anything changed since it last looked
  * (one load); when something did and it concerns it, it stops reading ahead. What
  * OpenSSL holds then it still hands out; it reads no further ahead.
@@ -32,6 +37,13 @@ public:
 	 * signal handler may send a descriptor while its thread is inside this.
 	 */
 	void noteUnfollowed(ino_t ino) noexcept;
+
+	/*
+	 * The program armed fd EPOLLONESHOT in a process with a connection: a connection on
+	 * it stops reading ahead at its next call. Only a number not noted before makes the
+	 * connections look (a pool re-arms after every event).
+	 */
+	void noteOneShot(int fd) noexcept;
 
 	/* Whether the shim still follows every wait on the socket file ino (0: not known yet). */
 	bool follows(ino_t ino) const noexcept;
@@ -57,5 +69,23 @@ private:
 	std::atomic<size_t> count_{0};
 	std::atomic<ino_t> inodes_[kKept] = {};
 };
+
+/*
+ * The fd numbers the program has armed EPOLLONESHOT (in any set, by EPOLL_CTL_ADD or MOD),
+ * from the process's start: a connection on one does not read ahead. Two reporters of one
+ * arm raced: the shim's claim of a held connection and the kernel's report of its socket,
+ * which the shim can only take out after the fact; tickets and disarms narrowed it (hunts
+ * of worker pools: two workers on one connection, or one told of an arm it had not made,
+ * in up to 18 runs of 30 before, 1 to 2 in 100 after) but could not close it. Without
+ * read-ahead OpenSSL holds no record the kernel does not show, and the kernel is the one
+ * reporter, as without the shim; what a connection held before its first one-shot arm it
+ * still hands out, reported as before. A number is never forgotten: a connection that
+ * comes later on a number a pool used does not read ahead either. Zeroes in .bss.
+ */
+extern FdBitmap g_oneShotFds;
+inline FdBitmap &oneShotFds() noexcept
+{
+	return g_oneShotFds;
+}
 
 } /* namespace tlstune */
