@@ -25,10 +25,12 @@
  *                   "accepted N" (what SSL_write had accepted) and calls _exit(0)
  *   unshare-user    twenty short lines, unshare(CLONE_NEWUSER) (one thread only, the kernel
  *                   says), twenty more, close_notify; prints what unshare returned
- *   exit-while-writing exit|_exit|exec
+ *   exit-while-writing exit|_exit|exec|abort
  *                   a child's thread writes 100-byte lines while its main thread, once 100
- *                   are accepted, leaves by exit, _exit or an exec of /bin/true; the parent prints "accepted N"
- *                   (what SSL_write had accepted, in shared memory) once the child is gone
+ *                   are accepted, leaves by exit, _exit, an exec of /bin/true or abort(); the
+ *                   parent prints "accepted N" (what SSL_write had accepted, in shared
+ *                   memory) once the child is gone, and ends with 0 where the child ended
+ *                   the way it was told (abort: SIGABRT)
  *   close-while-writing close|close-range|shutdown|vfork-shutdown
  *                   a thread writes 100-byte lines while main, once 100 are accepted,
  *                   takes the socket from under it (the program's own race): close,
@@ -235,12 +237,20 @@ int exitWhileWritingCase(const char *port, const std::string &way)
 			execl("/bin/true", "true", static_cast<char *>(nullptr));
 		if (way == "exit")
 			exit(0);
+		if (way == "abort") {
+			const struct rlimit noCore = { 0, 0 };
+			setrlimit(RLIMIT_CORE, &noCore);
+			std::abort();
+		}
 		_exit(0);
 	}
 	int status = 0;
 	if (waitpid(child, &status, 0) != child)
 		fail("waitpid");
 	std::printf("accepted %ld\n", accepted->load());
+	/* The way out it was told to take: 0. */
+	if (way == "abort" && WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT)
+		return 0;
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 

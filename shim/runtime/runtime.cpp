@@ -548,6 +548,11 @@ void Process::drainBeforeImageEnds(ImageEnd end, AbortiveCloses *made) noexcept
 		return;
 	if (resets)
 		buffered.imageEnds(end == ImageEnd::MayReturn ? made : nullptr);
+	handOverAtImageEnd(end);
+}
+
+void Process::handOverAtImageEnd(ImageEnd end) noexcept
+{
 	if (coalescer.idle())
 		return;
 	const int savedErrno = errno;

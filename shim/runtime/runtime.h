@@ -56,6 +56,13 @@ struct Process {
 	};
 	void drainBeforeImageEnds(ImageEnd end = ImageEnd::Never, AbortiveCloses *made = nullptr) noexcept;
 	/*
+	 * drainBeforeImageEnds' half for what is written: what is held goes to the kernel, and
+	 * nothing is held from then on. It waits (200 ms at most) for another thread inside
+	 * the shim's locks, and not for a lock this thread holds (a handler or a callback
+	 * that interrupted it there).
+	 */
+	void handOverAtImageEnd(ImageEnd end) noexcept;
+	/*
 	 * The program confines itself (seccomp): the calls the shim makes for it (send,
 	 * getsockopt, a thread) may be forbidden from now on. What is held goes out first,
 	 * and the process's writes go straight through afterwards (issue 22); a connection

@@ -447,19 +447,6 @@ void Coalescer::drainAll()
 	errno = savedErrno;
 }
 
-void Coalescer::drainForAbort() noexcept
-{
-	if (ShimLock::heldHere())
-		return;
-	ShimLock lock(registry_, std::try_to_lock);
-	if (!lock.owns())
-		return;
-	for (const auto &entry : entries_) {
-		if (entry.second->dirty())
-			entry.second->trySend();
-	}
-}
-
 void Coalescer::lockForFork()
 {
 	registry_.lock();

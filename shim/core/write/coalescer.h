@@ -195,13 +195,8 @@ public:
 	/* Some connection has bytes the kernel has not taken yet. */
 	bool anyPending() const noexcept { return counters_.dirty.load(std::memory_order_relaxed) > 0; }
 
-	/* At exit, _exit or exec: what is pending goes to the kernel. */
+	/* At exit, _exit, exec or abort: what is pending goes to the kernel. */
 	void drainAll();
-	/*
-	 * At abort: the process may be broken (a lock held by the crashing thread, a corrupt
-	 * heap). Sends what it can without waiting for any lock, allocating or blocking.
-	 */
-	void drainForAbort() noexcept;
 	/* No connection was ever attached (or all are gone), and no bytes are left over. */
 	bool idle() const noexcept
 	{
