@@ -242,15 +242,15 @@ void ReadTuning::unseenChanged(const OpenSslApi &api, const UnseenWaits &unseen,
 {
 	const unsigned generation = unseen.generation();
 	const bool justLearnt = connection.ownBio() == Connection::OwnBio::learnt;
-	if (oneShotFds().mayHave(connection.fd())) {
+	const bool oneShot = oneShotFds().mayHave(connection.fd());
+	if (oneShot || !unseen.follows(connection.ino()) ||
+	    (justLearnt && (unseen.confined() || notFollowed(connection.fd())))) {
 		turnOff(api, ssl, connection);
-		logLimited(oneShotLines, LogLevel::Info, "read-ahead off: the connection's fd is armed EPOLLONESHOT");
-	} else if (!unseen.follows(connection.ino()) ||
-		   (justLearnt && (unseen.confined() || notFollowed(connection.fd())))) {
-		turnOff(api, ssl, connection);
-	}
-	else if (connection.ownBio() == Connection::OwnBio::settled || judgeOwnBio(api, ssl, connection))
+		if (oneShot)
+			logLimited(oneShotLines, LogLevel::Info, "read-ahead off: the connection's fd is armed EPOLLONESHOT");
+	} else if (connection.ownBio() == Connection::OwnBio::settled || judgeOwnBio(api, ssl, connection)) {
 		connection.setUnseenSeen(generation);
+	}
 }
 
 bool ReadTuning::judgeOwnBio(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept
