@@ -115,6 +115,11 @@ int EpollSets::highestSet() const noexcept
 
 const EpollSets::Set *EpollSets::find(int epfd) const noexcept
 {
+	/* One set and no copy (most processes): no hash to compute (issue 24: epoll_ctl). */
+	if (sets_.size() == 1 && aliases_.empty()) {
+		const auto only = sets_.begin();
+		return only->first == epfd ? &only->second : nullptr;
+	}
 	auto it = sets_.find(epfd);
 	if (it == sets_.end() && !aliases_.empty()) {
 		auto alias = aliases_.find(epfd);
@@ -142,6 +147,9 @@ void EpollSets::aliased(int from, int to) noexcept
 
 EpollSets::Stored *EpollSets::live(Set &set, int fd) noexcept
 {
+	/* A set of pending registrations only (most): no hash to compute. */
+	if (set.liveByFd.empty())
+		return nullptr;
 	auto it = set.liveByFd.find(fd);
 	if (it == set.liveByFd.end())
 		return nullptr;
@@ -521,10 +529,9 @@ void EpollSets::detach(Set &set, int fd) noexcept
 void EpollSets::countUnresolved(Set &set, long delta) noexcept
 {
 	set.unresolved += delta;
-	if (delta > 0)
-		unresolved_.fetch_add(static_cast<size_t>(delta), std::memory_order_relaxed);
-	else
-		unresolved_.fetch_sub(static_cast<size_t>(-delta), std::memory_order_relaxed);
+	/* Written under the lock only: no locked instruction per ADD and DEL (issue 24). */
+	unresolved_.store(unresolved_.load(std::memory_order_relaxed) + static_cast<size_t>(delta),
+			  std::memory_order_relaxed);
 }
 
 void EpollSets::resolve(Set &set, int fd, bool closing) noexcept
