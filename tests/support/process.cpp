@@ -125,10 +125,16 @@ void Process::kill(int signal)
 bool Process::fill(int timeoutMs)
 {
 	struct pollfd pfd = { stdout_, POLLIN, 0 };
-	if (stdout_ < 0 || poll(&pfd, 1, timeoutMs) <= 0)
+	/* A signal to this process is no end of the child's output (EINTR: asked again). */
+	int ready = 0;
+	while (stdout_ >= 0 && (ready = poll(&pfd, 1, timeoutMs)) < 0 && errno == EINTR) {
+	}
+	if (stdout_ < 0 || ready <= 0)
 		return false;
 	char buffer[4096];
-	ssize_t n = read(stdout_, buffer, sizeof(buffer));
+	ssize_t n;
+	while ((n = read(stdout_, buffer, sizeof(buffer))) < 0 && errno == EINTR) {
+	}
 	if (n <= 0)
 		return false;
 	pending_.append(buffer, static_cast<size_t>(n));
