@@ -62,6 +62,11 @@
  *                     waits for the rest of the record (its message callback saw the
  *                     record's header, then it sleeps). Prints "poll after the cancel R"
  *                     (a poll of the socket at once: 0, OpenSSL holds part of a record).
+ *   rest-of-record on|off --cert C --key K
+ *                     the program sets read-ahead on the SSL itself (on or off), reads 100
+ *                     bytes of a forked server's one record of 2,000, and polls its socket
+ *                     at once: prints "pending 1900" and "poll after part of a record 0"
+ *                     (the rest is OpenSSL's; the kernel has nothing).
  *   half-record --cert C --key K
  *                     a forked TCP server sends half of a record of 1,000 bytes, and the
  *                     rest only once it has read 2 bytes from the client. The client
@@ -576,6 +581,55 @@ int halfRecord(SSL_CTX *server)
 			break;
 	}
 	std::printf("read %d\n", total);
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	int status = 0;
+	waitpid(child, &status, 0);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+/* The server of rest-of-record: one record of 2,000 bytes, then it waits for the client's end. */
+[[noreturn]] void serveOneRecord(SSL_CTX *server, int listener)
+{
+	const int fd = accept(listener, nullptr, nullptr);
+	SSL *ssl = SSL_new(server);
+	SSL_set_fd(ssl, fd);
+	const std::string data(2000, 'r');
+	if (fd < 0 || SSL_accept(ssl) != 1 ||
+	    SSL_write(ssl, data.data(), static_cast<int>(data.size())) != static_cast<int>(data.size()))
+		_exit(2);
+	char end;
+	while (recv(fd, &end, 1, 0) > 0) {
+	}
+	_exit(0);
+}
+
+/*
+ * rest-of-record: the program sets read-ahead itself (on: OpenSSL's own; off), reads 100
+ * bytes of a 2,000-byte record, and polls: the rest is OpenSSL's, which the kernel does
+ * not report.
+ */
+int restOfRecord(SSL_CTX *server, const std::string &readAhead)
+{
+	int port = 0;
+	const int listener = listenOn(0, &port);
+	std::fflush(stdout);
+	const pid_t child = fork();
+	if (child == 0)
+		serveOneRecord(server, listener);
+	close(listener);
+	const int fd = connectTo("127.0.0.1", std::to_string(port));
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	SSL *ssl = SSL_new(ctx);
+	SSL_set_read_ahead(ssl, readAhead == "on" ? 1 : 0);
+	SSL_set_fd(ssl, fd);
+	char buffer[100];
+	if (SSL_connect(ssl) != 1 || SSL_read(ssl, buffer, sizeof(buffer)) != sizeof(buffer))
+		fail("rest-of-record: the first 100 bytes");
+	struct pollfd pfd = { fd, POLLIN, 0 };
+	std::printf("pending %d\npoll after part of a record %d\n", SSL_pending(ssl), poll(&pfd, 1, 0));
+	std::fflush(stdout);
 	SSL_free(ssl);
 	close(fd);
 	SSL_CTX_free(ctx);
@@ -1661,6 +1715,12 @@ int main(int argc, char **argv)
 		return reconnect(argv[2], argv[3]);
 	if (which == "duplicate" && argc > 3)
 		return anotherFd(argv[3], argv[2]);
+	if (which == "rest-of-record" && argc > 2) {
+		SSL_CTX *server = serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", ""));
+		const int status = restOfRecord(server, argv[2]);
+		SSL_CTX_free(server);
+		return status;
+	}
 	if (which == "pipes" || which == "pty" || which == "stoptls" || which == "close-unread" ||
 	    which == "half-record" || which == "cancel-half-record" || which == "workers") {
 		SSL_CTX *server = serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", ""));

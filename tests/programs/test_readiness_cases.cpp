@@ -323,6 +323,23 @@ TEST(Readiness, AOneShotArmedConnectionStopsReadingAhead)
 		<< run.err;
 }
 
+/*
+ * What OpenSSL holds of a connection the shim never read ahead for is not reported: a
+ * poll after part of a record answered readable at once, for ever (a level-triggered
+ * loop leaving the rest for later spun), and a one-shot pool reading 1,000 bytes of each
+ * 2,000-byte record was told of the rest, where without the shim it waited (a hunt).
+ */
+TEST(Readiness, TheRestOfARecordOnAConnectionNotReadAheadIsNotReported)
+{
+	RecordProperty("fault", "a poll after part of a record, read-ahead set by the program");
+	for (const char *readAhead : { "on", "off" }) {
+		SCOPED_TRACE(readAhead);
+		std::vector<std::string> arguments = withIdentity("rest-of-record");
+		arguments.insert(arguments.begin() + 1, readAhead);
+		expectBothWays(bothWays(arguments), "pending 1900\npoll after part of a record 0\n");
+	}
+}
+
 class ClosingUnread : public ::testing::TestWithParam<const char *> {};
 
 TEST_P(ClosingUnread, ResetsTheConnectionAsTheKernelDoes)

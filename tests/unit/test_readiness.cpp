@@ -380,6 +380,7 @@ TEST(Connection, RegistersAgainAfterAClosingDroppedItsEntry)
 	SocketPair pair;
 	BufferedFds buffered;
 	Connection connection;
+	connection.setReadAheadByShim(true);
 	holdData(connection, buffered, pair.fds[0]);
 
 	buffered.closed(pair.fds[0], pair.fds[0]); /* say, dup2 onto it, then dup2 back */
@@ -388,11 +389,42 @@ TEST(Connection, RegistersAgainAfterAClosingDroppedItsEntry)
 	EXPECT_TRUE(buffered.holds(pair.fds[0]));
 }
 
+/*
+ * What OpenSSL holds is the shim's to report only where its read-ahead may have taken it:
+ * the program's own read-ahead, or the rest of a record read in part, the kernel would
+ * not report either (a level-triggered poll after part of a record answered at once, for
+ * ever). Read-ahead turned off (a one-shot arm, a wait the shim cannot see): until
+ * OpenSSL holds nothing.
+ */
+TEST(Connection, ReportsOnlyWhatTheShimsReadAheadMayHaveTaken)
+{
+	SocketPair pair;
+	BufferedFds buffered;
+	Connection never;
+	never.noteSocketRead(pair.fds[0]);
+	never.afterCall(buffered, true, false, true);
+	EXPECT_FALSE(buffered.holds(pair.fds[0])) << "never read ahead by the shim";
+
+	Connection turnedOff;
+	turnedOff.setReadAheadByShim(true);
+	turnedOff.noteSocketRead(pair.fds[1]);
+	turnedOff.afterCall(buffered, true, false, true);
+	EXPECT_TRUE(buffered.holds(pair.fds[1]));
+	turnedOff.setReadAheadByShim(false);
+	turnedOff.afterCall(buffered, true, false, true);
+	EXPECT_TRUE(buffered.holds(pair.fds[1])) << "what it read ahead before is still held";
+	turnedOff.afterCall(buffered, true, false, false);
+	EXPECT_FALSE(buffered.holds(pair.fds[1]));
+	turnedOff.afterCall(buffered, true, false, true);
+	EXPECT_FALSE(buffered.holds(pair.fds[1])) << "drained once: OpenSSL's own from then on";
+}
+
 TEST(Connection, ReportsBufferedDataOnlyWhenARecordCanBeRead)
 {
 	SocketPair pair;
 	BufferedFds buffered;
 	Connection connection;
+	connection.setReadAheadByShim(true);
 
 	connection.afterCall(buffered, true, false, true);
 	EXPECT_FALSE(connection.buffered()) << "no socket learnt yet";
@@ -423,6 +455,7 @@ TEST(Connection, LearnsNoDevice)
 	const int file = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	ASSERT_GE(file, 0);
 	Connection connection;
+	connection.setReadAheadByShim(true);
 	connection.noteSocketRead(file);
 	EXPECT_EQ(connection.fd(), -1);
 	close(file);
@@ -433,6 +466,7 @@ TEST(Connection, FollowsTheFdTheProgramMovesItTo)
 	SocketPair pair;
 	BufferedFds buffered;
 	Connection connection;
+	connection.setReadAheadByShim(true);
 	holdData(connection, buffered, pair.fds[0]);
 
 	const int moved = dup(pair.fds[0]);
@@ -451,6 +485,7 @@ TEST(Connection, LearnsPipesToo)
 	int pipeFds[2];
 	ASSERT_EQ(pipe(pipeFds), 0);
 	Connection connection;
+	connection.setReadAheadByShim(true);
 	connection.noteSocketRead(pipeFds[0]);
 	EXPECT_EQ(connection.fd(), pipeFds[0]);
 	close(pipeFds[0]);
@@ -641,6 +676,7 @@ TEST(BufferedFdsQuiet, AnEmptyRawReadQuietsTheFdUntilTheConnectionsNextCall)
 	SocketPair pair;
 	BufferedFds buffered;
 	Connection connection;
+	connection.setReadAheadByShim(true);
 	connection.noteSocketRead(pair.fds[0]);
 	connection.afterCall(buffered, true, false, true);
 	ASSERT_TRUE(buffered.holds(pair.fds[0]));
@@ -997,12 +1033,14 @@ TEST_F(EpollMerged, ANewSslOnTheSameSocketGetsItsOwnEdge)
 	struct epoll_event events[4];
 	{
 		Connection first;
+		first.setReadAheadByShim(true);
 		first.noteSocketRead(pair_.fds[0]);
 		first.afterCall(buffered_, true, false, true);
 		ASSERT_EQ(wait(events, 4), 1);
 		buffered_.forget(&first); /* SSL_free */
 	}
 	Connection second; /* SSL_new on the same fd */
+	second.setReadAheadByShim(true);
 	second.noteSocketRead(pair_.fds[0]);
 	second.afterCall(buffered_, true, false, true);
 	EXPECT_EQ(wait(events, 4), 1) << "its first arrival is not the old connection's";
@@ -1738,12 +1776,15 @@ protected:
 		ASSERT_EQ(SSL_CTX_use_certificate_chain_file(serverCtx_, certificate.cert.c_str()), 1);
 		ASSERT_EQ(SSL_CTX_use_PrivateKey_file(serverCtx_, certificate.key.c_str(), SSL_FILETYPE_PEM), 1);
 		clientCtx_ = SSL_CTX_new(TLS_client_method());
+		/* As the shim's tuning does (its read-ahead's records are the ones it reports). */
 		SSL_CTX_set_read_ahead(clientCtx_, 1);
 
 		for (int fd : { serverWire_.fds[0], serverWire_.fds[1], clientWire_.fds[0], clientWire_.fds[1] })
 			fcntl(fd, F_SETFL, O_NONBLOCK);
 		server_ = SSL_new(serverCtx_);
 		client_ = SSL_new(clientCtx_);
+		ASSERT_NE(connectionOf(), nullptr);
+		connectionOf()->setReadAheadByShim(true);
 		SSL_set_fd(server_, serverWire_.fds[0]);
 		SSL_set_fd(client_, clientSocket());
 		SSL_set_accept_state(server_);

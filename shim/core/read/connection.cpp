@@ -150,7 +150,9 @@ void Connection::afterCall(BufferedFds &buffered, bool progressed, bool wantsRea
 	else if (progressed)
 		partial_ = false;
 
-	const bool now = fd_ >= 0 && !partial_ && hasPending;
+	if (!readAheadByShim_ && !hasPending)
+		shimMayHold_ = false;
+	const bool now = fd_ >= 0 && !partial_ && hasPending && shimMayHold_;
 	const bool arrived = now && readBytes_;
 	readBytes_ = false;
 	/*

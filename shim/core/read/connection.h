@@ -70,7 +70,11 @@ public:
 	void noteMadeThroughShim() noexcept { madeThroughShim_ = true; }
 	void decideReadTuning() noexcept { readTuningDecided_ = true; }
 	bool readAheadByShim() const noexcept { return readAheadByShim_; }
-	void setReadAheadByShim(bool on) noexcept { readAheadByShim_ = on; }
+	void setReadAheadByShim(bool on) noexcept
+	{
+		readAheadByShim_ = on;
+		shimMayHold_ = shimMayHold_ || on;
+	}
 	/* The shim gave it a read buffer larger than OpenSSL's own (a client's four records). */
 	bool enlargedByShim() const noexcept { return enlargedByShim_; }
 	void setEnlargedByShim() noexcept
@@ -127,6 +131,16 @@ private:
 	bool readTuningDecided_ = false;
 	bool madeThroughShim_ = false;
 	bool readAheadByShim_ = false;
+	/*
+	 * OpenSSL may hold what the shim's read-ahead took: from its turn-on until, read-ahead
+	 * off again, OpenSSL holds nothing. Only then does a wait report what OpenSSL holds:
+	 * what it holds on a connection the shim never read ahead for (the program's own
+	 * read-ahead, the rest of a record read in part) the kernel would not report either (a
+	 * hunt: a one-shot pool reading 1,000 bytes of each 2,000-byte record stalled at once
+	 * without the shim, and was told of the rest with it; a level-triggered poll after a
+	 * part of a record answered readable at once, for ever, where it waited without).
+	 */
+	bool shimMayHold_ = false;
 	bool enlargedByShim_ = false;
 	bool handshakeBufferKept_ = false;
 	size_t receivedSinceWrite_ = 0;
