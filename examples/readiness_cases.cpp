@@ -448,6 +448,17 @@ int pipes(SSL_CTX *server, bool pty)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
+/* The client's end: its SSL, socket and context go, and the forked server's status is its own. */
+int endWithServer(SSL *ssl, int fd, SSL_CTX *ctx, pid_t child)
+{
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	int status = 0;
+	waitpid(child, &status, 0);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
 /* The server of half-record: the record's bytes come from a memory BIO, sent in two parts. */
 [[noreturn]] void serveHalves(SSL_CTX *server, int listener)
 {
@@ -581,12 +592,7 @@ int halfRecord(SSL_CTX *server)
 			break;
 	}
 	std::printf("read %d\n", total);
-	SSL_free(ssl);
-	close(fd);
-	SSL_CTX_free(ctx);
-	int status = 0;
-	waitpid(child, &status, 0);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+	return endWithServer(ssl, fd, ctx, child);
 }
 
 /* The server of rest-of-record: one record of 2,000 bytes, then it waits for the client's end. */
@@ -630,12 +636,7 @@ int restOfRecord(SSL_CTX *server, const std::string &readAhead)
 	struct pollfd pfd = { fd, POLLIN, 0 };
 	std::printf("pending %d\npoll after part of a record %d\n", SSL_pending(ssl), poll(&pfd, 1, 0));
 	std::fflush(stdout);
-	SSL_free(ssl);
-	close(fd);
-	SSL_CTX_free(ctx);
-	int status = 0;
-	waitpid(child, &status, 0);
-	return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+	return endWithServer(ssl, fd, ctx, child);
 }
 
 jmp_buf g_leaveRead;
