@@ -224,7 +224,7 @@ __attribute__((noinline)) int registered(Process &p, int epfd, int op, int fd, s
 					 bool done)
 {
 	if (!done) {
-		if (p.epoll.control(epfd, op, fd, event, p.libc.epoll_ctl) != 0)
+		if (p.epoll.control(epfd, op, fd, event, p.libc.epoll_ctl, &p.buffered) != 0)
 			return -1;
 	} else {
 		p.epoll.changed(epfd, op, fd, event);

@@ -536,6 +536,12 @@ bool Process::inVforkChild() const noexcept
 	return getpid() != pid;
 }
 
+void Process::inputReleased(ino_t ino) noexcept
+{
+	if (Process *p = builtProcess())
+		p->epoll.released(ino);
+}
+
 void Process::drainBeforeImageEnds(ImageEnd end, AbortiveCloses *made) noexcept
 {
 	/*

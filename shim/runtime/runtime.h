@@ -42,9 +42,14 @@ struct Process {
 	explicit Process(const Config &parsed) noexcept
 		: config(parsed), caCache(std::chrono::seconds(parsed.caCacheTtl)),
 		  coalescer(parsed.coalesceLimit, std::chrono::microseconds(parsed.coalesceDelayUs),
-			    socketCalls()) {}
+			    socketCalls())
+	{
+		buffered.onReleased(inputReleased);
+	}
 	/* send(2), and libc's poll(2) as resolved in libc (the shim's own poll flushes). */
 	static SocketCalls socketCalls() noexcept;
+	/* OpenSSL holds nothing the shim read ahead for the socket ino: its one-shot arms get their input back. */
+	static void inputReleased(ino_t ino) noexcept;
 
 	/*
 	 * Before _exit, exec or the end of exit: what the coalescer holds goes out (bounded

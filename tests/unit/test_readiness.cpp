@@ -896,6 +896,40 @@ TEST_F(EpollMerged, OneShotFiresOnce)
 	EXPECT_EQ(wait(events, 4), 0);
 }
 
+/*
+ * A one-shot arm made while OpenSSL holds records the shim read ahead goes to the kernel
+ * without input: the shim alone reports it (a hunt: both reported a short connection's
+ * first arms, and a worker was told of an arm of a connection it had closed), until
+ * OpenSSL holds them no more; then an arm not reported yet is the kernel's as made.
+ */
+TEST_F(EpollMerged, AOneShotArmMadeWhileRecordsAreHeldIsTheShimsAloneUntilTheyAreGone)
+{
+	const int fd = pair_.fds[0];
+	ASSERT_EQ(write(pair_.fds[1], "x", 1), 1); /* the socket has bytes too */
+	hold(fd);
+	struct epoll_event arm = {};
+	arm.events = EPOLLIN | EPOLLONESHOT;
+	arm.data.u64 = 9;
+	ASSERT_EQ(sets_.control(epfd_, EPOLL_CTL_ADD, fd, &arm, ::epoll_ctl, &buffered_), 0);
+	struct epoll_event events[4];
+	EXPECT_EQ(epoll_wait(epfd_, events, 4, 0), 0) << "the kernel's arm asks for no input";
+	ASSERT_EQ(wait(events, 4), 1);
+	EXPECT_EQ(events[0].data.u64, 9u);
+	EXPECT_EQ(wait(events, 4), 0) << "reported once";
+	buffered_.set(&kOwner, fd, inodeOf(fd), false);
+	sets_.released(inodeOf(fd));
+	EXPECT_EQ(epoll_wait(epfd_, events, 4, 0), 0) << "reported already: nothing given back";
+
+	hold(fd);
+	ASSERT_EQ(sets_.control(epfd_, EPOLL_CTL_MOD, fd, &arm, ::epoll_ctl, &buffered_), 0);
+	EXPECT_EQ(epoll_wait(epfd_, events, 4, 0), 0);
+	buffered_.set(&kOwner, fd, inodeOf(fd), false);
+	sets_.released(inodeOf(fd));
+	ASSERT_EQ(epoll_wait(epfd_, events, 4, 0), 1) << "not reported yet: the kernel's, with input";
+	EXPECT_EQ(events[0].data.u64, 9u);
+	EXPECT_TRUE(events[0].events & EPOLLIN);
+}
+
 TEST_F(EpollMerged, RespectsMaxevents)
 {
 	add(pair_.fds[0], EPOLLIN, 1);

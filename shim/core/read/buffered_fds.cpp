@@ -33,6 +33,7 @@ void BufferedFds::set(const void *owner, int fd, ino_t ino, bool buffered,
 		      unsigned long long arrival, bool records) noexcept
 {
 	bool added = false;
+	ino_t left = 0; /* the socket of an entry that went or moved */
 	if (buffered)
 		knownFds().note(fd);
 	{
@@ -41,9 +42,13 @@ void BufferedFds::set(const void *owner, int fd, ino_t ino, bool buffered,
 		auto it = std::find_if(entries_.begin(), entries_.end(),
 				       [owner](const Entry &e) { return e.owner == owner; });
 		if (!buffered) {
-			if (it != entries_.end())
+			if (it != entries_.end()) {
+				left = it->ino;
 				entries_.erase(it);
+			}
 		} else if (it != entries_.end()) {
+			if (it->ino != ino)
+				left = it->ino;
 			it->fd = fd;
 			it->ino = ino;
 			it->arrival = arrival;
@@ -58,6 +63,8 @@ void BufferedFds::set(const void *owner, int fd, ino_t ino, bool buffered,
 		}
 		publishCount();
 	}
+	if (left && released_)
+		released_(left);
 	/* Outside the lock: a write(2) to stderr may block. */
 	if (added)
 		logLimited(heldLines, LogLevel::Debug,
@@ -94,7 +101,7 @@ void BufferedFds::forget(const void *owner) noexcept
 {
 	if (empty())
 		return;
-	std::lock_guard<std::mutex> lock(mutex_);
+	std::unique_lock<std::mutex> lock(mutex_);
 	auto it = std::find_if(entries_.begin(), entries_.end(),
 			       [owner](const Entry &e) { return e.owner == owner; });
 	if (it == entries_.end())
@@ -108,8 +115,12 @@ void BufferedFds::forget(const void *owner) noexcept
 	const int fd = it->fd >= 0 ? it->fd : openElsewhere(it->ino, -1, -1);
 	if (it->records && !it->shared && fd >= 0)
 		leftUnread(fd);
+	const ino_t left = it->ino;
 	entries_.erase(it);
 	publishCount();
+	lock.unlock();
+	if (released_)
+		released_(left);
 }
 
 void BufferedFds::leftUnread(int fd) noexcept

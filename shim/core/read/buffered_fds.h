@@ -68,6 +68,12 @@ public:
 	 */
 	void forget(const void *owner) noexcept;
 	/*
+	 * Called (outside the lock) with a socket's inode when an entry for it leaves by set()
+	 * or forget(): OpenSSL holds nothing the shim took for it any more (EpollSets::released).
+	 */
+	using Released = void (*)(ino_t ino);
+	void onReleased(Released released) noexcept { released_ = released; }
+	/*
 	 * The program read fd itself, outside OpenSSL: records a freed SSL left unread there
 	 * are what the kernel would have given it (one load while there are none).
 	 */
@@ -219,6 +225,7 @@ private:
 	std::vector<int> unread_;
 	std::atomic<std::size_t> unreadCount_{0};
 	std::atomic<unsigned> closings_{0};
+	Released released_ = nullptr;
 };
 
 } /* namespace tlstune */

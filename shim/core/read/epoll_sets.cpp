@@ -244,6 +244,7 @@ bool EpollSets::othersCarry(const Set &set, unsigned long long data) noexcept
 void EpollSets::erase(Set &set, Stored *stored) noexcept
 {
 	rememberFormerArm(set, *stored);
+	armWithoutInput(set, *stored, false);
 	unindex(set, stored);
 	if (stored->registration.ino & kUnresolvedInode)
 		countUnresolved(set, -1);
@@ -266,6 +267,7 @@ void EpollSets::dropSet(std::unordered_map<int, Set>::iterator it) noexcept
 {
 	oneShotCount_.fetch_sub(it->second.oneShotByData.size(), std::memory_order_relaxed);
 	unresolved_.fetch_sub(it->second.unresolved, std::memory_order_relaxed);
+	restricted_.fetch_sub(it->second.restricted, std::memory_order_relaxed);
 	sets_.erase(it);
 	count_.store(sets_.size(), std::memory_order_relaxed);
 }
@@ -293,7 +295,8 @@ void EpollSets::changed(int epfd, int op, int fd, const struct epoll_event *even
 	changedLocked(epfd, op, fd, event);
 }
 
-int EpollSets::control(int epfd, int op, int fd, struct epoll_event *event, EpollCtl ctl) noexcept
+int EpollSets::control(int epfd, int op, int fd, struct epoll_event *event, EpollCtl ctl,
+		       const BufferedFds *buffered) noexcept
 {
 	knownFds().note(fd);
 	/*
@@ -309,10 +312,25 @@ int EpollSets::control(int epfd, int op, int fd, struct epoll_event *event, Epol
 	int result;
 	{
 		std::lock_guard<std::mutex> lock(mutex_);
-		result = ctl(epfd, op, fd, event);
+		realCtl_ = ctl;
+		/* Held records the shim read ahead: the arm's input is the shim's to report alone. */
+		const Set *set = oneShot && buffered && (event->events & kInput) ? find(epfd) : nullptr;
+		const bool withoutInput = set && set->exact && !set->unread && !buffered->empty() && buffered->holds(fd);
+		struct epoll_event toKernel = {};
+		if (withoutInput) {
+			toKernel = *event;
+			toKernel.events &= ~kInput;
+		}
+		result = ctl(epfd, op, fd, withoutInput ? &toKernel : event);
 		if (result == 0) {
 			const int savedErrno = errno;
 			changedLocked(epfd, op, fd, event);
+			Set *changed = op != EPOLL_CTL_DEL ? find(epfd) : nullptr;
+			Stored *stored = changed && changed->exact ? live(*changed, fd) : nullptr;
+			if (stored)
+				armWithoutInput(*changed, *stored, withoutInput);
+			else if (withoutInput)
+				ctl(epfd, EPOLL_CTL_MOD, fd, event); /* no table to follow it: the program's arm */
 			errno = savedErrno;
 		}
 	}
@@ -776,6 +794,15 @@ void EpollSets::forked() noexcept
 
 void EpollSets::reload(int epfd, const BufferedFds &buffered) noexcept
 {
+	/*
+	 * The kernel's list is the table now: an arm it has without input is given back as the
+	 * program made it first, or the list would show it asking for none.
+	 */
+	if (restricted_.load(std::memory_order_relaxed) > 0) {
+		std::lock_guard<std::mutex> lock(mutex_);
+		if (Set *set = find(epfd))
+			giveBackInput(epfd, *set, [](const Stored &) { return true; });
+	}
 	constexpr int kMax = 64;
 	EpollRegistration kernel[kMax];
 	const int found = kernelRegistrations(buffered, epfd, kernel, kMax);
@@ -812,6 +839,7 @@ void EpollSets::replace(Set &set, Set &&fresh) noexcept
 	/* fresh's one-shot and unresolved registrations were counted as they were made; set's go. */
 	oneShotCount_.fetch_sub(set.oneShotByData.size(), std::memory_order_relaxed);
 	unresolved_.fetch_sub(set.unresolved, std::memory_order_relaxed);
+	restricted_.fetch_sub(set.restricted, std::memory_order_relaxed);
 	set = std::move(fresh);
 }
 
@@ -1008,6 +1036,50 @@ void EpollSets::armInKernel(EpollCtl realCtl, int epfd, const EpollRegistration 
 	errno = savedErrno;
 }
 
+void EpollSets::armWithoutInput(Set &set, Stored &stored, bool on) noexcept
+{
+	if (stored.restricted == on)
+		return;
+	stored.restricted = on;
+	if (on) {
+		set.restricted++;
+		restricted_.fetch_add(1, std::memory_order_relaxed);
+	} else {
+		set.restricted--;
+		restricted_.fetch_sub(1, std::memory_order_relaxed);
+	}
+}
+
+unsigned EpollSets::kernelEvents(const Stored &stored) noexcept
+{
+	return stored.restricted ? stored.registration.events & ~kInput : stored.registration.events;
+}
+
+void EpollSets::released(ino_t ino) noexcept
+{
+	if (restricted_.load(std::memory_order_relaxed) == 0)
+		return;
+	std::lock_guard<std::mutex> lock(mutex_);
+	for (auto &entry : sets_)
+		giveBackInput(entry.first, entry.second, [ino](const Stored &stored) { return stored.registration.ino == ino; });
+}
+
+template <typename Which>
+void EpollSets::giveBackInput(int epfd, Set &set, Which which) noexcept
+{
+	if (set.restricted == 0)
+		return;
+	for (auto &entry : set.byIno) {
+		Stored &stored = entry.second;
+		if (!stored.restricted || !which(stored))
+			continue;
+		armWithoutInput(set, stored, false);
+		/* Reported already (fired): the program's next arm is the kernel's. */
+		if (!stored.fired && !stored.detached && realCtl_)
+			armInKernel(realCtl_, epfd, stored.registration, stored.registration.events);
+	}
+}
+
 void EpollSets::unclaim(int epfd, const EpollRegistration &registration) noexcept
 {
 	std::lock_guard<std::mutex> lock(mutex_);
@@ -1100,7 +1172,7 @@ int EpollSets::delivered(int epfd, struct epoll_event *events, int count, const 
 			 * connection stalled for good, 8 runs of 10).
 			 */
 			if (realCtl && !stored->fired && !stored->detached) {
-				armInKernel(realCtl, epfd, stored->registration, stored->registration.events);
+				armInKernel(realCtl, epfd, stored->registration, kernelEvents(*stored));
 				stored->armedByShim = true;
 			}
 			continue;

@@ -60,6 +60,15 @@ constexpr unsigned long kUnresolvedInode = 1UL << 63;
  * It also carries what the kernel's semantics need beyond the mask: which arrival an
  * edge-triggered registration was last told of (one synthesized event per arrival), and
  * whether a EPOLLONESHOT registration has fired since it was armed.
+ *
+ * An EPOLLONESHOT arm made while OpenSSL holds records the shim read ahead for its socket
+ * goes to the kernel without input (EPOLLIN, EPOLLRDNORM), so that one reporter hands it
+ * to one waiter: the shim, for what OpenSSL holds (a hunt: a pool of eight workers on 32
+ * short connections whose peers write as the handshake ends, a worker told of an arm of
+ * a connection it had closed in 1 to 4 runs of 300, when both the kernel and the shim
+ * reported the connection's first arms). When OpenSSL no longer holds them (released),
+ * an arm not yet reported is given to the kernel as the program made it. A one-shot
+ * connection reads no further ahead (unseen_waits.h), so this lasts a few records.
  */
 class EpollSets {
 public:
@@ -83,7 +92,14 @@ public:
 	 * several threads in the kernel's order (a hunt: a worker's MOD came before the
 	 * accepting thread's ADD, and the set was read from the kernel on every wait after).
 	 */
-	int control(int epfd, int op, int fd, struct epoll_event *event, EpollCtl ctl) noexcept;
+	int control(int epfd, int op, int fd, struct epoll_event *event, EpollCtl ctl,
+		    const BufferedFds *buffered = nullptr) noexcept;
+	/*
+	 * OpenSSL holds nothing the shim read ahead for the socket ino any more
+	 * (BufferedFds::onReleased): its one-shot arms made without input (control) are given
+	 * to the kernel as the program made them. One load while there are none.
+	 */
+	void released(ino_t ino) noexcept;
 	/* The program is about to close fds first..last: their registrations learn their files. */
 	void closing(int first, int last) noexcept;
 	/* The program closed fds first..last (close, dup2 onto one, close_range). */
@@ -184,6 +200,11 @@ private:
 		unsigned long disarmedAt = 0;
 		/* EPOLLONESHOT: the shim gave the kernel the program's arm again since the program made it */
 		bool armedByShim = false;
+		/*
+		 * EPOLLONESHOT: the kernel has this arm without input (control): OpenSSL held
+		 * records the shim read ahead when it was made, and the shim alone reports them.
+		 */
+		bool restricted = false;
 	};
 	/* A registration whose file is not looked up yet (see above): live, never told. */
 	struct Pending {
@@ -222,6 +243,7 @@ private:
 		std::array<std::pair<unsigned long long, unsigned long>, 64> formerDisarms{};
 		size_t formerNext = 0;
 		unsigned long newestFormerDisarm = 0; /* a wait begun after it finds none of them */
+		size_t restricted = 0; /* registrations whose kernel arm has no input (Stored) */
 	};
 	/* Registrations of higher numbers are stored at once: a slot per number below. */
 	static constexpr int kPendingFds = 1 << 16;
@@ -315,6 +337,16 @@ private:
 	 * that copy's report in flight: remembered as disarmed now.
 	 */
 	void rememberFormerArm(Set &set, const Stored &stored) noexcept;
+	/* Under the lock: stored's kernel arm is without input (on) or as the program made it. */
+	void armWithoutInput(Set &set, Stored &stored, bool on) noexcept;
+	/* The events the kernel has for stored's arm. */
+	static unsigned kernelEvents(const Stored &stored) noexcept;
+	/*
+	 * Under the lock: the arms of set's registrations that which(stored) names and whose
+	 * kernel arm is without input go to the kernel as the program made them.
+	 */
+	template <typename Which>
+	void giveBackInput(int epfd, Set &set, Which which) noexcept;
 	/* Under the lock: a live registration of set that is no one-shot has that data (a walk). */
 	static bool othersCarry(const Set &set, unsigned long long data) noexcept;
 
@@ -330,6 +362,8 @@ private:
 	std::atomic<size_t> oneShotCount_{0}; /* EPOLLONESHOT registrations in all sets */
 	std::atomic<unsigned long> tickets_{1}; /* beginWait's, in the order the waits begin */
 	std::atomic<size_t> unresolved_{0};   /* Set::unresolved, over all sets: closing() skips at 0 */
+	std::atomic<size_t> restricted_{0};   /* Set::restricted, over all sets: released() skips at 0 */
+	EpollCtl realCtl_ = nullptr;          /* the kernel's epoll_ctl, as control() was given it */
 	unsigned long long closings_ = 0;
 };
 
