@@ -91,6 +91,8 @@ public:
 	 * table's change in one hold of the lock, so that the table takes the changes of
 	 * several threads in the kernel's order (a hunt: a worker's MOD came before the
 	 * accepting thread's ADD, and the set was read from the kernel on every wait after).
+	 * buffered: the connections holding data, whose one-shot arms the kernel gets without
+	 * input (above); null: every arm as the program made it.
 	 */
 	int control(int epfd, int op, int fd, struct epoll_event *event, EpollCtl ctl,
 		    const BufferedFds *buffered = nullptr) noexcept;
