@@ -930,6 +930,21 @@ TEST_F(EpollMerged, AOneShotArmMadeWhileRecordsAreHeldIsTheShimsAloneUntilTheyAr
 	EXPECT_TRUE(events[0].events & EPOLLIN);
 }
 
+/* An arm asking for output too stays the kernel's whole: it would fire for output alone. */
+TEST_F(EpollMerged, AOneShotArmAskingForMoreThanInputIsTheKernelsAsMade)
+{
+	const int fd = pair_.fds[0];
+	ASSERT_EQ(write(pair_.fds[1], "x", 1), 1);
+	hold(fd);
+	struct epoll_event arm = {};
+	arm.events = EPOLLIN | EPOLLOUT | EPOLLONESHOT;
+	arm.data.u64 = 9;
+	ASSERT_EQ(sets_.control(epfd_, EPOLL_CTL_ADD, fd, &arm, ::epoll_ctl, &buffered_), 0);
+	struct epoll_event events[4];
+	ASSERT_EQ(epoll_wait(epfd_, events, 4, 0), 1);
+	EXPECT_EQ(events[0].events & (EPOLLIN | EPOLLOUT), static_cast<uint32_t>(EPOLLIN | EPOLLOUT));
+}
+
 TEST_F(EpollMerged, RespectsMaxevents)
 {
 	add(pair_.fds[0], EPOLLIN, 1);

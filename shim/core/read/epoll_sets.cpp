@@ -20,6 +20,8 @@ namespace tlstune {
 namespace {
 
 constexpr unsigned kInput = EPOLLIN | EPOLLRDNORM;
+/* What an arm may ask the kernel for besides input (EPOLLERR and EPOLLHUP it always reports). */
+constexpr unsigned kBesidesInput = EPOLLOUT | EPOLLWRNORM | EPOLLWRBAND | EPOLLRDBAND | EPOLLPRI | EPOLLRDHUP;
 /* Detached registrations tolerated beyond the live ones before a prune. */
 constexpr size_t kPruneSlack = 1024;
 
@@ -313,9 +315,18 @@ int EpollSets::control(int epfd, int op, int fd, struct epoll_event *event, Epol
 	{
 		std::lock_guard<std::mutex> lock(mutex_);
 		realCtl_ = ctl;
-		/* Held records the shim read ahead: the arm's input is the shim's to report alone. */
-		const Set *set = oneShot && buffered && (event->events & kInput) ? find(epfd) : nullptr;
-		const bool withoutInput = set && set->exact && !set->unread && !buffered->empty() && buffered->holds(fd);
+		/*
+		 * Held records the shim read ahead: the arm's input is the shim's to report alone.
+		 * Not an arm that asks for more than input: the kernel would report the rest alone
+		 * (EPOLLOUT of a writable socket, at once), and the arm fired without input, at
+		 * each re-arm.
+		 */
+		const bool inputOnly = oneShot && (event->events & kInput) && !(event->events & kBesidesInput);
+		Set *set = inputOnly && buffered && !buffered->empty() && buffered->holds(fd) ? find(epfd) : nullptr;
+		/* Made before the first connection: its list, read now, is the table (a hunt's first connection). */
+		if (set && set->unread)
+			readWhole(epfd, *set);
+		const bool withoutInput = set && set->exact;
 		struct epoll_event toKernel = {};
 		if (withoutInput) {
 			toKernel = *event;
