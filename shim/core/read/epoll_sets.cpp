@@ -336,7 +336,9 @@ int EpollSets::control(int epfd, int op, int fd, struct epoll_event *event, Epol
 		if (result == 0) {
 			const int savedErrno = errno;
 			changedLocked(epfd, op, fd, event);
-			Set *changed = op != EPOLL_CTL_DEL ? find(epfd) : nullptr;
+			/* A one-shot arm, or a MOD of one that was (one load else). */
+			const bool mayBeRestricted = oneShot || (op == EPOLL_CTL_MOD && restricted_.load(std::memory_order_relaxed) > 0);
+			Set *changed = mayBeRestricted ? find(epfd) : nullptr;
 			Stored *stored = changed && changed->exact ? live(*changed, fd) : nullptr;
 			if (stored)
 				armWithoutInput(*changed, *stored, withoutInput);
