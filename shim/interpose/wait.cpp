@@ -229,7 +229,7 @@ __attribute__((noinline)) int registered(Process &p, int epfd, int op, int fd, s
 	} else {
 		p.epoll.changed(epfd, op, fd, event);
 	}
-	if (op != EPOLL_CTL_DEL && event && (event->events & EPOLLONESHOT))
+	if (armsOneShot(op, event))
 		p.unseen.noteOneShot(fd);
 	/* A registration to read is a wait to read (waitedToRead). */
 	if (op != EPOLL_CTL_DEL && event && (event->events & (EPOLLIN | EPOLLRDNORM)))
@@ -255,7 +255,7 @@ TLSTUNE_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event
 		const int result = libc().epoll_ctl(epfd, op, fd, event);
 		if (result != 0 || !ConnectionSlot::anyMade()) {
 			/* No connection to look: one made later on fd looks at its first call. */
-			if (result == 0 && op != EPOLL_CTL_DEL && event && (event->events & EPOLLONESHOT))
+			if (result == 0 && armsOneShot(op, event))
 				oneShotFds().note(fd);
 			return result;
 		}

@@ -308,7 +308,7 @@ int EpollSets::control(int epfd, int op, int fd, struct epoll_event *event, Epol
 	 * hunt: the first connection's report went to one worker, the table took the arm for
 	 * armed, and a claim gave it to a second, 1 to 3 runs of 30).
 	 */
-	const bool oneShot = event && op != EPOLL_CTL_DEL && (event->events & EPOLLONESHOT);
+	const bool oneShot = armsOneShot(op, event);
 	if (oneShot)
 		oneShotCount_.fetch_add(1, std::memory_order_seq_cst);
 	int result;
@@ -813,8 +813,11 @@ void EpollSets::reload(int epfd, const BufferedFds &buffered) noexcept
 	 */
 	if (restricted_.load(std::memory_order_relaxed) > 0) {
 		std::lock_guard<std::mutex> lock(mutex_);
-		if (Set *set = find(epfd))
-			giveBackInput(epfd, *set, [](const Stored &) { return true; });
+		Set *set = find(epfd);
+		if (set && set->restricted > 0) {
+			for (auto &entry : set->byIno)
+				giveBackInput(epfd, *set, entry.second);
+		}
 	}
 	constexpr int kMax = 64;
 	EpollRegistration kernel[kMax];
@@ -1073,24 +1076,24 @@ void EpollSets::released(ino_t ino) noexcept
 	if (restricted_.load(std::memory_order_relaxed) == 0)
 		return;
 	std::lock_guard<std::mutex> lock(mutex_);
-	for (auto &entry : sets_)
-		giveBackInput(entry.first, entry.second, [ino](const Stored &stored) { return stored.registration.ino == ino; });
+	for (auto &entry : sets_) {
+		Set &set = entry.second;
+		if (set.restricted == 0)
+			continue;
+		auto range = set.byIno.equal_range(ino);
+		for (auto it = range.first; it != range.second; ++it)
+			giveBackInput(entry.first, set, it->second);
+	}
 }
 
-template <typename Which>
-void EpollSets::giveBackInput(int epfd, Set &set, Which which) noexcept
+void EpollSets::giveBackInput(int epfd, Set &set, Stored &stored) noexcept
 {
-	if (set.restricted == 0)
+	if (!stored.restricted)
 		return;
-	for (auto &entry : set.byIno) {
-		Stored &stored = entry.second;
-		if (!stored.restricted || !which(stored))
-			continue;
-		armWithoutInput(set, stored, false);
-		/* Reported already (fired): the program's next arm is the kernel's. */
-		if (!stored.fired && !stored.detached && realCtl_)
-			armInKernel(realCtl_, epfd, stored.registration, stored.registration.events);
-	}
+	armWithoutInput(set, stored, false);
+	/* Reported already (fired): the program's next arm is the kernel's. */
+	if (!stored.fired && !stored.detached && realCtl_)
+		armInKernel(realCtl_, epfd, stored.registration, stored.registration.events);
 }
 
 void EpollSets::unclaim(int epfd, const EpollRegistration &registration) noexcept

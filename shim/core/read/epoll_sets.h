@@ -30,6 +30,12 @@ struct EpollRegistration {
 /* Marks a registration's inode as not looked up yet; the rest of the word is its fd. */
 constexpr unsigned long kUnresolvedInode = 1UL << 63;
 
+/* epoll_ctl(op, event) makes an EPOLLONESHOT arm (an ADD or a MOD). */
+inline bool armsOneShot(int op, const struct epoll_event *event) noexcept
+{
+	return event && op != EPOLL_CTL_DEL && (event->events & EPOLLONESHOT);
+}
+
 /*
  * The registrations of every epoll set, kept from epoll_ctl as the program makes them, so
  * a wait finds the sets' registrations of the few connections holding buffered data
@@ -344,11 +350,10 @@ private:
 	/* The events the kernel has for stored's arm. */
 	static unsigned kernelEvents(const Stored &stored) noexcept;
 	/*
-	 * Under the lock: the arms of set's registrations that which(stored) names and whose
-	 * kernel arm is without input go to the kernel as the program made them.
+	 * Under the lock: stored's arm, if the kernel has it without input, goes to the kernel
+	 * as the program made it.
 	 */
-	template <typename Which>
-	void giveBackInput(int epfd, Set &set, Which which) noexcept;
+	void giveBackInput(int epfd, Set &set, Stored &stored) noexcept;
 	/* Under the lock: a live registration of set that is no one-shot has that data (a walk). */
 	static bool othersCarry(const Set &set, unsigned long long data) noexcept;
 

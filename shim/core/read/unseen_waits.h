@@ -79,8 +79,9 @@ private:
  * in up to 18 runs of 30 before, 1 to 2 in 100 after) but could not close it. Without
  * read-ahead OpenSSL holds no record the kernel does not show, and the kernel is the one
  * reporter, as without the shim; what a connection held before its first one-shot arm it
- * still hands out, reported as before. A number is never forgotten: a connection that
- * comes later on a number a pool used does not read ahead either. Zeroes in .bss.
+ * still hands out, and the shim alone reports it (EpollSets: the kernel's arm is made
+ * without input meanwhile). A number is never forgotten: a connection that comes later
+ * on a number a pool used does not read ahead either. Zeroes in .bss.
  */
 extern FdBitmap g_oneShotFds;
 inline FdBitmap &oneShotFds() noexcept
