@@ -157,7 +157,8 @@
  *                     per round "told N, timed out N, other N" (other: any other answer).
  *                     HOW level-first or oneshot-first: the first round's threads are in
  *                     their waits (3 s) before the process makes its first connection
- *   workers mod|deladd|newdata|output --cert C --key K [--workers N] [--connections N] [--edge 1]
+ *   workers mod|deladd|newdata|output|held --cert C --key K [--workers N] [--connections N]
+ *           [--edge 1] [--show-first-arm 1]
  *                     a thread pool on EPOLLONESHOT (with EPOLLET: --edge 1): 10 rounds of
  *                     N connections (4; at most 255; TCP on loopback to a forked server,
  *                     which sends each 32 records of 2,000 bytes in bursts of 8), N
@@ -165,7 +166,13 @@
  *                     reads one record of the connection it was told of and re-arms it
  *                     (EPOLL_CTL_MOD, DEL and ADD, or MOD with data of a new generation;
  *                     output: every other re-arm asks for EPOLLOUT alone, as a server with
- *                     a write pending does, and the worker told of it arms EPOLLIN again).
+ *                     a write pending does, and the worker told of it arms EPOLLIN again;
+ *                     held: as mod, but each connection's first record is read before its
+ *                     first arm, with the server's whole first burst in its socket, so
+ *                     that a read-ahead holds the rest while armed; its sockets stay open
+ *                     to the end, each round's on new numbers). --show-first-arm 1
+ *                     prints first "first arm's input with the kernel 1" (0: the set's
+ *                     fdinfo shows the first connection's first arm without EPOLLIN).
  *                     The kernel tells one worker per arm: prints "bytes 2560000, twice 0"
  *                     (twice: a worker told of a connection another worker had at that
  *                     moment, or of an arm the connection no longer has) and "timeouts 0"
@@ -1524,7 +1531,7 @@ int waiters(const std::string &how, const char *port)
 }
 
 /* workers' server, in a forked child: bursts of records on each connection, then the end. */
-[[noreturn]] void sendBursts(SSL_CTX *server, const std::vector<int> &sockets, int bursts, int perBurst)
+[[noreturn]] void sendBursts(SSL_CTX *server, const std::vector<int> &sockets, int bursts, int perBurst, int firstSent)
 {
 	std::vector<SSL *> ssls;
 	for (int fd : sockets) {
@@ -1542,6 +1549,15 @@ int waiters(const std::string &how, const char *port)
 					_exit(3);
 			}
 		}
+		/*
+		 * On loopback, a write that returned is in the client's socket (a wait first:
+		 * tlstune's record merging sends what it held before a wait): tell it so.
+		 */
+		if (burst == 0 && firstSent >= 0) {
+			struct pollfd writable = { sockets[0], POLLOUT, 0 };
+			if (poll(&writable, 1, 0) < 0 || write(firstSent, "s", 1) != 1)
+				_exit(4);
+		}
 	}
 	/* Until the client has read everything and closes. */
 	char byte;
@@ -1550,7 +1566,43 @@ int waiters(const std::string &how, const char *port)
 	_exit(0);
 }
 
-int workers(SSL_CTX *server, const std::string &how, int kWorkers, int kConnections, uint32_t edge)
+/*
+ * One record: what OpenSSL has decrypted of it is the program's to take (SSL_pending), not
+ * the kernel's to report (a peer's writes may be merged into records larger than this
+ * buffer).
+ */
+long readRecord(SSL *ssl)
+{
+	char buffer[4096];
+	long got = 0;
+	for (int n; (n = SSL_read(ssl, buffer, sizeof(buffer))) > 0;) {
+		got += n;
+		if (SSL_pending(ssl) == 0)
+			break;
+	}
+	return got;
+}
+
+/* Whether the set's kernel arm of fd asks for input (its fdinfo line "tfd: FD events: HEX"). */
+int armedForInput(int epfd, int fd)
+{
+	std::FILE *info = std::fopen(("/proc/self/fdinfo/" + std::to_string(epfd)).c_str(), "r");
+	if (!info)
+		fail("fdinfo");
+	int armed = -1;
+	char line[256];
+	while (std::fgets(line, sizeof(line), info)) {
+		int tfd;
+		unsigned events;
+		if (std::sscanf(line, "tfd: %d events: %x", &tfd, &events) == 2 && tfd == fd)
+			armed = (events & EPOLLIN) != 0;
+	}
+	std::fclose(info);
+	return armed;
+}
+
+int workers(SSL_CTX *server, const std::string &how, int kWorkers, int kConnections, uint32_t edge,
+	    bool showFirstArm)
 {
 	constexpr int kBursts = 4, kPerBurst = 8, kRounds = 10;
 	const long kBytes = 2000L * kConnections * kBursts * kPerBurst;
@@ -1569,12 +1621,15 @@ int workers(SSL_CTX *server, const std::string &how, int kWorkers, int kConnecti
 			theirs.push_back(accepted);
 		}
 		close(listening);
+		int firstSent[2] = { -1, -1 };
+		if (how == "held" && pipe(firstSent) != 0)
+			fail("pipe");
 		std::fflush(stdout);
 		const pid_t child = fork();
 		if (child == 0) {
 			for (int fd : mine)
 				close(fd);
-			sendBursts(server, theirs, kBursts, kPerBurst);
+			sendBursts(server, theirs, kBursts, kPerBurst, firstSent[1]);
 		}
 		for (int fd : theirs)
 			close(fd);
@@ -1586,6 +1641,21 @@ int workers(SSL_CTX *server, const std::string &how, int kWorkers, int kConnecti
 				fail("SSL_connect");
 			setNonBlocking(fd);
 			ssls.push_back(ssl);
+		}
+		std::atomic<long> read{0}, doubled{0}, waitedOut{0};
+		/*
+		 * held: each connection's first record is read before its first arm, the whole
+		 * first burst being in its socket, so that the shim's read-ahead holds the rest
+		 * in OpenSSL while the connection is armed (without it, the kernel holds them).
+		 */
+		if (how == "held") {
+			char sent;
+			if (::read(firstSent[0], &sent, 1) != 1)
+				fail("the server's first burst");
+			close(firstSent[0]);
+			close(firstSent[1]);
+			for (SSL *ssl : ssls)
+				read += readRecord(ssl);
 		}
 		const int epfd = epoll_create1(0);
 		const int done = eventfd(0, 0);
@@ -1610,8 +1680,9 @@ int workers(SSL_CTX *server, const std::string &how, int kWorkers, int kConnecti
 		};
 		for (int i = 0; i < kConnections; i++)
 			arm(i, EPOLL_CTL_ADD);
+		if (showFirstArm && round == 0)
+			std::printf("first arm's input with the kernel %d\n", armedForInput(epfd, mine[0]));
 		std::vector<std::atomic<bool>> busy(kConnections);
-		std::atomic<long> read{0}, doubled{0}, waitedOut{0};
 		std::vector<std::thread> pool;
 		for (int w = 0; w < kWorkers; w++)
 			pool.emplace_back([&] {
@@ -1637,18 +1708,7 @@ int workers(SSL_CTX *server, const std::string &how, int kWorkers, int kConnecti
 						arm(i, EPOLL_CTL_MOD);
 						continue;
 					}
-					/*
-					 * One record: what OpenSSL has decrypted of it is the program's to take
-					 * (SSL_pending), not the kernel's to report (a peer's writes may be
-					 * merged into records larger than this buffer).
-					 */
-					char buffer[4096];
-					long got = 0;
-					for (int n; (n = SSL_read(ssls[i], buffer, sizeof(buffer))) > 0;) {
-						got += n;
-						if (SSL_pending(ssls[i]) == 0)
-							break;
-					}
+					const long got = readRecord(ssls[i]);
 					if (got > 0 && (read += got) == kBytes) {
 						const uint64_t one = 1;
 						if (write(done, &one, sizeof(one)) != sizeof(one))
@@ -1674,7 +1734,10 @@ int workers(SSL_CTX *server, const std::string &how, int kWorkers, int kConnecti
 		timeouts += waitedOut;
 		for (size_t i = 0; i < ssls.size(); i++) {
 			SSL_free(ssls[i]);
-			close(mine[i]);
+			if (how == "held")
+				shutdown(mine[i], SHUT_RDWR);
+			else
+				close(mine[i]);
 		}
 		waitpid(child, nullptr, 0);
 		close(done);
@@ -1729,7 +1792,8 @@ int main(int argc, char **argv)
 			     : which == "workers"                  ? workers(server, argc > 2 ? argv[2] : "",
 										 static_cast<int>(number(argc, argv, "--workers", 3)),
 										 static_cast<int>(number(argc, argv, "--connections", 4)),
-										 number(argc, argv, "--edge", 0) ? uint32_t{EPOLLET} : 0)
+										 number(argc, argv, "--edge", 0) ? uint32_t{EPOLLET} : 0,
+										 number(argc, argv, "--show-first-arm", 0) != 0)
 			     : which == "stoptls"                  ? stoptls(server)
 			     : which == "half-record"              ? halfRecord(server)
 			     : which == "cancel-half-record"       ? cancelHalfRecord(server)

@@ -324,6 +324,28 @@ TEST(Readiness, AOneShotArmedConnectionStopsReadingAhead)
 }
 
 /*
+ * A one-shot arm made while OpenSSL holds records the shim read ahead (each connection's
+ * first record read before its first arm) has one reporter, the shim: its kernel arm goes
+ * without EPOLLIN until they are gone (core/read/epoll_sets.h; hunts: 32 short connections
+ * in an eight-worker pool had two workers on one connection in 4 runs of 300, a dup of
+ * each socket registered in 3 of 100, while the kernel's arm asked for input too). Every
+ * byte both ways, no arm told twice; and with the shim the set's fdinfo shows the first
+ * arm without EPOLLIN (1 with an arm left whole, as without the shim).
+ */
+TEST(Readiness, AOneShotArmMadeWhileRecordsAreHeldIsReportedOnce)
+{
+	RecordProperty("fault", "a one-shot arm made while OpenSSL holds records the shim read ahead");
+	std::vector<std::string> arguments = withIdentity("workers");
+	arguments.insert(arguments.begin() + 1, "held");
+	expectBothWays(bothWays(arguments), "bytes 2560000, twice 0\ntimeouts 0\n");
+	arguments.insert(arguments.begin(), examplePath("readiness_cases"));
+	arguments.insert(arguments.end(), { "--show-first-arm", "1" });
+	const Captured run = runProgram(arguments, true, {}, kTimeoutMs);
+	EXPECT_EQ(run.status, 0) << run.err;
+	EXPECT_EQ(run.out, "first arm's input with the kernel 0\nbytes 2560000, twice 0\ntimeouts 0\n");
+}
+
+/*
  * What OpenSSL holds of a connection the shim never read ahead for is not reported: a
  * poll after part of a record answered readable at once, for ever (a level-triggered
  * loop leaving the rest for later spun), and a one-shot pool reading 1,000 bytes of each
