@@ -23,6 +23,10 @@
  *                   action, raised by the process itself
  *   alarm-exit      writes 100-byte lines until a SIGALRM handler (after 20 ms) prints
  *                   "accepted N" (what SSL_write had accepted) and calls _exit(0)
+ *   alarm-leave close|shutdown US
+ *                   writes 100-byte lines until a SIGALRM handler (after US microseconds)
+ *                   closes the socket or shuts it down (SIGPIPE ignored); the loop ends at
+ *                   the first failed write and prints "accepted N"
  *   unshare-user    twenty short lines, unshare(CLONE_NEWUSER) (one thread only, the kernel
  *                   says), twenty more, close_notify; prints what unshare returned
  *   exit-while-writing exit|_exit|exec|abort
@@ -206,6 +210,41 @@ int alarmCase(const char *port)
 	fail("no alarm");
 }
 
+volatile sig_atomic_t g_leavingFd = -1;
+volatile sig_atomic_t g_shutsDown = 0;
+
+/* Async-signal-safe, and the program's to call: the socket leaves under its own writes. */
+void onAlarmLeave(int)
+{
+	if (g_shutsDown)
+		shutdown(g_leavingFd, SHUT_WR);
+	else
+		close(g_leavingFd);
+}
+
+int alarmLeaveCase(const char *port, const std::string &way, long micros)
+{
+	signal(SIGPIPE, SIG_IGN);
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	g_leavingFd = fd;
+	g_shutsDown = way == "shutdown";
+	signal(SIGALRM, onAlarmLeave);
+	struct itimerval after = { { 0, 0 }, { 0, micros } };
+	setitimer(ITIMER_REAL, &after, nullptr);
+	const std::string line = std::string(99, 'a') + "\n";
+	long accepted = 0;
+	/* Bounded: the first write after the alarm fails (a million lines is 100 MB). */
+	for (int i = 0; i < 1000000; i++) {
+		if (SSL_write(ssl, line.data(), static_cast<int>(line.size())) <= 0)
+			break;
+		accepted += 100;
+	}
+	std::printf("accepted %ld\n", accepted);
+	return 0;
+}
+
 int exitWhileWritingCase(const char *port, const std::string &way)
 {
 	/* Shared with the parent, which reads it once the child is gone. */
@@ -330,6 +369,8 @@ int main(int argc, char **argv)
 		return termCase(argv[1]);
 	if (how == "alarm-exit")
 		return alarmCase(argv[1]);
+	if (how == "alarm-leave" && argc > 4)
+		return alarmLeaveCase(argv[1], argv[3], std::atol(argv[4]));
 	if (how == "close-while-writing" && argc > 3)
 		return closeWhileWritingCase(argv[1], argv[3]);
 	if (how == "exit-while-writing" && argc > 3)

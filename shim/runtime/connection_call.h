@@ -382,6 +382,7 @@ inline bool holdWrite(SSL *ssl, const void *data, size_t length)
 	 * cancellation acts here too, before the write is taken. One load in glibc.
 	 */
 	pthread_testcancel();
+	const unsigned long waysOut = p.held.waysOut();
 	PendingWrites *writes = o.filter.attached(o.api, ssl);
 	/* A broken connection's writes go through the filter, which reports it as the kernel would. */
 	if (!writes || writes->fd() < 0 || writes->stalled() || writes->writesDirect() || writes->error() ||
@@ -436,7 +437,7 @@ inline bool holdWrite(SSL *ssl, const void *data, size_t length)
 		return false;
 	if (!held && !(held = p.held.attach(ssl, writes->fd(), encryptHeld, &o.api.errors)))
 		return false;
-	if (!p.held.holdingFor(held, writes->fd()))
+	if (!p.held.holdingFor(held, writes->fd(), waysOut))
 		return false;
 	held->beginRecord(room);
 	return holdMore(p, held, writes, data, length, waits, savedErrno);

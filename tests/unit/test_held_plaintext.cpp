@@ -312,7 +312,7 @@ TEST(HeldRegistryLeaving, AWayOutOfASocketEncryptsItsConnectionAlone)
 	for (int i = 0; i < 3; i++) {
 		held[i] = registry.attach(&ssls[i], 900 + i, recordingEncrypt, &g_api);
 		ASSERT_NE(held[i], nullptr);
-		ASSERT_TRUE(registry.holdingFor(held[i], 900 + i));
+		ASSERT_TRUE(registry.holdingFor(held[i], 900 + i, registry.waysOut()));
 		const std::string line = "line " + std::to_string(i) + "\n";
 		bool becameHeld = false;
 		ASSERT_TRUE(held[i]->hold(line.data(), line.size(), &becameHeld));
@@ -325,7 +325,7 @@ TEST(HeldRegistryLeaving, AWayOutOfASocketEncryptsItsConnectionAlone)
 	EXPECT_TRUE(held[2]->held());
 	bool becameHeld = false;
 	EXPECT_FALSE(held[1]->hold("more\n", 5, &becameHeld)) << "nothing more is held for a socket that left";
-	EXPECT_FALSE(registry.holdingFor(held[1], 901)) << "its way out is under way";
+	EXPECT_FALSE(registry.holdingFor(held[1], 901, registry.waysOut())) << "its way out is under way";
 	registry.socketsLeft(901, 901);
 	registry.closed(901, 901);
 	for (int &ssl : ssls)
@@ -352,6 +352,47 @@ TEST(HeldImageEnd, AThreadInterruptedInsideTheLockStillEncryptsWhatIsHeld)
 	EXPECT_EQ(g_encrypted, "first\nsecond\n");
 	EXPECT_FALSE(held.held());
 	held.mutex().unlock();
+}
+
+/*
+ * A signal handler closes (or shuts down) the socket after interrupting this thread inside
+ * the connection's lock: what is held goes to the kernel there, and nothing more is held
+ * for that socket (a hunt: a one-shot timer's close lost up to 16 KiB in 3 runs of 60).
+ */
+TEST(HeldLeaving, AHandlersCloseFromInsideTheLockEncryptsWhatIsHeld)
+{
+	int ssl = 0;
+	HeldPlaintext held(&ssl, recordingEncrypt, &g_api);
+	held.writesTo(900);
+	bool becameHeld = false;
+	ASSERT_TRUE(held.hold("first\n", 6, &becameHeld));
+	ASSERT_TRUE(held.hold("second\n", 7, &becameHeld));
+	g_encrypted.clear();
+	held.mutex().lock(); /* where the handler found this thread */
+	EXPECT_TRUE(held.encryptIfIdle(true, true));
+	EXPECT_EQ(g_encrypted, "first\nsecond\n");
+	EXPECT_FALSE(held.held());
+	held.mutex().unlock();
+	EXPECT_FALSE(held.hold("third\n", 6, &becameHeld)) << "the socket left: the write goes as it is";
+}
+
+/*
+ * The same handler between a write's decision to begin a record and the record's
+ * index by socket: its way out came and went unseen by both, so that record is not held
+ * (a hunt: the third short line held and lost in 6 runs of 40).
+ */
+TEST(HeldRegistryLeaving, ARecordBegunAcrossAWayOutIsNotHeld)
+{
+	HeldRegistry registry;
+	int ssl = 0;
+	HeldPlaintext *held = registry.attach(&ssl, 901, recordingEncrypt, &g_api);
+	ASSERT_NE(held, nullptr);
+	const unsigned long before = registry.waysOut();
+	registry.socketsLeaving(901, 901);
+	registry.socketsLeft(901, 901);
+	EXPECT_FALSE(registry.holdingFor(held, 901, before));
+	EXPECT_TRUE(registry.holdingFor(held, 901, registry.waysOut())) << "a write after the way out begins its record";
+	registry.free(&ssl);
 }
 
 /* An exec may fail and return into the interrupted copy: then nothing is taken from under it. */

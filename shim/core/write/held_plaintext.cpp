@@ -76,16 +76,22 @@ bool HeldPlaintext::hold(const void *data, std::size_t length, bool *becameHeld)
 	if (encrypting || length > capacity)
 		return false;
 	Guard lock(mutex_);
+	/* Before anything is read: a handler that closes the socket from here on sees it (leaving). */
+	Copying copying(*this);
 	if (inside_ > 0 || retired_ || ended_ || failure_.sslError ||
 	    (leftFd_ >= 0 && leftFd_ == fd_.load(std::memory_order_relaxed)))
 		return false;
 	std::size_t size = size_.load(std::memory_order_relaxed);
+	if (size == kHandedOver)
+		return handedOverMeanwhile();
 	if (size + length > capacity) {
 		/* A failure makes this write go through, and it reports the failure. */
 		encryptLocked(true, true);
 		if (failure_.sslError)
 			return false;
-		size = 0;
+		size = size_.load(std::memory_order_relaxed);
+		if (size == kHandedOver)
+			return handedOverMeanwhile();
 	}
 	if (!bytes_) {
 		bytes_.reset(takeBuffer());
@@ -95,12 +101,37 @@ bool HeldPlaintext::hold(const void *data, std::size_t length, bool *becameHeld)
 	/*
 	 * Whole at every instruction: a handler that ends the image here sends size_ bytes.
 	 * The fence keeps the compiler from storing the size before the copy (no instruction).
+	 * A handler that closes the socket here sends them and leaves kHandedOver, which no
+	 * size matches: then this write goes through as it is (and fails as without the shim).
 	 */
 	std::memcpy(bytes_.get() + size, data, length);
-	*becameHeld = size == 0;
 	std::atomic_signal_fence(std::memory_order_release);
-	size_.store(size + length, std::memory_order_relaxed);
+	if (!size_.compare_exchange_strong(size, size + length, std::memory_order_relaxed))
+		return handedOverMeanwhile();
+	*becameHeld = size == 0;
 	return true;
+}
+
+bool HeldPlaintext::handedOverMeanwhile() noexcept
+{
+	size_.store(0, std::memory_order_relaxed);
+	return false;
+}
+
+HeldPlaintext::Copying::Copying(HeldPlaintext &held) noexcept : held_(held)
+{
+	held_.copying_ = true;
+	std::atomic_signal_fence(std::memory_order_seq_cst);
+}
+
+HeldPlaintext::Copying::~Copying()
+{
+	std::atomic_signal_fence(std::memory_order_seq_cst);
+	held_.copying_ = false;
+	std::atomic_signal_fence(std::memory_order_seq_cst);
+	/* A handler came after this write was held: it sent that too. */
+	std::size_t handedOver = kHandedOver;
+	held_.size_.compare_exchange_strong(handedOver, 0, std::memory_order_relaxed);
 }
 
 HeldPlaintext::Failure HeldPlaintext::enter(Entering how) noexcept
@@ -139,6 +170,8 @@ bool HeldPlaintext::encryptIfIdle(bool patient, bool socketLeaving) noexcept
 	if (encrypting)
 		return false;
 	Guard lock(mutex_, std::try_to_lock);
+	if (!lock.owns_lock() && socketLeaving && mutex_.heldHere())
+		return handOverInterrupted();
 	if (!lock.owns_lock() && (!patient || mutex_.heldHere() || !lockWithin(lock, kWayOutPatience)))
 		return false;
 	if (socketLeaving)
@@ -146,6 +179,25 @@ bool HeldPlaintext::encryptIfIdle(bool patient, bool socketLeaving) noexcept
 	if (inside_ == 0 && !retired_ && size_.load(std::memory_order_relaxed) > 0)
 		encryptLocked(false, false);
 	return size_.load(std::memory_order_relaxed) == 0;
+}
+
+/*
+ * A signal handler closes the socket (or shuts it down, or dup2s over it) after
+ * interrupting this thread inside the lock: what is held is whole (hold()), so it goes to
+ * the kernel now, as the bytes of the writes it acknowledged would have been there
+ * already (a hunt: a one-shot timer's handler closing the socket lost up to 16 KiB in 3
+ * runs of 60). The buffer stays: a write may be copying into it. That write, held only
+ * if it was before the handler came, else goes through as it is (kHandedOver).
+ */
+bool HeldPlaintext::handOverInterrupted() noexcept
+{
+	leftFd_ = fd_.load(std::memory_order_relaxed);
+	if (inside_ == 0 && !retired_)
+		encryptLocked(false, false, true);
+	if (copying_)
+		size_.store(kHandedOver, std::memory_order_relaxed);
+	const std::size_t left = size_.load(std::memory_order_relaxed);
+	return left == 0 || left == kHandedOver;
 }
 
 bool HeldPlaintext::emptyNow() noexcept
@@ -180,10 +232,9 @@ int HeldPlaintext::takeReportedError() noexcept
 	return reported;
 }
 
-void HeldPlaintext::encryptLocked(bool byOwner, bool reportedHere) noexcept
+void HeldPlaintext::encryptLocked(bool byOwner, bool reportedHere, bool keepBuffer) noexcept
 {
-	const std::size_t size = size_.load(std::memory_order_relaxed);
-	if (size == 0 || retired_)
+	if (size_.load(std::memory_order_relaxed) == 0 || retired_)
 		return;
 	const int savedErrno = errno;
 	/*
@@ -192,6 +243,12 @@ void HeldPlaintext::encryptLocked(bool byOwner, bool reportedHere) noexcept
 	 * instruction). Once per record; the shim's thread blocks every signal already.
 	 */
 	SignalsBlocked quiet;
+	/* Read with signals blocked: a handler's close may have sent them (handOverInterrupted). */
+	const std::size_t size = size_.load(std::memory_order_relaxed);
+	if (size == 0 || size == kHandedOver) {
+		errno = savedErrno;
+		return;
+	}
 	Encrypting scope;
 	errors_.clear();
 	const ErrorMark mark = reportedHere ? ErrorMark{} : markErrors(*errorApi_);
@@ -212,7 +269,8 @@ void HeldPlaintext::encryptLocked(bool byOwner, bool reportedHere) noexcept
 		failure_ = { sslError, error, nullptr };
 	/* Encrypted or failed: either way the bytes are OpenSSL's now, as a write's would be. */
 	size_.store(0, std::memory_order_release);
-	bytes_.reset();
+	if (!keepBuffer)
+		bytes_.reset();
 	errno = savedErrno;
 }
 
@@ -322,6 +380,7 @@ void HeldRegistry::encryptAllNow() noexcept
 
 void HeldRegistry::socketsLeaving(int first, int last) noexcept
 {
+	waysOut_.fetch_add(1, std::memory_order_relaxed);
 	if (first == last)
 		leaving_.note(first);
 	else

@@ -137,7 +137,29 @@ private:
 	 * With mutex_ held and no call inside; signals are blocked while it runs. reportedHere: a failure is reported by this
 	 * thread's current call, whose queue keeps the entries; else they are taken.
 	 */
-	void encryptLocked(bool byOwner, bool reportedHere) noexcept;
+	void encryptLocked(bool byOwner, bool reportedHere, bool keepBuffer = false) noexcept;
+	/* A handler's way out of the socket, this thread being inside the lock. */
+	bool handOverInterrupted() noexcept;
+	/* hold()'s end when such a handler came before its write was held: not held. */
+	bool handedOverMeanwhile() noexcept;
+
+	/*
+	 * size_ after a handler's way out that interrupted a write being copied in: no size
+	 * that write read matches it, so it is not held (hold()'s compare-and-swap).
+	 */
+	static constexpr std::size_t kHandedOver = ~std::size_t{0} / 2;
+	/* hold() is copying a write in, from before it reads anything to its end. */
+	class Copying {
+	public:
+		explicit Copying(HeldPlaintext &held) noexcept;
+		~Copying();
+		Copying(const Copying &) = delete;
+		Copying &operator=(const Copying &) = delete;
+
+	private:
+		HeldPlaintext &held_;
+	};
+	bool copying_ = false;
 
 	OwnedLock mutex_; /* owner-aware: see encryptAtImageEnd */
 	void *const ssl_;
@@ -229,14 +251,28 @@ public:
 	 * Noted, then asked, as the way out announces itself, then asks: one of the two sees
 	 * the other (a hunt: a record begun as the close passed by was lost).
 	 */
-	bool holdingFor(HeldPlaintext *held, int fd) noexcept
+	bool holdingFor(HeldPlaintext *held, int fd, unsigned long waysOutBefore) noexcept
 	{
 		/* -1: the socket was closed under the connection (PendingWrites::detach). */
 		if (fd < 0 || (held->fd() != fd && !index(held, fd)))
 			return false;
 		fds_.note(fd);
 		std::atomic_thread_fence(std::memory_order_seq_cst);
-		return rangesLeaving_.load(std::memory_order_relaxed) == 0 && !leaving_.mayHave(fd);
+		return rangesLeaving_.load(std::memory_order_relaxed) == 0 && !leaving_.mayHave(fd) &&
+		       waysOut_.load(std::memory_order_relaxed) == waysOutBefore;
+	}
+	/*
+	 * How many ways out have begun, read before a write decides to begin a record: a
+	 * signal handler's close or shutdown that interrupted this very thread between that
+	 * and holdingFor() has come and gone before fds_ named the socket, and neither side of
+	 * the handshake above sees it (a hunt: a one-shot timer's shutdown, the third line
+	 * written held and lost in 6 runs of 40).
+	 */
+	unsigned long waysOut() const noexcept
+	{
+		const unsigned long begun = waysOut_.load(std::memory_order_relaxed);
+		std::atomic_signal_fence(std::memory_order_seq_cst);
+		return begun;
 	}
 	/* fds first..last are closed: what was held for them has been handed over. */
 	void closed(int first, int last) noexcept { fds_.forgetIn(first, last); }
@@ -298,6 +334,7 @@ private:
 	static inline FdBitmap fds_; /* the sockets connections held plaintext for */
 	static inline FdBitmap leaving_; /* sockets a way out is under way for (close, shutdown, sent away) */
 	std::atomic<int> rangesLeaving_{0}; /* close_range and closefrom under way */
+	std::atomic<unsigned long> waysOut_{0}; /* socketsLeaving() calls begun */
 	std::atomic<bool> stopped_{false};
 };
 
