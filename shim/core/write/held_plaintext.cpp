@@ -92,6 +92,8 @@ bool HeldPlaintext::hold(const void *data, std::size_t length, bool *becameHeld)
 		size = size_.load(std::memory_order_relaxed);
 		if (size == kHandedOver)
 			return handedOverMeanwhile();
+		if (size + length > capacity)
+			return false;
 	}
 	if (!bytes_) {
 		bytes_.reset(takeBuffer());
@@ -129,9 +131,12 @@ HeldPlaintext::Copying::~Copying()
 	std::atomic_signal_fence(std::memory_order_seq_cst);
 	held_.copying_ = false;
 	std::atomic_signal_fence(std::memory_order_seq_cst);
-	/* A handler came after this write was held: it sent that too. */
-	std::size_t handedOver = kHandedOver;
-	held_.size_.compare_exchange_strong(handedOver, 0, std::memory_order_relaxed);
+	/*
+	 * A handler came after this write was held: it sent that too. No handler leaves
+	 * kHandedOver from here on (copying_ is false), so a load and a store do.
+	 */
+	if (held_.size_.load(std::memory_order_relaxed) == kHandedOver)
+		held_.size_.store(0, std::memory_order_relaxed);
 }
 
 HeldPlaintext::Failure HeldPlaintext::enter(Entering how) noexcept
