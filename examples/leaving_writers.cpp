@@ -242,6 +242,10 @@ int alarmLeaveCase(const char *port, const std::string &way, long micros)
 		accepted += 100;
 	}
 	std::printf("accepted %ld\n", accepted);
+	SSL_free(ssl);
+	if (g_shutsDown)
+		close(fd);
+	SSL_CTX_free(ctx);
 	return 0;
 }
 
