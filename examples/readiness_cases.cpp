@@ -32,6 +32,10 @@
  *   pty --cert C --key K
  *                     the same over a raw-mode pseudo-terminal (SSL_set_rfd and SSL_set_wfd
  *                     on the slave, the server on the master).
+ *   header-peek PORT  against tls_server --burst 20: a non-blocking loop that polls, peeks
+ *                     at 5 bytes and calls SSL_read once they are a whole record header;
+ *                     prints "lines 20" and "no spin" (or "spins": over 100 wake-ups whose
+ *                     peek found less than a header)
  *   peek PORT         against tls_server --burst 3 --hangup (records, close_notify and FIN
  *                     in one segment): reads one line, then asks the socket as connection
  *                     pools do whether the peer is still there: recv(MSG_PEEK|MSG_DONTWAIT)
@@ -1013,6 +1017,38 @@ int waitArguments(const char *port)
 	return 0;
 }
 
+/*
+ * A loop that reads a record once the socket shows its whole header: poll, then a peek
+ * of 5 bytes, then SSL_read. Bounded: 10,000 wake-ups, 2 s a wait.
+ */
+int headerPeek(const char *port)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	const int fd = connectTo("127.0.0.1", port);
+	SSL *ssl = connectTls(ctx, fd);
+	setNonBlocking(fd);
+	int lines = 0;
+	long headerless = 0;
+	for (int round = 0; round < 10000 && lines < 20; round++) {
+		struct pollfd readable = { fd, POLLIN, 0 };
+		if (poll(&readable, 1, 2000) <= 0)
+			break;
+		unsigned char header[5];
+		if (recv(fd, header, sizeof(header), MSG_PEEK) < static_cast<ssize_t>(sizeof(header))) {
+			headerless++;
+			continue;
+		}
+		char buffer[16384];
+		const int n = SSL_read(ssl, buffer, sizeof(buffer));
+		lines += n > 0 ? static_cast<int>(std::count(buffer, buffer + n, '\n')) : 0;
+	}
+	std::printf("lines %d\n%s\n", lines, headerless > 100 ? "spins" : "no spin");
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 int peek(const char *port)
 {
 	FirstLineRead client(port);
@@ -1769,6 +1805,8 @@ int main(int argc, char **argv)
 		return maskedWait(argv[3], argv[2]);
 	if (which == "wait-arguments" && argc > 2)
 		return waitArguments(argv[2]);
+	if (which == "header-peek" && argc > 2)
+		return headerPeek(argv[2]);
 	if (which == "blocking-peek" && argc > 2)
 		return blockingPeek(argv[2]);
 	if (which == "rearm" && argc > 2)

@@ -115,6 +115,17 @@ TEST(Readiness, APeekNeverSaysClosedWhileOpenSslHoldsRecords)
 	expectBothWays(bothWays({ "peek" }, { "--burst", "3", "--hangup" }), "peek 1\nfionread positive\n");
 }
 
+/*
+ * A loop that peeks for a whole record header before each SSL_read reads the raw stream:
+ * its connection stops reading ahead at the peek (UnseenWaits::notePeeked). It was told
+ * 1 byte while OpenSSL held the records, and spun (a hunt, 20 runs of 20).
+ */
+TEST(Readiness, ALoopThatPeeksForARecordHeaderReadsAsWithout)
+{
+	RecordProperty("fault", "poll, recv(MSG_PEEK) of 5 bytes, SSL_read once they are a record header");
+	expectBothWays(bothWays({ "header-peek" }, { "--burst", "20" }), "lines 20\nno spin\n");
+}
+
 TEST(Readiness, ABlockingPeekAnswersAtOnceWhileOpenSslHoldsRecords)
 {
 	RecordProperty("fault", "recv(MSG_PEEK) without MSG_DONTWAIT, records unread, the connection open");

@@ -22,6 +22,7 @@ RateLimit untunedLines;
 RateLimit chunkedLines;
 RateLimit renegotiationLines;
 RateLimit oneShotLines;
+RateLimit peekedLines;
 
 /* TLS's largest record payload: a BIO that asks the kernel for less reads in chunks of its own. */
 constexpr size_t kOneRecord = 16384;
@@ -219,7 +220,8 @@ bool ReadTuning::followable(const OpenSslApi &api, const UnseenWaits &unseen, SS
 			return false;
 		connection.noteSocket(fd, st.st_ino);
 	}
-	return !notFollowed(fd) && !oneShotFds().mayHave(fd) && unseen.follows(connection.ino());
+	return !notFollowed(fd) && !oneShotFds().mayHave(fd) && !peekedFds().mayHave(fd) &&
+	       unseen.follows(connection.ino());
 }
 
 void ReadTuning::turnOff(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept
@@ -243,11 +245,15 @@ void ReadTuning::unseenChanged(const OpenSslApi &api, const UnseenWaits &unseen,
 	const unsigned generation = unseen.generation();
 	const bool justLearnt = connection.ownBio() == Connection::OwnBio::learnt;
 	const bool oneShot = oneShotFds().mayHave(connection.fd());
-	if (oneShot || !unseen.follows(connection.ino()) ||
+	const bool peeked = peekedFds().mayHave(connection.fd());
+	if (oneShot || peeked || !unseen.follows(connection.ino()) ||
 	    (justLearnt && (unseen.confined() || notFollowed(connection.fd())))) {
 		turnOff(api, ssl, connection);
 		if (oneShot)
 			logLimited(oneShotLines, LogLevel::Info, "read-ahead off: the connection's fd is armed EPOLLONESHOT");
+		else if (peeked)
+			logLimited(peekedLines, LogLevel::Info,
+				   "read-ahead off: the program peeks at the connection's socket (MSG_PEEK)");
 	} else if (connection.ownBio() == Connection::OwnBio::settled || judgeOwnBio(api, ssl, connection)) {
 		connection.setUnseenSeen(generation);
 	}

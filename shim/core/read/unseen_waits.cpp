@@ -7,6 +7,7 @@
 namespace tlstune {
 
 FdBitmap g_oneShotFds;
+FdBitmap g_peekedFds;
 
 void UnseenWaits::noteRing() noexcept
 {
@@ -45,6 +46,14 @@ void UnseenWaits::noteOneShot(int fd) noexcept
 		return;
 	oneShotFds().note(fd);
 	/* After the bit: a connection that sees this number sees the bit too. */
+	generation_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+void UnseenWaits::notePeeked(int fd) noexcept
+{
+	if (peekedFds().mayHave(fd))
+		return;
+	peekedFds().note(fd);
 	generation_.fetch_add(1, std::memory_order_acq_rel);
 }
 
