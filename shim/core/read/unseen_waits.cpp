@@ -40,21 +40,23 @@ void UnseenWaits::noteUnfollowed(ino_t ino) noexcept
 	generation_.fetch_add(1, std::memory_order_acq_rel);
 }
 
-void UnseenWaits::noteOneShot(int fd) noexcept
+void UnseenWaits::noteNumber(FdBitmap &numbers, int fd) noexcept
 {
-	if (oneShotFds().mayHave(fd))
+	if (numbers.mayHave(fd))
 		return;
-	oneShotFds().note(fd);
+	numbers.note(fd);
 	/* After the bit: a connection that sees this number sees the bit too. */
 	generation_.fetch_add(1, std::memory_order_acq_rel);
 }
 
+void UnseenWaits::noteOneShot(int fd) noexcept
+{
+	noteNumber(oneShotFds(), fd);
+}
+
 void UnseenWaits::notePeeked(int fd) noexcept
 {
-	if (peekedFds().mayHave(fd))
-		return;
-	peekedFds().note(fd);
-	generation_.fetch_add(1, std::memory_order_acq_rel);
+	noteNumber(peekedFds(), fd);
 }
 
 bool UnseenWaits::follows(ino_t ino) const noexcept

@@ -71,6 +71,8 @@ public:
 private:
 	/* No connection reads ahead from now on; why, for the log, once. */
 	void stopEverywhere(const char *why) noexcept;
+	/* fd joins numbers; only a number not there before makes the connections look. */
+	void noteNumber(FdBitmap &numbers, int fd) noexcept;
 
 	std::atomic<unsigned> generation_{0};
 	std::atomic<bool> confined_{false};

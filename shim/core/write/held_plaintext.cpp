@@ -81,17 +81,17 @@ bool HeldPlaintext::hold(const void *data, std::size_t length, bool *becameHeld)
 	if (inside_ > 0 || retired_ || ended_ || failure_.sslError ||
 	    (leftFd_ >= 0 && leftFd_ == fd_.load(std::memory_order_relaxed)))
 		return false;
+	/* kHandedOver: a handler sent what was held; Copying's end makes it 0 again. */
 	std::size_t size = size_.load(std::memory_order_relaxed);
 	if (size == kHandedOver)
-		return handedOverMeanwhile();
+		return false;
 	if (size + length > capacity) {
 		/* A failure makes this write go through, and it reports the failure. */
 		encryptLocked(true, true);
 		if (failure_.sslError)
 			return false;
+		/* 0, or kHandedOver if a handler came before the encryption blocked signals. */
 		size = size_.load(std::memory_order_relaxed);
-		if (size == kHandedOver)
-			return handedOverMeanwhile();
 		if (size + length > capacity)
 			return false;
 	}
@@ -109,15 +109,9 @@ bool HeldPlaintext::hold(const void *data, std::size_t length, bool *becameHeld)
 	std::memcpy(bytes_.get() + size, data, length);
 	std::atomic_signal_fence(std::memory_order_release);
 	if (!size_.compare_exchange_strong(size, size + length, std::memory_order_relaxed))
-		return handedOverMeanwhile();
+		return false;
 	*becameHeld = size == 0;
 	return true;
-}
-
-bool HeldPlaintext::handedOverMeanwhile() noexcept
-{
-	size_.store(0, std::memory_order_relaxed);
-	return false;
 }
 
 HeldPlaintext::Copying::Copying(HeldPlaintext &held) noexcept : held_(held)
@@ -132,8 +126,9 @@ HeldPlaintext::Copying::~Copying()
 	held_.copying_ = false;
 	std::atomic_signal_fence(std::memory_order_seq_cst);
 	/*
-	 * A handler came after this write was held: it sent that too. No handler leaves
-	 * kHandedOver from here on (copying_ is false), so a load and a store do.
+	 * A handler came during this write: what was held (with the write, if it was held
+	 * by then) went to the kernel. No handler leaves kHandedOver from here on (copying_
+	 * is false), so a load and a store do.
 	 */
 	if (held_.size_.load(std::memory_order_relaxed) == kHandedOver)
 		held_.size_.store(0, std::memory_order_relaxed);

@@ -140,8 +140,6 @@ private:
 	void encryptLocked(bool byOwner, bool reportedHere, bool keepBuffer = false) noexcept;
 	/* A handler's way out of the socket, this thread being inside the lock. */
 	bool handOverInterrupted() noexcept;
-	/* hold()'s end when such a handler came before its write was held: not held. */
-	bool handedOverMeanwhile() noexcept;
 
 	/*
 	 * size_ after a handler's way out that interrupted a write being copied in: no size
