@@ -37,7 +37,7 @@ const Option kOptions[] = {
 	    "Turn read-ahead on and size the read buffer of each connection tlstune follows "
 	    "(made through its SSL_new, read through its SSL_read)." },
 	  Kind::Bool, &Config::readAhead, nullptr, nullptr, nullptr },
-	{ { "TLSTUNE_READ_BUFFER", "bytes from 16KiB to 1MiB, suffix K, KiB, M or MiB", "65655",
+	{ { "TLSTUNE_READ_BUFFER", "bytes from 16KiB to 1MiB, suffix K, KiB, M or MiB", "65652",
 	    "A client's read buffer length: the default holds four whole 16 KiB TLS records (a server "
 	    "keeps OpenSSL's one unless this is set)." },
 	  Kind::Size, nullptr, &Config::readBuffer, nullptr, nullptr },

@@ -28,7 +28,7 @@ namespace {
  */
 bool tracking(Process &p)
 {
-	if (p.coalescer.idle() && p.buffered.idle() && p.epoll.empty())
+	if (p.coalescer.idle() && p.buffered.idle() && p.epoll.empty() && !p.cache.used())
 		return false;
 	return !p.inVforkChild();
 }
@@ -55,6 +55,7 @@ void forgetClosed(Process &p, bool closed, int first, int last)
 	p.held.closed(first, last);
 	if (!p.buffered.idle())
 		p.buffered.closed(first, last);
+	p.cache.closed(first, last);
 	p.epoll.closed(first, last);
 	errno = savedErrno;
 }

@@ -22,7 +22,7 @@ TLSTUNE_EXPORT SSL *SSL_new(SSL_CTX *ctx)
 	 * from TLS_method looks like a server until its first call).
 	 */
 	if (created && ssl.tuning && !ssl.tracking && ssl.api.SSL_get_read_ahead(created) == 0)
-		ReadTuning::turnOn(ssl.api, process().config, created, true);
+		ReadTuning::turnOnUnfollowed(ssl.api, process().config, created);
 	return created;
 }
 

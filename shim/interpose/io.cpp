@@ -1,7 +1,9 @@
 /*
- * The read family, only to learn which socket a connection reads: a read made while this
- * thread is inside an OpenSSL call is that connection's. Outside OpenSSL calls this is one
- * thread-local load.
+ * The read family. A read made while this thread is inside an OpenSSL call is that
+ * connection's, and names its socket. Every read of an fd whose bytes the shim read ahead
+ * takes them first (SocketCache), and OpenSSL's read of a connection the shim reads ahead
+ * for fills that queue with one large read. Outside OpenSSL calls, on an fd without a
+ * queue, this is a load and a thread-local load.
  */
 
 #include <cerrno>
@@ -25,15 +27,14 @@ struct Reading {
 	}
 };
 
-/* asked: the bytes the read asks for (Connection::kWholeBuffer where it is an iovec's). */
 template <typename Function, typename... Args>
-ssize_t forward(Function LibcApi::*function, int fd, size_t asked, Args... args)
+ssize_t forward(Function LibcApi::*function, int fd, Args... args)
 {
 	Reading reading;
 	ssize_t n = (libc().*function)(fd, args...);
 	reading.returned = true;
 	int savedErrno = errno;
-	noteRead(fd, n, asked);
+	noteRead(fd, n);
 	errno = savedErrno;
 	return n;
 }
@@ -52,9 +53,9 @@ bool takesBytes(int flags) noexcept
  * empty: what OpenSSL holds is not reported until the connection's next OpenSSL call.
  */
 template <typename Function, typename... Args>
-ssize_t forwardRead(Function LibcApi::*function, int fd, bool takes, size_t asked, Args... args)
+ssize_t forwardRead(Function LibcApi::*function, int fd, bool takes, Args... args)
 {
-	ssize_t n = forward(function, fd, asked, args...);
+	ssize_t n = forward(function, fd, args...);
 	Process *p = builtProcess();
 	if (takes && p && !CallScope::active()) {
 		/* Records a freed SSL left unread there: the kernel would have given them to this read. */
@@ -66,6 +67,93 @@ ssize_t forwardRead(Function LibcApi::*function, int fd, bool takes, size_t aske
 		}
 	}
 	return n;
+}
+
+/*
+ * fd's queue of bytes read ahead answers a read of them (not of the error queue or the
+ * urgent byte): *n set, true. Emptied by a read of the program's own, outside OpenSSL's
+ * calls, its readiness goes at once (the connection's next call registers it again).
+ */
+bool queueAnswers(int fd, const struct iovec *iov, int iovcnt, int flags, ssize_t *n) noexcept
+{
+	Process *p = builtProcess();
+	if (!p || !p->cache.mayHave(fd) || (flags & (MSG_OOB | MSG_ERRQUEUE)))
+		return false;
+	const std::size_t moved = p->cache.take(fd, iov, iovcnt, flags & MSG_PEEK);
+	if (moved == 0)
+		return false;
+	*n = static_cast<ssize_t>(moved);
+	if (!(flags & MSG_PEEK) && p->cache.queued(fd) == 0 && !CallScope::active()) {
+		const int savedErrno = errno;
+		p->buffered.quieted(fd);
+		errno = savedErrno;
+	}
+	return true;
+}
+
+/*
+ * A read of len bytes into buf answered by the queue, then, where the kernel would have
+ * gone on (MSG_WAITALL; a peek, which sees what is queued behind), by the kernel: more(buf,
+ * len, flags) makes its call.
+ */
+template <typename More>
+bool queueAnswers(int fd, void *buf, std::size_t len, int flags, ssize_t *n, More more) noexcept
+{
+	struct iovec one = { buf, len };
+	if (len == 0 || !queueAnswers(fd, &one, 1, flags, n))
+		return false;
+	const std::size_t got = static_cast<std::size_t>(*n);
+	const bool goesOn = (flags & MSG_PEEK) || (flags & MSG_WAITALL);
+	if (got < len && goesOn) {
+		const int savedErrno = errno;
+		const int moreFlags = (flags & MSG_PEEK) ? flags | MSG_DONTWAIT : flags;
+		const ssize_t added = more(static_cast<char *>(buf) + got, len - got, moreFlags);
+		if (added > 0)
+			*n += added;
+		errno = savedErrno;
+	}
+	return true;
+}
+
+/* The kernel's read of a fill: readv for read(2), which a pipe takes too; recvmsg for recv(2), with its flags. */
+struct FillRead {
+	int flags;
+	bool socket;
+};
+ssize_t fillRead(int fd, const struct iovec *iov, int iovcnt, void *context) noexcept
+{
+	const FillRead &how = *static_cast<const FillRead *>(context);
+	Reading reading;
+	ssize_t n;
+	if (how.socket) {
+		struct msghdr msg = {};
+		msg.msg_iov = const_cast<struct iovec *>(iov);
+		msg.msg_iovlen = static_cast<size_t>(iovcnt);
+		n = libc().recvmsg(fd, &msg, how.flags);
+	} else {
+		n = libc().readv(fd, iov, iovcnt);
+	}
+	reading.returned = true;
+	const int savedErrno = errno;
+	noteRead(fd, n);
+	errno = savedErrno;
+	return n;
+}
+
+/*
+ * OpenSSL reads fd for a connection the shim reads ahead for, and its queue is empty: one
+ * read of the kernel takes what the connection reads ahead (SocketCache::fill). *n set,
+ * true; false where the read is not such a one (a peek, a flag that changes what a read
+ * returns).
+ */
+bool filled(int fd, void *buf, std::size_t len, int flags, bool socket, ssize_t *n) noexcept
+{
+	const std::size_t size = CallScope::readAheadFor(fd);
+	if (size <= len || (flags & ~MSG_DONTWAIT))
+		return false;
+	FillRead how = { flags, socket };
+	*n = process().cache.fill(fd, buf, len, size, fillRead, &how);
+	return true;
 }
 
 /*
@@ -121,9 +209,19 @@ template <typename Function, typename... Args>
 ssize_t forwardPeek(Function LibcApi::*function, int fd, void *buf, size_t len, int flags,
 		    struct sockaddr *from, socklen_t *fromlen, Args... args)
 {
+	ssize_t n;
+	auto more = [fd](void *at, std::size_t rest, int moreFlags) { return libc().recv(fd, at, rest, moreFlags); };
+	if (queueAnswers(fd, buf, len, flags, &n, more)) {
+		if (flags & MSG_PEEK)
+			notePeek(process(), fd, len);
+		return answered(n, from, fromlen);
+	}
+	/* curl's BIO and OpenSSL's read with recv: a fill there names no source address. */
+	if (!from && filled(fd, buf, len, flags, true, &n))
+		return n;
 	Process *built = builtProcess();
 	if (!built)
-		return forwardRead(function, fd, takesBytes(flags), len, buf, len, args...);
+		return forwardRead(function, fd, takesBytes(flags), buf, len, args...);
 	Process &p = *built;
 	/*
 	 * A read of no bytes, or a blocking peek, would wait for bytes the socket no longer
@@ -133,13 +231,12 @@ ssize_t forwardPeek(Function LibcApi::*function, int fd, void *buf, size_t len, 
 	if ((len == 0 || (flags & (MSG_PEEK | MSG_DONTWAIT)) == MSG_PEEK) && asksHeld(p, fd, flags)) {
 		if (flags & MSG_PEEK)
 			notePeek(p, fd, len);
-		ssize_t n;
 		if (kernelAnswered([&](int asked) { return p.libc.recv(fd, buf, len, asked); }, flags, &n))
 			return answered(n, from, fromlen);
 		return answered(len == 0 ? 0 : peekBuffered(p.buffered, fd, buf, len, flags | MSG_DONTWAIT, n), from,
 				fromlen);
 	}
-	ssize_t n = forwardRead(function, fd, takesBytes(flags), len, buf, len, args...);
+	n = forwardRead(function, fd, takesBytes(flags), buf, len, args...);
 	if (!(flags & MSG_PEEK) || CallScope::active())
 		return n;
 	notePeek(p, fd, len);
@@ -149,19 +246,37 @@ ssize_t forwardPeek(Function LibcApi::*function, int fd, void *buf, size_t len, 
 
 } /* namespace */
 
+namespace {
+
+/* read(2) and its fortified form: the queue, a fill, or the kernel. */
+template <typename Function, typename... Args>
+ssize_t readThrough(Function LibcApi::*function, int fd, void *buf, size_t count, Args... args)
+{
+	ssize_t n;
+	struct iovec one = { buf, count };
+	if ((count > 0 && queueAnswers(fd, &one, 1, 0, &n)) || filled(fd, buf, count, 0, false, &n))
+		return n;
+	return forwardRead(function, fd, true, buf, count, args...);
+}
+
+} /* namespace */
+
 TLSTUNE_EXPORT ssize_t read(int fd, void *buf, size_t count)
 {
-	return forwardRead(&LibcApi::read, fd, true, count, buf, count);
+	return readThrough(&LibcApi::read, fd, buf, count);
 }
 
 TLSTUNE_EXPORT ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen)
 {
-	return forwardRead(&LibcApi::read_chk, fd, true, count, buf, count, buflen);
+	return readThrough(&LibcApi::read_chk, fd, buf, count, buflen);
 }
 
 TLSTUNE_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 {
-	return forwardRead(&LibcApi::readv, fd, true, Connection::kWholeBuffer, iov, iovcnt);
+	ssize_t n;
+	if (iovcnt > 0 && iov && queueAnswers(fd, iov, iovcnt, 0, &n))
+		return n;
+	return forwardRead(&LibcApi::readv, fd, true, iov, iovcnt);
 }
 
 TLSTUNE_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
@@ -257,8 +372,12 @@ TLSTUNE_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
 	Process &p = process();
 	ssize_t n;
-	if (!answeredNoBytes(p, fd, msg, flags, &n))
-		n = forwardRead(&LibcApi::recvmsg, fd, takesBytes(flags), Connection::kWholeBuffer, msg, flags);
+	if (msg && msg->msg_iovlen > 0 && msg->msg_iovlen <= 1024 &&
+	    queueAnswers(fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags, &n)) {
+		answerNoBytes(msg); /* a stream's bytes: no flags, control data or address */
+	} else if (!answeredNoBytes(p, fd, msg, flags, &n)) {
+		n = forwardRead(&LibcApi::recvmsg, fd, takesBytes(flags), msg, flags);
+	}
 	/* Read once the kernel took msg: a bad one faulted there, not here. */
 	if ((flags & MSG_PEEK) && n >= 0 && !CallScope::active()) {
 		size_t len = 0;
@@ -282,8 +401,8 @@ TLSTUNE_EXPORT int recvmmsg(int fd, struct mmsghdr *vector, unsigned int length,
 	}
 	int received;
 	if (!answeredNoBytes(p, fd, vector, length, flags, timeout, &received))
-		received = static_cast<int>(forwardRead(&LibcApi::recvmmsg, fd, takesBytes(flags),
-							Connection::kWholeBuffer, vector, length, flags, timeout));
+		received = static_cast<int>(forwardRead(&LibcApi::recvmmsg, fd, takesBytes(flags), vector, length,
+							flags, timeout));
 	for (int i = 0; i < received; i++) {
 		if (vector[i].msg_hdr.msg_controllen > 0)
 			noteReceivedDescriptors(p, &vector[i].msg_hdr);

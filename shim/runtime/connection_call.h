@@ -11,19 +11,6 @@
 
 namespace tlstune {
 
-/*
- * OpenSSL holds records or decrypted bytes for the program (SSL_has_pending, unlike
- * SSL_pending, counts both). Not after close_notify: what follows the alert is never
- * returned by SSL_read (plaintext of a StopTLS protocol), and reporting it readable would
- * spin the program's poll loop.
- */
-inline bool holdsData(const OpenSslApi &api, SSL *ssl) noexcept
-{
-	if (api.SSL_has_pending(ssl) != 1)
-		return false;
-	return !api.SSL_get_shutdown || !(api.SSL_get_shutdown(ssl) & SSL_RECEIVED_SHUTDOWN);
-}
-
 /* After the program gave ssl another fd or BIO to read: its readiness follows. */
 inline void rebindConnection(SSL *ssl) noexcept
 {
@@ -176,11 +163,14 @@ inline void settleConnection(const OpenSsl &o, SSL *ssl, Connection *connection,
 			     bool waiting = false) noexcept
 {
 	int savedErrno = errno;
-	ReadTuning::followRenegotiation(o.api, ssl, *connection);
-	const bool pending = holdsData(o.api, ssl);
-	connection->afterCall(process().buffered, progressed, waiting || o.api.SSL_want(ssl) == SSL_READING,
-			      pending, pending && (!o.api.SSL_pending || o.api.SSL_pending(ssl) == 0));
-	ReadTuning::letEmptyBufferGo(o.api, process().unseen, ssl, *connection, progressed);
+	/*
+	 * What the shim read ahead of the socket and OpenSSL has not asked for: the kernel
+	 * would have it queued. What OpenSSL holds (a record's plaintext left unread, records
+	 * of the program's own read-ahead) it would not report either.
+	 */
+	Process &p = process();
+	const bool queued = p.cache.queued(connection->fd()) > 0;
+	connection->afterCall(p.buffered, progressed, waiting || o.api.SSL_want(ssl) == SSL_READING, queued);
 	errno = savedErrno;
 }
 
@@ -244,8 +234,6 @@ int onConnection(SSL *ssl, Function OpenSslApi::*function, Args... args)
 	SettledOnUnwinding unwinding(o, ssl, connection, scope);
 	int result = real(ssl, args...);
 	unwinding.returned = true;
-	if (writes<Function>() && result > 0)
-		connection->wrote();
 	/*
 	 * A write that succeeds while OpenSSL holds part of a record leaves it waiting for the
 	 * rest: the socket's readiness stands for it (a poll loop spun on it). Unless the
@@ -475,7 +463,7 @@ inline void tuneReads(SSL *ssl, const void *caller, bool connecting = false) noe
 		return;
 	if (connection->readTuningDecided()) {
 		if (connection->readAheadByShim())
-			ReadTuning::followUnseen(o.api, process().unseen, ssl, *connection);
+			ReadTuning::followUnseen(process().unseen, *connection);
 		return;
 	}
 	if (o.inLibssl(caller))

@@ -211,6 +211,7 @@ void unlockInChild()
 	process().epoll.forked();
 	process().epoll.unlockAfterFork();
 	process().buffered.unlockAfterFork();
+	process().cache.forkedChild();
 	process().coalescer.unlockInChild();
 	ParsedAhead::unlockAfterFork();
 	process().caCache.unlockAfterFork();
@@ -318,7 +319,7 @@ OpenSsl *buildOpenSsl() noexcept
 	}
 	/* With read-ahead off by configuration the shim changes nothing, readiness included. */
 	instance.tracking = p.config.readAhead && p.config.readiness &&
-			    instance.slot.init(instance.api, &p.buffered);
+			    instance.slot.init(instance.api, &p.read);
 	/*
 	 * Read-ahead without the readiness layer stalls programs that poll before reading;
 	 * only TLSTUNE_READINESS=off, set to show exactly that, asks for it anyway.

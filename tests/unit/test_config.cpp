@@ -182,7 +182,7 @@ TEST(Config, OneBadValueLeavesTheOthersAlone)
 TEST(Config, AReadBufferGivenIsKnownAsGivenEvenAtTheDefault)
 {
 	EXPECT_FALSE(parseEnvironment({}).config.readBufferSet);
-	ParsedConfig parsed = parseEnvironment({ { "TLSTUNE_READ_BUFFER", "65655" } });
+	ParsedConfig parsed = parseEnvironment({ { "TLSTUNE_READ_BUFFER", "65652" } });
 	EXPECT_TRUE(parsed.config.readBufferSet);
 	EXPECT_EQ(parsed.config.readBuffer, kDefaultReadBuffer);
 }

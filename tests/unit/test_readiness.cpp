@@ -1818,7 +1818,7 @@ protected:
 		api_.CRYPTO_get_ex_new_index = ::CRYPTO_get_ex_new_index;
 		api_.SSL_get_ex_data = ::SSL_get_ex_data;
 		api_.SSL_set_ex_data = ::SSL_set_ex_data;
-		ASSERT_TRUE(slot_.init(api_, &buffered_));
+		ASSERT_TRUE(slot_.init(api_, &read_));
 
 		const auto &certificate = testsupport::certificate();
 		serverCtx_ = SSL_CTX_new(TLS_server_method());
@@ -1911,6 +1911,8 @@ protected:
 	OpenSslApi api_;
 	ConnectionSlot slot_;
 	BufferedFds buffered_;
+	SocketCache cache_;
+	ReadState read_{ &buffered_, &cache_ };
 	SocketPair serverWire_, clientWire_;
 	std::string held_;
 	SSL_CTX *serverCtx_ = nullptr, *clientCtx_ = nullptr;

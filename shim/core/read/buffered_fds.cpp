@@ -123,6 +123,19 @@ void BufferedFds::forget(const void *owner) noexcept
 		released_(left);
 }
 
+void BufferedFds::handOver(const void *from, const void *to) noexcept
+{
+	if (empty())
+		return;
+	std::lock_guard<std::mutex> lock(mutex_);
+	if (std::any_of(entries_.begin(), entries_.end(), [to](const Entry &e) { return e.owner == to; }))
+		return;
+	for (Entry &entry : entries_) {
+		if (entry.owner == from)
+			entry.owner = to;
+	}
+}
+
 void BufferedFds::leftUnread(int fd) noexcept
 {
 	try {

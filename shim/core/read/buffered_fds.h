@@ -67,6 +67,8 @@ public:
 	 * (a lingering close drains it) or closes it: then closing() resets the connection.
 	 */
 	void forget(const void *owner) noexcept;
+	/* from's entry is to's from now on (a freed connection's, to the queue its socket keeps). */
+	void handOver(const void *from, const void *to) noexcept;
 	/*
 	 * Called (outside the lock) with a socket's inode when an entry for it leaves by set()
 	 * or forget(): OpenSSL holds nothing the shim took for it any more (EpollSets::released).

@@ -54,7 +54,11 @@ void freeConnection(void * /*parent*/, void *ptr, CRYPTO_EX_DATA * /*ad*/, int /
 	auto *connection = static_cast<Connection *>(ptr);
 	if (!connection || ptr == kUnfollowed)
 		return;
-	static_cast<BufferedFds *>(argp)->forget(connection);
+	const ReadState &read = *static_cast<ReadState *>(argp);
+	const int fd = connection->fd();
+	if (fd >= 0 && read.cache->queued(fd) > 0)
+		read.buffered->handOver(connection, read.cache->owner(fd));
+	read.buffered->forget(connection);
 	delete connection;
 }
 
@@ -88,22 +92,14 @@ int keepTheCopysOwn(CRYPTO_EX_DATA *to, const CRYPTO_EX_DATA * /*from*/, void *s
 
 } /* namespace */
 
-void Connection::noteSocketRead(int fd, ssize_t returned, size_t asked) noexcept
+void Connection::noteSocketRead(int fd, ssize_t returned) noexcept
 {
 	/* The BIO named its fd: a read of another one is a callback's (a control pipe, a fetch). */
 	if (fd != fd_ && namedByBio_)
 		return;
 	readBytes_ = readBytes_ || returned > 0;
-	if (returned > 0) {
-		receivedSinceWrite_ += static_cast<size_t>(returned);
-		receivedSinceLetGo_ += static_cast<size_t>(returned);
-	}
-	lastReadEmptied_ = returned < 0 || static_cast<size_t>(returned) < asked;
-	if (fd == fd_) {
-		if (ownBio_ == OwnBio::measuring && asked > largestAsk_)
-			largestAsk_ = asked;
+	if (fd == fd_)
 		return;
-	}
 	ino_t ino;
 	if (streamInode(fd, &ino))
 		noteSocket(fd, ino);
@@ -173,11 +169,11 @@ void Connection::afterCall(BufferedFds &buffered, bool progressed, bool wantsRea
 	buffered.set(this, fd_, ino_, now, arrivals_, recordsHeld);
 }
 
-bool ConnectionSlot::init(const OpenSslApi &api, BufferedFds *buffered) noexcept
+bool ConnectionSlot::init(const OpenSslApi &api, ReadState *read) noexcept
 {
 	/* SSL_get_ex_new_index() is a macro over this. */
 	g_api = &api;
-	index_ = api.CRYPTO_get_ex_new_index(CRYPTO_EX_INDEX_SSL, 0, buffered, nullptr,
+	index_ = api.CRYPTO_get_ex_new_index(CRYPTO_EX_INDEX_SSL, 0, read, nullptr,
 					     keepTheCopysOwn, freeConnection);
 	return index_ >= 0;
 }
@@ -270,13 +266,26 @@ bool CallScope::active() noexcept
 	return live(innermost, innermostCookie, __builtin_frame_address(0));
 }
 
-bool CallScope::noteSocketRead(int fd, ssize_t returned, size_t asked) noexcept
+std::size_t CallScope::readAheadFor(int fd) noexcept
+{
+	if (!live(innermost, innermostCookie, __builtin_frame_address(0)))
+		return 0;
+	Connection *connection = innermost->connection_;
+	if (!connection->readAheadByShim())
+		return 0;
+	/* A BIO of the program's own (curl's) names its socket by its first read: this one. */
+	if (connection->fd() < 0)
+		connection->noteSocketRead(fd, 0);
+	return connection->fd() == fd ? connection->readAheadSize() : 0;
+}
+
+bool CallScope::noteSocketRead(int fd, ssize_t returned) noexcept
 {
 	const void *here = __builtin_frame_address(0);
 	if (!live(innermost, innermostCookie, here))
 		return false;
 	for (CallScope *scope = innermost;; scope = scope->previous_) {
-		scope->connection_->noteSocketRead(fd, returned, asked);
+		scope->connection_->noteSocketRead(fd, returned);
 		if (!live(scope->previous_, scope->previousCookie_, here))
 			break;
 	}

@@ -1,0 +1,107 @@
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "core/known_fds.h"
+#include "core/owned_lock.h"
+
+namespace tlstune {
+
+/*
+ * The bytes the shim read ahead from a socket and nobody has asked for yet: the socket's
+ * receive queue, continued in user space (issue 23). OpenSSL reads with its own read-ahead
+ * off, a record header and then its body, and the shim answers those reads from here,
+ * filling the queue with one large read of the kernel when it is empty. Every read of the
+ * fd the shim sees, OpenSSL's or the program's own (a raw recv after close_notify, a peek,
+ * FIONREAD), takes from here first, so the stream is one and in order, and OpenSSL holds
+ * exactly what it would hold without the shim: SSL_has_pending, BIO_number_read and the
+ * bytes after close_notify are its own.
+ *
+ * A queue belongs to an fd number from a fill until the number is closed. A fill is made
+ * only for a connection the shim follows (ReadTuning); what is queued is taken by every
+ * read and reported by every wait the shim serves.
+ *
+ * Reads by fd, one relaxed load (a bitmap) for an fd that never had a queue. A queue's
+ * lock is held only to move bytes, never across a system call: a close while another
+ * thread is blocked in a fill does not wait for it. A signal handler that reads the fd
+ * while its thread holds the lock goes to the kernel (OwnedLock::heldHere).
+ */
+class SocketCache {
+public:
+	SocketCache() noexcept = default;
+	~SocketCache();
+	SocketCache(const SocketCache &) = delete;
+	SocketCache &operator=(const SocketCache &) = delete;
+
+	/* Numbers at and past this are never queued: their reads go to the kernel. */
+	static constexpr int kNumbers = FdBitmap::kNumbers;
+
+	/* A fill was ever made: a close has a queue to look for. One load. */
+	bool used() const noexcept { return used_.load(std::memory_order_relaxed); }
+	/* fd may have bytes queued: one load. */
+	bool mayHave(int fd) const noexcept { return fds_.mayHave(fd); }
+	/* The bytes queued for fd (0 when none). */
+	std::size_t queued(int fd) const noexcept;
+
+	/*
+	 * Moves up to the iovec's length of fd's queue into it (copies, with peek). Returns
+	 * the bytes moved: 0 when the queue is empty or this thread holds its lock (a signal
+	 * handler that interrupted it), the read then being the kernel's.
+	 */
+	std::size_t take(int fd, const struct iovec *iov, int iovcnt, bool peek = false) noexcept;
+	std::size_t take(int fd, void *buf, std::size_t len, bool peek = false) noexcept
+	{
+		struct iovec one = { buf, len };
+		return take(fd, &one, 1, peek);
+	}
+
+	/*
+	 * A read of len bytes of fd that the queue could not answer, made as one kernel read
+	 * of up to size bytes: read(fd, iov, 2) receives into buf first and into a new queue
+	 * after it. Returns what read returned for buf's part (errno kept), and queues the
+	 * rest. A fill that cannot get its memory reads len bytes only.
+	 */
+	using Read = ssize_t (*)(int fd, const struct iovec *iov, int iovcnt, void *context);
+	ssize_t fill(int fd, void *buf, std::size_t len, std::size_t size, Read read, void *context) noexcept;
+
+	/* The program closed fds first..last: their queues go (their bytes with the file). */
+	void closed(int first, int last) noexcept;
+
+	/*
+	 * In a fork's child: a queue lock another thread of the parent held (moving bytes) is
+	 * let go. The queues are copies: the two processes' reads may each take them, as each
+	 * may take what OpenSSL held at the fork.
+	 */
+	void forkedChild() noexcept;
+
+	/* The address that stands for fd's queue as a BufferedFds owner, stable for the process. */
+	const void *owner(int fd) noexcept;
+
+private:
+	struct Queue {
+		OwnedLock lock;
+		char *bytes = nullptr;
+		std::size_t begin = 0;
+		std::size_t end = 0;
+		std::atomic<std::size_t> size{ 0 }; /* end - begin, read without the lock */
+		std::atomic<unsigned> closes{ 0 }; /* closes of the number: a fill across one queues nothing */
+	};
+	static constexpr int kChunkBits = 10;
+	static constexpr int kChunks = kNumbers >> kChunkBits;
+
+	/* fd's queue, made on first use (null when out of memory or past kNumbers); find never makes one. */
+	Queue *queue(int fd) noexcept;
+	Queue *find(int fd) const noexcept;
+	/* Under q's lock: drops what q holds. */
+	static void drop(Queue &q) noexcept;
+
+	FdBitmap fds_;
+	std::atomic<bool> used_{ false };
+	std::atomic<Queue *> chunks_[kChunks] = {};
+};
+
+} /* namespace tlstune */
