@@ -157,18 +157,19 @@ bool filled(int fd, void *buf, std::size_t len, int flags, bool socket, ssize_t 
 }
 
 /*
- * An ask of the socket's data (not of its error queue) on a connection whose records
- * OpenSSL holds, outside OpenSSL's calls: the kernel would have them queued.
+ * An ask of no bytes of the socket's data (not of its error queue) where the shim queued
+ * bytes of it: the kernel, which would have had them, would not wait.
  */
-bool asksHeld(Process &p, int fd, int flags) noexcept
+bool asksNothingOfQueued(int fd, int flags) noexcept
 {
-	return !(flags & MSG_ERRQUEUE) && !p.buffered.empty() && !CallScope::active() && p.buffered.holds(fd);
+	Process *p = builtProcess();
+	return p && !(flags & MSG_ERRQUEUE) && p->cache.queued(fd) > 0;
 }
 
 /*
- * The kernel's answer, without waiting, to an ask that must not wait on a connection
- * whose records OpenSSL holds: what it says stands (bytes still queued, a pipe's
- * ENOTSOCK), except that its socket is empty. ask(flags) makes the real call.
+ * The kernel's answer, without waiting, to an ask of no bytes of a socket whose bytes
+ * the shim queued: what it says stands (a pipe's ENOTSOCK), except that the socket is
+ * empty. ask(flags) makes the real call.
  */
 template <typename Ask>
 bool kernelAnswered(Ask ask, int flags, ssize_t *n) noexcept
@@ -188,60 +189,28 @@ ssize_t answered(ssize_t n, struct sockaddr *from, socklen_t *fromlen) noexcept
 	return n;
 }
 
-/*
- * The program looks at more than one of fd's raw bytes (UnseenWaits::notePeeked); not
- * before its first connection. A peek of one byte asks whether the peer is still there
- * (curl's and libcurl's check of a kept-alive connection), which the shim answers as the
- * kernel would: it keeps its read-ahead (curl on one keep-alive connection read 100
- * times per MiB instead of 24 when it did not).
- */
-void notePeek(Process &p, int fd, size_t len) noexcept
-{
-	if (len > 1 && ConnectionSlot::anyMade())
-		p.unseen.notePeeked(fd);
-}
 
 /*
- * The recv family also answers a program's MSG_PEEK for data OpenSSL holds. from and
- * fromlen: recvfrom's, null for the others.
+ * The recv family: the queue, a fill, or the kernel. from and fromlen: recvfrom's, null
+ * for the others.
  */
 template <typename Function, typename... Args>
-ssize_t forwardPeek(Function LibcApi::*function, int fd, void *buf, size_t len, int flags,
+ssize_t forwardRecv(Function LibcApi::*function, int fd, void *buf, size_t len, int flags,
 		    struct sockaddr *from, socklen_t *fromlen, Args... args)
 {
 	ssize_t n;
 	auto more = [fd](void *at, std::size_t rest, int moreFlags) { return libc().recv(fd, at, rest, moreFlags); };
-	if (queueAnswers(fd, buf, len, flags, &n, more)) {
-		if (flags & MSG_PEEK)
-			notePeek(process(), fd, len);
+	if (queueAnswers(fd, buf, len, flags, &n, more))
 		return answered(n, from, fromlen);
-	}
 	/* curl's BIO and OpenSSL's read with recv: a fill there names no source address. */
 	if (!from && filled(fd, buf, len, flags, true, &n))
 		return n;
-	Process *built = builtProcess();
-	if (!built)
-		return forwardRead(function, fd, takesBytes(flags), buf, len, args...);
-	Process &p = *built;
-	/*
-	 * A read of no bytes, or a blocking peek, would wait for bytes the socket no longer
-	 * has: OpenSSL holds them, and the kernel, which would have had them queued, answers
-	 * at once (0 for no bytes, a peek as peekBuffered does).
-	 */
-	if ((len == 0 || (flags & (MSG_PEEK | MSG_DONTWAIT)) == MSG_PEEK) && asksHeld(p, fd, flags)) {
-		if (flags & MSG_PEEK)
-			notePeek(p, fd, len);
-		if (kernelAnswered([&](int asked) { return p.libc.recv(fd, buf, len, asked); }, flags, &n))
-			return answered(n, from, fromlen);
-		return answered(len == 0 ? 0 : peekBuffered(p.buffered, fd, buf, len, flags | MSG_DONTWAIT, n), from,
-				fromlen);
+	if (len == 0 && asksNothingOfQueued(fd, flags)) {
+		if (!kernelAnswered([&](int asked) { return libc().recv(fd, buf, len, asked); }, flags, &n))
+			n = 0;
+		return answered(n, from, fromlen);
 	}
-	n = forwardRead(function, fd, takesBytes(flags), buf, len, args...);
-	if (!(flags & MSG_PEEK) || CallScope::active())
-		return n;
-	notePeek(p, fd, len);
-	const ssize_t peeked = peekBuffered(p.buffered, fd, buf, len, flags, n);
-	return n < 0 ? answered(peeked, from, fromlen) : peeked;
+	return forwardRead(function, fd, takesBytes(flags), buf, len, args...);
 }
 
 } /* namespace */
@@ -281,24 +250,24 @@ TLSTUNE_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 
 TLSTUNE_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
 {
-	return forwardPeek(&LibcApi::recv, fd, buf, len, flags, nullptr, nullptr, flags);
+	return forwardRecv(&LibcApi::recv, fd, buf, len, flags, nullptr, nullptr, flags);
 }
 
 TLSTUNE_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t len, size_t buflen, int flags)
 {
-	return forwardPeek(&LibcApi::recv_chk, fd, buf, len, flags, nullptr, nullptr, buflen, flags);
+	return forwardRecv(&LibcApi::recv_chk, fd, buf, len, flags, nullptr, nullptr, buflen, flags);
 }
 
 TLSTUNE_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *from,
 				socklen_t *fromlen)
 {
-	return forwardPeek(&LibcApi::recvfrom, fd, buf, len, flags, from, fromlen, flags, from, fromlen);
+	return forwardRecv(&LibcApi::recvfrom, fd, buf, len, flags, from, fromlen, flags, from, fromlen);
 }
 
 TLSTUNE_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t buflen, int flags,
 				      struct sockaddr *from, socklen_t *fromlen)
 {
-	return forwardPeek(&LibcApi::recvfrom_chk, fd, buf, len, flags, from, fromlen, buflen, flags, from,
+	return forwardRecv(&LibcApi::recvfrom_chk, fd, buf, len, flags, from, fromlen, buflen, flags, from,
 			   fromlen);
 }
 
@@ -326,12 +295,12 @@ void answerNoBytes(struct msghdr *msg) noexcept
 }
 
 /*
- * A recvmsg of no bytes on a connection whose records OpenSSL holds, as forwardPeek
+ * A recvmsg of no bytes of a socket whose bytes the shim queued, as forwardRecv
  * answers one: true when it is answered, *n set. No control message comes with it.
  */
 bool answeredNoBytes(Process &p, int fd, struct msghdr *msg, int flags, ssize_t *n)
 {
-	if (p.buffered.empty() || !asksNoBytes(msg) || !asksHeld(p, fd, flags))
+	if (!asksNoBytes(msg) || !asksNothingOfQueued(fd, flags))
 		return false;
 	if (kernelAnswered([&](int flagsNow) { return p.libc.recvmsg(fd, msg, flagsNow); }, flags, n))
 		return true;
@@ -344,13 +313,13 @@ bool answeredNoBytes(Process &p, int fd, struct msghdr *msg, int flags, ssize_t 
 bool answeredNoBytes(Process &p, int fd, struct mmsghdr *vector, unsigned int length, int flags,
 		     struct timespec *timeout, int *n)
 {
-	if (p.buffered.empty() || !vector || length == 0 || length > 1024)
+	if (!vector || length == 0 || length > 1024)
 		return false;
 	for (unsigned int i = 0; i < length; i++) {
 		if (!asksNoBytes(&vector[i].msg_hdr))
 			return false;
 	}
-	if (!asksHeld(p, fd, flags))
+	if (!asksNothingOfQueued(fd, flags))
 		return false;
 	ssize_t answered;
 	if (kernelAnswered([&](int flagsNow) { return p.libc.recvmmsg(fd, vector, length, flagsNow, timeout); },
@@ -377,13 +346,6 @@ TLSTUNE_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 		answerNoBytes(msg); /* a stream's bytes: no flags, control data or address */
 	} else if (!answeredNoBytes(p, fd, msg, flags, &n)) {
 		n = forwardRead(&LibcApi::recvmsg, fd, takesBytes(flags), msg, flags);
-	}
-	/* Read once the kernel took msg: a bad one faulted there, not here. */
-	if ((flags & MSG_PEEK) && n >= 0 && !CallScope::active()) {
-		size_t len = 0;
-		for (size_t i = 0; i < msg->msg_iovlen && len <= 1; i++)
-			len += msg->msg_iov[i].iov_len;
-		notePeek(p, fd, len);
 	}
 	/* A copy of a socket received with SCM_RIGHTS is a duplicate, as a dup's is. */
 	if (n >= 0 && msg && msg->msg_controllen > 0)

@@ -3,6 +3,7 @@
  * OpenSSL holds data for (with nothing buffered, after one relaxed load).
  */
 
+#include <climits>
 #include <cstdarg>
 #include <chrono>
 #include <sys/ioctl.h>
@@ -329,7 +330,11 @@ TLSTUNE_EXPORT int ioctl(int fd, unsigned long request, ...)
 
 	Process &p = process();
 	int result = p.libc.ioctl(fd, request, argument);
-	if (request == FIONREAD && result == 0)
-		countBufferedBytes(p.buffered, fd, static_cast<int *>(argument));
+	/* What the shim queued of the socket is in the kernel's count without it (stunnel asks). */
+	if (request == FIONREAD && result == 0 && p.cache.mayHave(fd)) {
+		int *bytes = static_cast<int *>(argument);
+		const std::size_t queued = p.cache.queued(fd);
+		*bytes = queued > static_cast<std::size_t>(INT_MAX - *bytes) ? INT_MAX : *bytes + static_cast<int>(queued);
+	}
 	return result;
 }

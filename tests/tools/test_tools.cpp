@@ -117,13 +117,13 @@ TEST(Wrapper, ValuesFollowAsTheNextWordOrAfterAnEqualsSign)
 	SKIP_IN_SANITIZER_BUILD();
 	const std::vector<std::string> print = { "sh", "-c", "echo $TLSTUNE_READ_BUFFER $TLSTUNE_LOG" };
 	for (const std::vector<std::string> &options :
-	     { std::vector<std::string>{ "--read-buffer", "32829", "--log", "debug" },
-	       std::vector<std::string>{ "--read-buffer=32829", "--log=debug" } }) {
+	     { std::vector<std::string>{ "--read-buffer", "32826", "--log", "debug" },
+	       std::vector<std::string>{ "--read-buffer=32826", "--log=debug" } }) {
 		std::vector<std::string> args = options;
 		args.insert(args.end(), print.begin(), print.end());
 		Captured r = wrapper(args);
 		EXPECT_EQ(r.status, 0) << r.err;
-		EXPECT_EQ(r.out, "32829 debug\n") << options[0];
+		EXPECT_EQ(r.out, "32826 debug\n") << options[0];
 	}
 }
 

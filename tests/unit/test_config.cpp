@@ -21,7 +21,7 @@ TEST(Config, DefaultsWhenNothingIsSet)
 	EXPECT_FALSE(parsed.config.stats);
 	EXPECT_FALSE(parsed.config.verbose);
 	EXPECT_EQ(parsed.config.logLevel, LogLevel::Warn);
-	EXPECT_EQ(parsed.config.readBuffer, 4u * 16413u + 3u);
+	EXPECT_EQ(parsed.config.readBuffer, 4u * 16413u);
 }
 
 TEST(Config, TableDefaultsMatchTheConfig)

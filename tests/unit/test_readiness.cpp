@@ -492,23 +492,6 @@ TEST(Connection, LearnsPipesToo)
 	close(pipeFds[1]);
 }
 
-TEST(PeekBuffered, SaysOneByteOnlyWhereOpenSslHoldsRecords)
-{
-	SocketPair pair;
-	BufferedFds buffered;
-	unsigned char byte = 0;
-	buffered.set(&kOwner, pair.fds[0], inodeOf(pair.fds[0]), true);
-	EXPECT_EQ(peekBuffered(buffered, pair.fds[0], &byte, 1, MSG_PEEK, 0), 1) << "FIN behind the records";
-	EXPECT_EQ(byte, 0x17);
-	errno = EAGAIN;
-	EXPECT_EQ(peekBuffered(buffered, pair.fds[0], &byte, 1, MSG_PEEK | MSG_DONTWAIT, -1), 1);
-	errno = ECONNRESET;
-	EXPECT_EQ(peekBuffered(buffered, pair.fds[0], &byte, 1, MSG_PEEK, -1), -1) << "a real error stands";
-	EXPECT_EQ(peekBuffered(buffered, pair.fds[0], &byte, 1, 0, 0), 0) << "not a peek";
-	EXPECT_EQ(peekBuffered(buffered, pair.fds[1], &byte, 1, MSG_PEEK, 0), 0) << "another socket";
-	EXPECT_EQ(peekBuffered(buffered, pair.fds[0], &byte, 1, MSG_PEEK, 5), 5) << "the kernel's answer";
-}
-
 TEST(PollMerged, PassesTheProgramsTimeoutWhenNothingIsBuffered)
 {
 	SocketPair pair;
@@ -685,25 +668,6 @@ TEST(BufferedFdsQuiet, AnEmptyRawReadQuietsTheFdUntilTheConnectionsNextCall)
 	connection.afterCall(buffered, false, false, true);
 	EXPECT_TRUE(buffered.holds(pair.fds[0])) << "its next OpenSSL call, still holding data";
 	buffered.forget(&connection);
-}
-
-TEST(Fionread, SaysABufferedSocketHasBytes)
-{
-	SocketPair pair;
-	BufferedFds buffered;
-	int bytes = 0;
-	countBufferedBytes(buffered, pair.fds[0], &bytes);
-	EXPECT_EQ(bytes, 0);
-
-	buffered.set(&kOwner, pair.fds[0], inodeOf(pair.fds[0]), true);
-	countBufferedBytes(buffered, pair.fds[0], &bytes);
-	EXPECT_EQ(bytes, 1);
-	bytes = 0;
-	countBufferedBytes(buffered, pair.fds[1], &bytes);
-	EXPECT_EQ(bytes, 0) << "another socket";
-	bytes = 7;
-	countBufferedBytes(buffered, pair.fds[0], &bytes);
-	EXPECT_EQ(bytes, 7) << "the kernel's own count stands";
 }
 
 TEST(EpollFdinfo, ParsesTheKernelsLines)

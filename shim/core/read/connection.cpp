@@ -118,8 +118,6 @@ void Connection::noteSocket(int fd, ino_t ino) noexcept
 	logFd(fd_, fd, ino);
 	fd_ = fd;
 	ino_ = ino;
-	/* A peek before the connection came (a sniff of the first bytes) was not at its stream. */
-	peekedFds().forget(fd);
 }
 
 void Connection::rebind(BufferedFds &buffered, int fd) noexcept

@@ -17,7 +17,6 @@ namespace {
 RateLimit tunedLines;
 RateLimit untunedLines;
 RateLimit oneShotLines;
-RateLimit peekedLines;
 
 /*
  * What OpenSSL's own read buffer holds by default: a record of the largest size with its
@@ -161,7 +160,7 @@ bool ReadTuning::followable(const OpenSslApi &api, const UnseenWaits &unseen, SS
 			return false;
 		connection.noteSocket(fd, st.st_ino);
 	}
-	return !notFollowed(fd) && !oneShotFds().mayHave(fd) && !peekedFds().mayHave(fd) &&
+	return !notFollowed(fd) && !oneShotFds().mayHave(fd) &&
 	       unseen.follows(connection.ino());
 }
 
@@ -176,15 +175,11 @@ void ReadTuning::unseenChanged(const UnseenWaits &unseen, Connection &connection
 	const unsigned generation = unseen.generation();
 	const bool justLearnt = connection.ownBio() == Connection::OwnBio::learnt;
 	const bool oneShot = oneShotFds().mayHave(connection.fd());
-	const bool peeked = peekedFds().mayHave(connection.fd());
-	if (oneShot || peeked || !unseen.follows(connection.ino()) ||
+	if (oneShot || !unseen.follows(connection.ino()) ||
 	    (justLearnt && (unseen.confined() || notFollowed(connection.fd())))) {
 		turnOff(connection);
 		if (oneShot)
 			logLimited(oneShotLines, LogLevel::Info, "read-ahead off: the connection's fd is armed EPOLLONESHOT");
-		else if (peeked)
-			logLimited(peekedLines, LogLevel::Info,
-				   "read-ahead off: the program peeks at the connection's socket (MSG_PEEK)");
 		return;
 	}
 	connection.setOwnBio(Connection::OwnBio::settled);
