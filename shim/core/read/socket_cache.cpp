@@ -11,59 +11,62 @@ namespace tlstune {
 
 SocketCache::~SocketCache()
 {
-	for (std::atomic<Queue *> &chunk : chunks_) {
-		Queue *queues = chunk.load(std::memory_order_relaxed);
-		if (!queues)
+	/* Tests make their own: what they named goes. The process's lives as long as the process. */
+	for (std::atomic<Slot *> &chunk : chunks_) {
+		Slot *slots = chunk.load(std::memory_order_relaxed);
+		if (!slots)
 			continue;
-		for (int i = 0; i < (1 << kChunkBits); i++) {
-			std::free(queues[i].bytes);
-			queues[i].~Queue();
-		}
-		std::free(queues);
-	}
-}
-
-SocketCache::Queue *SocketCache::find(int fd) const noexcept
-{
-	if (fd < 0 || fd >= kNumbers)
-		return nullptr;
-	Queue *queues = chunks_[fd >> kChunkBits].load(std::memory_order_acquire);
-	return queues ? &queues[fd & ((1 << kChunkBits) - 1)] : nullptr;
-}
-
-SocketCache::Queue *SocketCache::queue(int fd) noexcept
-{
-	if (fd < 0 || fd >= kNumbers)
-		return nullptr;
-	std::atomic<Queue *> &chunk = chunks_[fd >> kChunkBits];
-	Queue *queues = chunk.load(std::memory_order_acquire);
-	if (!queues) {
-		/* Raw memory: no allocation the program's operator new could see or throw from. */
-		void *memory = std::calloc(1u << kChunkBits, sizeof(Queue));
-		if (!memory)
-			return nullptr;
-		Queue *made = static_cast<Queue *>(memory);
 		for (int i = 0; i < (1 << kChunkBits); i++)
-			new (&made[i]) Queue();
-		if (chunk.compare_exchange_strong(queues, made, std::memory_order_acq_rel)) {
-			queues = made;
-		} else {
-			std::free(memory); /* another thread made it first: queues is its */
-		}
+			unname(slots[i]);
+		std::free(slots);
 	}
-	return &queues[fd & ((1 << kChunkBits) - 1)];
+	while (Queue *q = free_) {
+		free_ = q->nextFree;
+		q->~Queue();
+		std::free(q);
+	}
 }
 
-const void *SocketCache::owner(int fd) noexcept
+SocketCache::Slot *SocketCache::slot(int fd, bool make) const noexcept
 {
-	return queue(fd);
+	if (fd < 0 || fd >= kNumbers)
+		return nullptr;
+	std::atomic<Slot *> &chunk = chunks_[fd >> kChunkBits];
+	Slot *slots = chunk.load(std::memory_order_acquire);
+	if (!slots && make) {
+		/* Raw memory: no allocation the program's operator new could see or throw from. */
+		Slot *fresh = static_cast<Slot *>(std::calloc(1u << kChunkBits, sizeof(Slot)));
+		if (!fresh)
+			return nullptr;
+		for (int i = 0; i < (1 << kChunkBits); i++)
+			new (&fresh[i]) Slot(nullptr);
+		if (chunk.compare_exchange_strong(slots, fresh, std::memory_order_acq_rel))
+			slots = fresh;
+		else
+			std::free(fresh); /* another thread made it first: slots is its */
+	}
+	return slots ? &slots[fd & ((1 << kChunkBits) - 1)] : nullptr;
+}
+
+SocketCache::Queue *SocketCache::locked(int fd) const noexcept
+{
+	Slot *s = fds_.mayHave(fd) ? slot(fd) : nullptr;
+	Queue *q = s ? s->load(std::memory_order_acquire) : nullptr;
+	if (!q || q->size.load(std::memory_order_acquire) == 0 || q->lock.heldHere())
+		return nullptr;
+	q->lock.lock();
+	/* Closed (and maybe named by another number) since the load: the read is the kernel's. */
+	if (s->load(std::memory_order_acquire) != q) {
+		q->lock.unlock();
+		return nullptr;
+	}
+	return q;
 }
 
 std::size_t SocketCache::queued(int fd) const noexcept
 {
-	if (!fds_.mayHave(fd))
-		return 0;
-	const Queue *q = find(fd);
+	const Slot *s = fds_.mayHave(fd) ? slot(fd) : nullptr;
+	const Queue *q = s ? s->load(std::memory_order_acquire) : nullptr;
 	return q ? q->size.load(std::memory_order_acquire) : 0;
 }
 
@@ -77,11 +80,9 @@ void SocketCache::drop(Queue &q) noexcept
 
 std::size_t SocketCache::take(int fd, const struct iovec *iov, int iovcnt, bool peek) noexcept
 {
-	Queue *q = fds_.mayHave(fd) ? find(fd) : nullptr;
-	if (!q || q->size.load(std::memory_order_acquire) == 0 || q->lock.heldHere())
+	Queue *q = locked(fd);
+	if (!q)
 		return 0;
-	std::lock_guard<OwnedLock> lock(q->lock);
-	const unsigned closes = q->closes.load(std::memory_order_relaxed);
 	std::size_t moved = 0;
 	std::size_t at = q->begin;
 	for (int i = 0; i < iovcnt && at < q->end; i++) {
@@ -90,35 +91,76 @@ std::size_t SocketCache::take(int fd, const struct iovec *iov, int iovcnt, bool 
 		at += part;
 		moved += part;
 	}
-	/* A handler that interrupted the copy closed the number: nothing stays for its next file. */
-	if (q->closes.load(std::memory_order_relaxed) != closes)
-		drop(*q);
-	if (peek || moved == 0 || !q->bytes)
-		return moved;
-	q->begin = at;
-	if (q->begin == q->end)
-		drop(*q); /* an idle connection keeps no buffer (issue 24) */
-	else
-		q->size.store(q->end - q->begin, std::memory_order_release);
+	if (!peek) {
+		q->begin = at;
+		if (q->begin == q->end)
+			drop(*q); /* an idle connection keeps no buffer (issue 24) */
+		else
+			q->size.store(q->end - q->begin, std::memory_order_release);
+	}
+	q->lock.unlock();
 	return moved;
+}
+
+SocketCache::Queue *SocketCache::made() noexcept
+{
+	Queue *q = nullptr;
+	if (!freeLock_.heldHere()) {
+		std::lock_guard<OwnedLock> lock(freeLock_);
+		if ((q = free_))
+			free_ = q->nextFree;
+	}
+	if (!q) {
+		void *memory = std::malloc(sizeof(Queue));
+		q = memory ? new (memory) Queue() : nullptr;
+	}
+	return q;
+}
+
+void SocketCache::unname(Slot &slot) noexcept
+{
+	Queue *q = slot.exchange(nullptr, std::memory_order_acq_rel);
+	if (!q || q->names.fetch_sub(1, std::memory_order_acq_rel) != 1)
+		return;
+	/* A handler's close inside this thread's take or free-list hold: the queue is left, unnamed. */
+	if (q->lock.heldHere() || freeLock_.heldHere())
+		return;
+	{
+		std::lock_guard<OwnedLock> lock(q->lock);
+		drop(*q);
+	}
+	std::lock_guard<OwnedLock> lock(freeLock_);
+	q->nextFree = free_;
+	free_ = q;
 }
 
 ssize_t SocketCache::fill(int fd, void *buf, std::size_t len, std::size_t size, Read read, void *context) noexcept
 {
-	Queue *q = size > len ? queue(fd) : nullptr;
-	char *more = q ? static_cast<char *>(std::malloc(size - len)) : nullptr;
-	/*
-	 * Noted before the read: a close that comes while it is in the kernel finds the
-	 * queue, and the bytes of the closed file are not queued for the number's next one.
-	 */
-	unsigned closes = 0;
-	if (more) {
+	Slot *s = size > len && !copiedFds().mayHave(fd) ? slot(fd, true) : nullptr;
+	Queue *q = s ? s->load(std::memory_order_acquire) : nullptr;
+	if (s && !q) {
+		/*
+		 * Named before the read: a close that comes while it is in the kernel unnames the
+		 * queue, and the bytes of the closed file are not queued for the number's next one.
+		 */
 		if (!used_.load(std::memory_order_relaxed))
 			used_.store(true, std::memory_order_relaxed);
 		knownFds().note(fd);
 		fds_.note(fd);
-		closes = q->closes.load(std::memory_order_acquire);
+		if ((q = made())) {
+			q->names.store(1, std::memory_order_relaxed);
+			Queue *none = nullptr;
+			if (!s->compare_exchange_strong(none, q, std::memory_order_acq_rel)) {
+				/* Another thread named one first: this one goes back. */
+				q->names.store(0, std::memory_order_relaxed);
+				std::lock_guard<OwnedLock> lock(freeLock_);
+				q->nextFree = free_;
+				free_ = q;
+				q = none;
+			}
+		}
 	}
+	char *more = q ? static_cast<char *>(std::malloc(size - len)) : nullptr;
 	struct iovec parts[2] = { { buf, len }, { more, more ? size - len : 0 } };
 	const ssize_t got = read(fd, parts, more ? 2 : 1, context);
 	if (got <= static_cast<ssize_t>(len)) {
@@ -128,9 +170,13 @@ ssize_t SocketCache::fill(int fd, void *buf, std::size_t len, std::size_t size, 
 		return got;
 	}
 	const std::size_t extra = static_cast<std::size_t>(got) - len;
-	std::lock_guard<OwnedLock> lock(q->lock);
-	if (q->closes.load(std::memory_order_relaxed) != closes) {
-		std::free(more); /* the file was closed meanwhile: its bytes went with it */
+	if (q->lock.heldHere()) {
+		std::free(more); /* a handler's read inside this thread's take: past all order anyway */
+		return static_cast<ssize_t>(len);
+	}
+	q->lock.lock();
+	if (s->load(std::memory_order_acquire) != q) {
+		std::free(more); /* the number was closed meanwhile: the bytes went with its file */
 	} else if (q->size.load(std::memory_order_relaxed) == 0) {
 		std::free(q->bytes);
 		q->bytes = more;
@@ -151,7 +197,25 @@ ssize_t SocketCache::fill(int fd, void *buf, std::size_t len, std::size_t size, 
 		std::free(more);
 	}
 	q->size.store(q->end - q->begin, std::memory_order_release);
+	q->lock.unlock();
 	return static_cast<ssize_t>(len);
+}
+
+void SocketCache::duplicated(int from, int to) noexcept
+{
+	Slot *source = fds_.mayHave(from) ? slot(from) : nullptr;
+	Queue *q = source ? source->load(std::memory_order_acquire) : nullptr;
+	Slot *target = q ? slot(to, true) : nullptr;
+	if (!target)
+		return;
+	q->names.fetch_add(1, std::memory_order_acq_rel);
+	knownFds().note(to);
+	fds_.note(to);
+	if (Queue *before = target->exchange(q, std::memory_order_acq_rel)) {
+		/* to named another queue and its close went unseen: that name goes now. */
+		Slot gone(before);
+		unname(gone);
+	}
 }
 
 void SocketCache::closed(int first, int last) noexcept
@@ -160,22 +224,18 @@ void SocketCache::closed(int first, int last) noexcept
 		return;
 	for (int fd = fds_.highestBelow(last < kNumbers ? last + 1 : kNumbers); fd >= first && fd >= 0;
 	     fd = fds_.highestBelow(fd)) {
-		Queue *q = find(fd);
 		fds_.forget(fd);
-		if (!q)
-			continue;
-		q->closes.fetch_add(1, std::memory_order_acq_rel);
-		if (q->lock.heldHere())
-			continue; /* a handler's close inside a take: the take's bytes go at the next close */
-		std::lock_guard<OwnedLock> lock(q->lock);
-		drop(*q);
+		if (Slot *s = slot(fd))
+			unname(*s);
 	}
 }
 
 void SocketCache::forkedChild() noexcept
 {
+	new (&freeLock_) OwnedLock();
 	for (int fd = fds_.highestBelow(kNumbers); fd >= 0; fd = fds_.highestBelow(fd)) {
-		Queue *q = find(fd);
+		Slot *s = slot(fd);
+		Queue *q = s ? s->load(std::memory_order_relaxed) : nullptr;
 		if (q && !q->lock.try_lock())
 			new (&q->lock) OwnedLock(); /* held by a thread the child does not have */
 		else if (q)

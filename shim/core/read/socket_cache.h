@@ -16,14 +16,16 @@ namespace tlstune {
  * receive queue, continued in user space (issue 23). OpenSSL reads with its own read-ahead
  * off, a record header and then its body, and the shim answers those reads from here,
  * filling the queue with one large read of the kernel when it is empty. Every read of the
- * fd the shim sees, OpenSSL's or the program's own (a raw recv after close_notify, a peek,
- * FIONREAD), takes from here first, so the stream is one and in order, and OpenSSL holds
- * exactly what it would hold without the shim: SSL_has_pending, BIO_number_read and the
- * bytes after close_notify are its own.
+ * socket the shim sees, OpenSSL's or the program's own (a raw recv after close_notify, a
+ * peek, FIONREAD), takes from here first, so the stream is one and in order, and OpenSSL
+ * holds exactly what it would hold without the shim: SSL_has_pending, BIO_number_read and
+ * the bytes after close_notify are as without.
  *
- * A queue belongs to an fd number from a fill until the number is closed. A fill is made
- * only for a connection the shim follows (ReadTuning); what is queued is taken by every
- * read and reported by every wait the shim serves.
+ * A queue belongs to the socket's file, as the kernel's does: every number the program
+ * made a copy of it under (dup, dup2, dup3, F_DUPFD) after the first fill names the same
+ * queue, and it lives until the last of them is closed. A fill is made only for a
+ * connection the shim follows (ReadTuning), and not on a number that was a copy or had
+ * one before (copiedFds): its other numbers would read past the queue.
  *
  * Reads by fd, one relaxed load (a bitmap) for an fd that never had a queue. A queue's
  * lock is held only to move bytes, never across a system call: a close while another
@@ -68,7 +70,9 @@ public:
 	using Read = ssize_t (*)(int fd, const struct iovec *iov, int iovcnt, void *context);
 	ssize_t fill(int fd, void *buf, std::size_t len, std::size_t size, Read read, void *context) noexcept;
 
-	/* The program closed fds first..last: their queues go (their bytes with the file). */
+	/* The program made `to` a copy of `from`: it names from's queue too. */
+	void duplicated(int from, int to) noexcept;
+	/* The program closed fds first..last: their queues go with their last number. */
 	void closed(int first, int last) noexcept;
 
 	/*
@@ -78,8 +82,8 @@ public:
 	 */
 	void forkedChild() noexcept;
 
-	/* The address that stands for fd's queue as a BufferedFds owner, stable for the process. */
-	const void *owner(int fd) noexcept;
+	/* The address that stands for fd's queue as a BufferedFds owner (null: none). */
+	const void *owner(int fd) const noexcept { return slot(fd) ? slot(fd)->load(std::memory_order_acquire) : nullptr; }
 
 private:
 	struct Queue {
@@ -88,20 +92,30 @@ private:
 		std::size_t begin = 0;
 		std::size_t end = 0;
 		std::atomic<std::size_t> size{ 0 }; /* end - begin, read without the lock */
-		std::atomic<unsigned> closes{ 0 }; /* closes of the number: a fill across one queues nothing */
+		std::atomic<int> names{ 0 };          /* the numbers that name it */
+		Queue *nextFree = nullptr;
 	};
 	static constexpr int kChunkBits = 10;
 	static constexpr int kChunks = kNumbers >> kChunkBits;
+	using Slot = std::atomic<Queue *>;
 
-	/* fd's queue, made on first use (null when out of memory or past kNumbers); find never makes one. */
-	Queue *queue(int fd) noexcept;
-	Queue *find(int fd) const noexcept;
+	/* fd's slot: made with make (null when out of memory or past kNumbers). */
+	Slot *slot(int fd, bool make = false) const noexcept;
+	/* The queue fd names, locked, or null (none, or this thread holds its lock). */
+	Queue *locked(int fd) const noexcept;
+	/* A queue named by no number yet, from the free list or new; null when out of memory. */
+	Queue *made() noexcept;
+	/* slot names no queue any more; the last name lets it go to the free list. */
+	void unname(Slot &slot) noexcept;
 	/* Under q's lock: drops what q holds. */
 	static void drop(Queue &q) noexcept;
 
 	FdBitmap fds_;
 	std::atomic<bool> used_{ false };
-	std::atomic<Queue *> chunks_[kChunks] = {};
+	mutable std::atomic<Slot *> chunks_[kChunks] = {};
+	/* Guards the free list alone. A handler that finds it held here makes or leaks a queue. */
+	OwnedLock freeLock_;
+	Queue *free_ = nullptr;
 };
 
 } /* namespace tlstune */
