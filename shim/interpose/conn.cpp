@@ -264,7 +264,7 @@ TLSTUNE_EXPORT int SSL_clear(SSL *s)
 
 /*
  * Held plaintext becomes a record before the connection goes (TLSTUNE_COALESCE=records).
- * A call left by a longjmp recorded nothing of what OpenSSL read ahead in it: that is
+ * A call left by a longjmp recorded nothing of what the shim read ahead in it: that is
  * recorded now, so that the close resets the connection as the kernel, holding it unread,
  * would (a hunt: a FIN).
  */
@@ -276,7 +276,7 @@ TLSTUNE_EXPORT void SSL_free(SSL *s)
 	if (o.tracking) {
 		Connection *connection = o.slot.existing(o.api, s);
 		if (connection && !connection->buffered())
-			settleConnection(o, s, connection, false);
+			settleConnection(connection);
 	}
 	if (o.api.SSL_free)
 		o.api.SSL_free(s);

@@ -17,22 +17,11 @@ using namespace tlstune;
 
 namespace {
 
-/* A read that does not return (a cancellation point's unwinding) says so (CallScope::readLeft). */
-struct Reading {
-	bool returned = false;
-	~Reading()
-	{
-		if (!returned)
-			CallScope::readLeft();
-	}
-};
 
 template <typename Function, typename... Args>
 ssize_t forward(Function LibcApi::*function, int fd, Args... args)
 {
-	Reading reading;
 	ssize_t n = (libc().*function)(fd, args...);
-	reading.returned = true;
 	int savedErrno = errno;
 	noteRead(fd, n);
 	errno = savedErrno;
@@ -123,7 +112,6 @@ struct FillRead {
 ssize_t fillRead(int fd, const struct iovec *iov, int iovcnt, void *context) noexcept
 {
 	const FillRead &how = *static_cast<const FillRead *>(context);
-	Reading reading;
 	ssize_t n;
 	if (how.socket) {
 		struct msghdr msg = {};
@@ -133,7 +121,6 @@ ssize_t fillRead(int fd, const struct iovec *iov, int iovcnt, void *context) noe
 	} else {
 		n = libc().readv(fd, iov, iovcnt);
 	}
-	reading.returned = true;
 	const int savedErrno = errno;
 	noteRead(fd, n);
 	errno = savedErrno;

@@ -155,12 +155,10 @@ constexpr bool writes() noexcept
 }
 
 /*
- * After a call on a connection (the outermost on it in this thread): whether OpenSSL now
- * holds data for it. progressed: the call made progress (a record read, a write done).
- * waiting: the call was waiting for the socket when it was left, whatever SSL_want says.
+ * After a call on a connection (the outermost on it in this thread), returned or left by
+ * an exception or pthread_exit (a callback's): whether its socket's queue holds bytes.
  */
-inline void settleConnection(const OpenSsl &o, SSL *ssl, Connection *connection, bool progressed,
-			     bool waiting = false) noexcept
+inline void settleConnection(Connection *connection) noexcept
 {
 	int savedErrno = errno;
 	/*
@@ -170,28 +168,25 @@ inline void settleConnection(const OpenSsl &o, SSL *ssl, Connection *connection,
 	 */
 	Process &p = process();
 	const bool queued = p.cache.queued(connection->fd()) > 0;
-	connection->afterCall(p.buffered, progressed, waiting || o.api.SSL_want(ssl) == SSL_READING, queued);
+	connection->afterCall(p.buffered, queued);
 	errno = savedErrno;
 }
 
 /*
- * A call left by an exception or pthread_exit (a callback's): what OpenSSL read ahead in
- * it is still the program's to wait for, and to reset at its close (a hunt: poll missed
- * it, and the close was a FIN). Left by a cancellation in its socket read, it was waiting
- * for the socket: what OpenSSL holds is part of a record, which the kernel would not
- * report (a hunt: poll said readable after a reader was cancelled in the middle of one).
- * A longjmp runs no destructor: see docs/limits.md.
+ * A call left by an exception, pthread_exit or a cancellation: what the shim read ahead
+ * in it is still the program's to wait for, and to reset at its close (a hunt: poll
+ * missed it, and the close was a FIN). A longjmp runs no destructor: see docs/limits.md.
  */
 class SettledOnUnwinding {
 public:
-	SettledOnUnwinding(const OpenSsl &o, SSL *ssl, Connection *connection, const CallScope &scope) noexcept
-		: o_(o), ssl_(ssl), connection_(connection), scope_(scope)
+	SettledOnUnwinding(Connection *connection, const CallScope &scope) noexcept
+		: connection_(connection), scope_(scope)
 	{
 	}
 	~SettledOnUnwinding()
 	{
 		if (!returned && scope_.outermost())
-			settleConnection(o_, ssl_, connection_, false, CallScope::takeReadLeft());
+			settleConnection(connection_);
 	}
 	SettledOnUnwinding(const SettledOnUnwinding &) = delete;
 	SettledOnUnwinding &operator=(const SettledOnUnwinding &) = delete;
@@ -199,8 +194,6 @@ public:
 	bool returned = false;
 
 private:
-	const OpenSsl &o_;
-	SSL *const ssl_;
 	Connection *const connection_;
 	const CallScope &scope_;
 };
@@ -231,17 +224,11 @@ int onConnection(SSL *ssl, Function OpenSslApi::*function, Args... args)
 		return real(ssl, args...);
 
 	CallScope scope(connection);
-	SettledOnUnwinding unwinding(o, ssl, connection, scope);
+	SettledOnUnwinding unwinding(connection, scope);
 	int result = real(ssl, args...);
 	unwinding.returned = true;
-	/*
-	 * A write that succeeds while OpenSSL holds part of a record leaves it waiting for the
-	 * rest: the socket's readiness stands for it (a poll loop spun on it). Unless the
-	 * write read the socket (a handshake it ran).
-	 */
 	if (scope.outermost())
-		settleConnection(o, ssl, connection,
-				 result > 0 && (!writes<Function>() || connection->readDuringCall()));
+		settleConnection(connection);
 	return result;
 }
 

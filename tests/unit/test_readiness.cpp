@@ -76,7 +76,7 @@ EpollSets &noSets()
 void holdData(Connection &connection, BufferedFds &buffered, int fd)
 {
 	connection.noteSocketRead(fd);
-	connection.afterCall(buffered, true, false, true);
+	connection.afterCall(buffered, true);
 	ASSERT_TRUE(buffered.holds(fd));
 }
 
@@ -385,69 +385,8 @@ TEST(Connection, RegistersAgainAfterAClosingDroppedItsEntry)
 
 	buffered.closed(pair.fds[0], pair.fds[0]); /* say, dup2 onto it, then dup2 back */
 	EXPECT_FALSE(buffered.holds(pair.fds[0]));
-	connection.afterCall(buffered, true, false, true);
+	connection.afterCall(buffered, true);
 	EXPECT_TRUE(buffered.holds(pair.fds[0]));
-}
-
-/*
- * What OpenSSL holds is the shim's to report only where its read-ahead may have taken it:
- * the program's own read-ahead, or the rest of a record read in part, the kernel would
- * not report either (a level-triggered poll after part of a record answered at once, for
- * ever). Read-ahead turned off (a one-shot arm, a wait the shim cannot see): until
- * OpenSSL holds nothing.
- */
-TEST(Connection, ReportsOnlyWhatTheShimsReadAheadMayHaveTaken)
-{
-	SocketPair pair;
-	BufferedFds buffered;
-	Connection never;
-	never.noteSocketRead(pair.fds[0]);
-	never.afterCall(buffered, true, false, true);
-	EXPECT_FALSE(buffered.holds(pair.fds[0])) << "never read ahead by the shim";
-
-	Connection turnedOff;
-	turnedOff.setReadAheadByShim(true);
-	turnedOff.noteSocketRead(pair.fds[1]);
-	turnedOff.afterCall(buffered, true, false, true);
-	EXPECT_TRUE(buffered.holds(pair.fds[1]));
-	turnedOff.setReadAheadByShim(false);
-	turnedOff.afterCall(buffered, true, false, true);
-	EXPECT_TRUE(buffered.holds(pair.fds[1])) << "what it read ahead before is still held";
-	turnedOff.afterCall(buffered, true, false, false);
-	EXPECT_FALSE(buffered.holds(pair.fds[1]));
-	turnedOff.afterCall(buffered, true, false, true);
-	EXPECT_FALSE(buffered.holds(pair.fds[1])) << "drained once: OpenSSL's own from then on";
-}
-
-TEST(Connection, ReportsBufferedDataOnlyWhenARecordCanBeRead)
-{
-	SocketPair pair;
-	BufferedFds buffered;
-	Connection connection;
-	connection.setReadAheadByShim(true);
-
-	connection.afterCall(buffered, true, false, true);
-	EXPECT_FALSE(connection.buffered()) << "no socket learnt yet";
-
-	connection.noteSocketRead(pair.fds[0]);
-	EXPECT_EQ(connection.fd(), pair.fds[0]);
-	connection.afterCall(buffered, true, false, true);
-	EXPECT_TRUE(connection.buffered());
-	EXPECT_TRUE(buffered.holds(pair.fds[0]));
-
-	/* WANT_READ with part of a record buffered: wait for the socket, do not spin. */
-	connection.afterCall(buffered, false, true, true);
-	EXPECT_FALSE(connection.buffered());
-	EXPECT_TRUE(buffered.empty());
-	/* A call that makes no progress does not undo that. */
-	connection.afterCall(buffered, false, false, true);
-	EXPECT_FALSE(connection.buffered());
-	/* Progress does. */
-	connection.afterCall(buffered, true, false, true);
-	EXPECT_TRUE(connection.buffered());
-	connection.afterCall(buffered, true, false, false);
-	EXPECT_FALSE(connection.buffered());
-	EXPECT_TRUE(buffered.empty());
 }
 
 TEST(Connection, LearnsNoDevice)
@@ -490,6 +429,24 @@ TEST(Connection, LearnsPipesToo)
 	EXPECT_EQ(connection.fd(), pipeFds[0]);
 	close(pipeFds[0]);
 	close(pipeFds[1]);
+}
+
+/* A connection is reported while its socket's queue holds bytes, once its socket is known. */
+TEST(Connection, ReportsWhatItsSocketsQueueHolds)
+{
+	SocketPair pair;
+	BufferedFds buffered;
+	Connection connection;
+	connection.setReadAheadByShim(true);
+	connection.afterCall(buffered, true);
+	EXPECT_FALSE(connection.buffered()) << "no socket learnt yet";
+
+	connection.noteSocketRead(pair.fds[0]);
+	connection.afterCall(buffered, true);
+	EXPECT_TRUE(buffered.holds(pair.fds[0]));
+	connection.afterCall(buffered, false);
+	EXPECT_FALSE(connection.buffered());
+	EXPECT_TRUE(buffered.empty());
 }
 
 TEST(PollMerged, PassesTheProgramsTimeoutWhenNothingIsBuffered)
@@ -661,11 +618,11 @@ TEST(BufferedFdsQuiet, AnEmptyRawReadQuietsTheFdUntilTheConnectionsNextCall)
 	Connection connection;
 	connection.setReadAheadByShim(true);
 	connection.noteSocketRead(pair.fds[0]);
-	connection.afterCall(buffered, true, false, true);
+	connection.afterCall(buffered, true);
 	ASSERT_TRUE(buffered.holds(pair.fds[0]));
 	buffered.quieted(pair.fds[0]);
 	EXPECT_FALSE(buffered.holds(pair.fds[0])) << "the program found the socket empty";
-	connection.afterCall(buffered, false, false, true);
+	connection.afterCall(buffered, true);
 	EXPECT_TRUE(buffered.holds(pair.fds[0])) << "its next OpenSSL call, still holding data";
 	buffered.forget(&connection);
 }
@@ -1048,14 +1005,14 @@ TEST_F(EpollMerged, ANewSslOnTheSameSocketGetsItsOwnEdge)
 		Connection first;
 		first.setReadAheadByShim(true);
 		first.noteSocketRead(pair_.fds[0]);
-		first.afterCall(buffered_, true, false, true);
+		first.afterCall(buffered_, true);
 		ASSERT_EQ(wait(events, 4), 1);
 		buffered_.forget(&first); /* SSL_free */
 	}
 	Connection second; /* SSL_new on the same fd */
 	second.setReadAheadByShim(true);
 	second.noteSocketRead(pair_.fds[0]);
-	second.afterCall(buffered_, true, false, true);
+	second.afterCall(buffered_, true);
 	EXPECT_EQ(wait(events, 4), 1) << "its first arrival is not the old connection's";
 	buffered_.forget(&second);
 }
@@ -1850,8 +1807,7 @@ protected:
 		Connection *connection = slot_.of(api_, client_);
 		CallScope scope(connection);
 		int result = real();
-		connection->afterCall(buffered_, result > 0, SSL_want(client_) == SSL_READING,
-				      SSL_has_pending(client_) == 1);
+		connection->afterCall(buffered_, SSL_has_pending(client_) == 1);
 		return result;
 	}
 
@@ -1883,31 +1839,6 @@ protected:
 	SSL *server_ = nullptr, *client_ = nullptr;
 };
 
-TEST_F(RealOpenSsl, RecordsReadAheadMakeTheSocketReadable)
-{
-	for (const char *line : { "one\n", "two\n", "three\n" })
-		ASSERT_GT(SSL_write(server_, line, static_cast<int>(strlen(line))), 0);
-	forwardToClient(SIZE_MAX);
-
-	char buffer[64];
-	ASSERT_EQ(readClient(buffer, sizeof(buffer)), 4); /* one record: "one\n" */
-	ASSERT_EQ(SSL_pending(client_), 0) << "the trap: nothing decrypted is pending";
-	struct pollfd raw = { clientSocket(), POLLIN, 0 };
-	ASSERT_EQ(poll(&raw, 1, 0), 0) << "the socket itself is empty";
-
-	EXPECT_TRUE(connectionOf()->buffered());
-	EXPECT_TRUE(pollSaysReadable());
-
-	ASSERT_EQ(readClient(buffer, sizeof(buffer)), 4);
-	ASSERT_EQ(readClient(buffer, sizeof(buffer)), 6);
-	EXPECT_FALSE(connectionOf()->buffered());
-	EXPECT_FALSE(pollSaysReadable());
-
-	EXPECT_LT(readClient(buffer, sizeof(buffer)), 0); /* WANT_READ */
-	EXPECT_FALSE(pollSaysReadable());
-	ERR_clear_error();
-}
-
 TEST_F(RealOpenSsl, FreeingTheSslForgetsItsBufferedFd)
 {
 	for (const char *line : { "a\n", "b\n" })
@@ -1919,29 +1850,6 @@ TEST_F(RealOpenSsl, FreeingTheSslForgetsItsBufferedFd)
 	SSL_free(client_);
 	client_ = nullptr;
 	EXPECT_TRUE(buffered_.empty());
-}
-
-TEST_F(RealOpenSsl, APartialRecordWaitsForTheSocket)
-{
-	ASSERT_EQ(SSL_write(server_, "one\n", 4), 4);
-	forwardToClient(SIZE_MAX);
-	ASSERT_EQ(SSL_write(server_, "two\n", 4), 4);
-	forwardToClient(10); /* the header and 5 of the record's 21 other bytes */
-
-	char buffer[64];
-	ASSERT_EQ(readClient(buffer, sizeof(buffer)), 4);
-	EXPECT_EQ(std::string(buffer, 4), "one\n");
-	ASSERT_LT(readClient(buffer, sizeof(buffer)), 0);
-	ASSERT_EQ(SSL_get_error(client_, -1), SSL_ERROR_WANT_READ);
-	EXPECT_EQ(SSL_has_pending(client_), 1) << "OpenSSL holds part of a record";
-	EXPECT_FALSE(connectionOf()->buffered());
-	EXPECT_FALSE(pollSaysReadable()) << "reporting it would spin the program's poll loop";
-
-	forwardToClient(SIZE_MAX);
-	EXPECT_TRUE(pollSaysReadable()) << "the kernel's own readiness";
-	ASSERT_EQ(readClient(buffer, sizeof(buffer)), 4);
-	EXPECT_EQ(std::string(buffer, 4), "two\n");
-	ERR_clear_error();
 }
 
 TEST(BufferedFds, ManyThreadsEachWithTheirOwnConnections)

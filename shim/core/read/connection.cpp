@@ -31,8 +31,6 @@ void logFd(int from, int to, ino_t ino) noexcept
 __attribute__((tls_model("initial-exec"))) thread_local CallScope *innermost = nullptr;
 __attribute__((tls_model("initial-exec"))) thread_local uint64_t innermostCookie = 0;
 __attribute__((tls_model("initial-exec"))) thread_local uint64_t lastCookie = 0;
-/* Set by a read that a forced unwinding left; the thread ends with that unwinding. */
-__attribute__((tls_model("initial-exec"))) thread_local bool leftReading = false;
 
 /*
  * The slot's value for an SSL the shim leaves alone: a DTLS connection (OpenSSL reads each
@@ -139,17 +137,9 @@ void Connection::rebind(BufferedFds &buffered, int fd) noexcept
 	buffered.set(this, fd_, ino_, buffered_, arrivals_);
 }
 
-void Connection::afterCall(BufferedFds &buffered, bool progressed, bool wantsRead,
-			   bool hasPending, bool recordsHeld) noexcept
+void Connection::afterCall(BufferedFds &buffered, bool queued) noexcept
 {
-	if (wantsRead)
-		partial_ = true;
-	else if (progressed)
-		partial_ = false;
-
-	if (!readAheadByShim_ && !hasPending)
-		shimMayHold_ = false;
-	const bool now = fd_ >= 0 && !partial_ && hasPending && shimMayHold_;
+	const bool now = fd_ >= 0 && queued;
 	const bool arrived = now && readBytes_;
 	readBytes_ = false;
 	/*
@@ -159,12 +149,11 @@ void Connection::afterCall(BufferedFds &buffered, bool progressed, bool wantsRea
 	if (arrived)
 		arrivals_ = arrivalCount.fetch_add(1, std::memory_order_relaxed) + 1;
 	const unsigned closings = buffered.closings();
-	if (now == buffered_ && !arrived && (!now || (closings == closings_ && recordsHeld == recordsHeld_)))
+	if (now == buffered_ && !arrived && (!now || closings == closings_))
 		return;
 	buffered_ = now;
-	recordsHeld_ = recordsHeld;
 	closings_ = closings;
-	buffered.set(this, fd_, ino_, now, arrivals_, recordsHeld);
+	buffered.set(this, fd_, ino_, now, arrivals_);
 }
 
 bool ConnectionSlot::init(const OpenSslApi &api, ReadState *read) noexcept
@@ -222,18 +211,6 @@ std::atomic<bool> ConnectionSlot::made_{false};
 bool CallScope::live(const CallScope *scope, uint64_t cookie, const void *below) noexcept
 {
 	return scope && static_cast<const void *>(scope) > below && scope->cookie_ == cookie;
-}
-
-void CallScope::readLeft() noexcept
-{
-	leftReading = true;
-}
-
-bool CallScope::takeReadLeft() noexcept
-{
-	const bool left = leftReading;
-	leftReading = false;
-	return left;
 }
 
 CallScope::CallScope(Connection *connection) noexcept : connection_(connection), cookie_(++lastCookie)

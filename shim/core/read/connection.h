@@ -32,14 +32,10 @@ public:
 	void noteSocket(int fd, ino_t ino) noexcept;
 
 	/*
-	 * After the program's outermost call on this SSL returned. progressed: it read
-	 * (returned > 0, not a write); wantsRead: OpenSSL stopped waiting for the socket;
-	 * hasPending: records or decrypted bytes are buffered (SSL_has_pending, unlike
-	 * SSL_pending, counts both); recordsHeld: among them records not yet decrypted (no
-	 * plaintext is pending), which without read-ahead the kernel would hold.
+	 * After the program's outermost call on this SSL returned. queued: the shim's queue of
+	 * its socket holds bytes (SocketCache), which the kernel would hold without it.
 	 */
-	void afterCall(BufferedFds &buffered, bool progressed, bool wantsRead, bool hasPending,
-		       bool recordsHeld = true) noexcept;
+	void afterCall(BufferedFds &buffered, bool queued) noexcept;
 
 	/*
 	 * The program gave the SSL another fd to read (SSL_set_fd, SSL_set_rfd, SSL_set_bio,
@@ -52,8 +48,6 @@ public:
 	/* The socket file's inode, 0 until one is known. */
 	ino_t ino() const noexcept { return fd_ >= 0 ? ino_ : 0; }
 	bool buffered() const noexcept { return buffered_; }
-	/* The current call read bytes from the socket (until afterCall). */
-	bool readDuringCall() const noexcept { return readBytes_; }
 
 	/*
 	 * Read tuning (core/read/read_tuning.h): decided once, at the program's own first call on
@@ -69,11 +63,7 @@ public:
 	void noteMadeThroughShim() noexcept { madeThroughShim_ = true; }
 	void decideReadTuning() noexcept { readTuningDecided_ = true; }
 	bool readAheadByShim() const noexcept { return readAheadByShim_; }
-	void setReadAheadByShim(bool on) noexcept
-	{
-		readAheadByShim_ = on;
-		shimMayHold_ = shimMayHold_ || on;
-	}
+	void setReadAheadByShim(bool on) noexcept { readAheadByShim_ = on; }
 	/* The bytes one read of its socket takes while the shim reads ahead for it (SocketCache). */
 	std::size_t readAheadSize() const noexcept { return readAheadSize_; }
 	void setReadAheadSize(std::size_t size) noexcept { readAheadSize_ = size; }
@@ -100,16 +90,6 @@ private:
 	bool madeThroughShim_ = false;
 	bool readAheadByShim_ = false;
 	std::size_t readAheadSize_ = 0;
-	/*
-	 * OpenSSL may hold what the shim's read-ahead took: from its turn-on until, read-ahead
-	 * off again, OpenSSL holds nothing. Only then does a wait report what OpenSSL holds:
-	 * what it holds on a connection the shim never read ahead for (the program's own
-	 * read-ahead, the rest of a record read in part) the kernel would not report either (a
-	 * hunt: a one-shot pool reading 1,000 bytes of each 2,000-byte record stalled at once
-	 * without the shim, and was told of the rest with it; a level-triggered poll after a
-	 * part of a record answered readable at once, for ever, where it waited without).
-	 */
-	bool shimMayHold_ = false;
 	bool programSetReadAhead_ = false;
 	unsigned unseenSeen_ = 0;
 	OwnBio ownBio_ = OwnBio::settled;
@@ -117,14 +97,7 @@ private:
 	bool namedByBio_ = false;
 	int fd_ = -1;
 	ino_t ino_ = 0;
-	/*
-	 * OpenSSL asked for more of a record it holds only part of. Reporting the fd
-	 * readable then would make a poll loop spin (poll answers at once, SSL_read says
-	 * WANT_READ): wait for the socket until a call makes progress again.
-	 */
-	bool partial_ = false;
 	bool buffered_ = false;
-	bool recordsHeld_ = false; /* what buffered_ was registered with */
 	unsigned closings_ = 0; /* BufferedFds::closings() when buffered_ was registered */
 	/*
 	 * Edge-triggered epoll promises one event per arrival. A call that read bytes from the
@@ -199,13 +172,6 @@ public:
 	static std::size_t readAheadFor(int fd) noexcept;
 	/* This thread is inside an OpenSSL call on some connection. */
 	static bool active() noexcept;
-	/*
-	 * A read of this thread was left by a cancellation or pthread_exit (no read returns
-	 * into a C++ exception): the OpenSSL call around it, if any, was waiting for the
-	 * socket. takeReadLeft answers once.
-	 */
-	static void readLeft() noexcept;
-	static bool takeReadLeft() noexcept;
 
 private:
 	static bool live(const CallScope *scope, uint64_t cookie, const void *below) noexcept;

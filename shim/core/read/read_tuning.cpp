@@ -58,6 +58,21 @@ bool notFollowed(int fd) noexcept
 	return countsBytes(fd) || unixSocket(fd);
 }
 
+/*
+ * Kernel TLS receives decrypted records with recvmsg: bytes the shim queued before OpenSSL
+ * switched would be read as plaintext.
+ */
+bool usesKernelTls(const OpenSslApi &api, SSL *ssl) noexcept
+{
+#ifdef SSL_OP_ENABLE_KTLS
+	return api.SSL_set_options && (api.SSL_set_options(ssl, 0) & SSL_OP_ENABLE_KTLS);
+#else
+	(void)api;
+	(void)ssl;
+	return false;
+#endif
+}
+
 } /* namespace */
 
 bool ReadTuning::init(const OpenSslApi &api) noexcept
@@ -107,6 +122,8 @@ void ReadTuning::tuneConnection(const OpenSslApi &api, const Config &config,
 		untuned = "the program set read-ahead itself";
 	else if (api.SSL_is_dtls && api.SSL_is_dtls(ssl))
 		untuned = "it is DTLS (datagrams)";
+	else if (usesKernelTls(api, ssl))
+		untuned = "it may read through kernel TLS (SSL_OP_ENABLE_KTLS)";
 	else if (!readsItsSource(api, ssl))
 		untuned = "its read BIO is a filter or a memory BIO";
 	else if (!followable(api, unseen, ssl, connection))
