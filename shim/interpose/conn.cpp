@@ -275,7 +275,7 @@ TLSTUNE_EXPORT void SSL_free(SSL *s)
 		process().held.free(s);
 	if (o.tracking) {
 		Connection *connection = o.slot.existing(o.api, s);
-		if (connection && !connection->buffered())
+		if (connection)
 			settleConnection(connection);
 	}
 	if (o.api.SSL_free)

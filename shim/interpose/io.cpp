@@ -39,21 +39,18 @@ bool takesBytes(int flags) noexcept
 
 /*
  * A read of the program's own that takes the socket's bytes (takes) and found the socket
- * empty: what OpenSSL holds is not reported until the connection's next OpenSSL call.
+ * empty, its queue too: nothing of it is reported until the connection's next OpenSSL
+ * call (an entry left of a queue read by another connection's calls goes).
  */
 template <typename Function, typename... Args>
 ssize_t forwardRead(Function LibcApi::*function, int fd, bool takes, Args... args)
 {
 	ssize_t n = forward(function, fd, args...);
 	Process *p = builtProcess();
-	if (takes && p && !CallScope::active()) {
-		/* Records a freed SSL left unread there: the kernel would have given them to this read. */
-		p->buffered.readByProgram(fd);
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			const int savedErrno = errno;
-			p->buffered.quieted(fd);
-			errno = savedErrno;
-		}
+	if (takes && p && !CallScope::active() && n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+		const int savedErrno = errno;
+		p->buffered.quieted(fd);
+		errno = savedErrno;
 	}
 	return n;
 }
@@ -68,16 +65,14 @@ bool queueAnswers(int fd, const struct iovec *iov, int iovcnt, int flags, ssize_
 	Process *p = builtProcess();
 	if (!p || !p->cache.mayHave(fd) || (flags & (MSG_OOB | MSG_ERRQUEUE)))
 		return false;
-	const std::size_t moved = p->cache.take(fd, iov, iovcnt, flags & MSG_PEEK);
-	if (moved == 0)
-		return false;
-	*n = static_cast<ssize_t>(moved);
-	if (!(flags & MSG_PEEK) && p->cache.queued(fd) == 0 && !CallScope::active()) {
-		const int savedErrno = errno;
+	const int savedErrno = errno;
+	/* TCP's MSG_TRUNC counts the bytes and copies none (the buffer may be null). */
+	const std::size_t moved = p->cache.take(fd, iov, iovcnt, flags & MSG_PEEK, flags & MSG_TRUNC);
+	if (moved > 0 && !(flags & MSG_PEEK) && p->cache.queued(fd) == 0 && !CallScope::active())
 		p->buffered.quieted(fd);
-		errno = savedErrno;
-	}
-	return true;
+	errno = savedErrno;
+	*n = static_cast<ssize_t>(moved);
+	return moved > 0;
 }
 
 /*
@@ -86,7 +81,7 @@ bool queueAnswers(int fd, const struct iovec *iov, int iovcnt, int flags, ssize_
  * len, flags) makes its call.
  */
 template <typename More>
-bool queueAnswers(int fd, void *buf, std::size_t len, int flags, ssize_t *n, More more) noexcept
+bool queueAnswers(int fd, void *buf, std::size_t len, int flags, ssize_t *n, More more)
 {
 	struct iovec one = { buf, len };
 	if (len == 0 || !queueAnswers(fd, &one, 1, flags, n))
@@ -96,7 +91,7 @@ bool queueAnswers(int fd, void *buf, std::size_t len, int flags, ssize_t *n, Mor
 	if (got < len && goesOn) {
 		const int savedErrno = errno;
 		const int moreFlags = (flags & MSG_PEEK) ? flags | MSG_DONTWAIT : flags;
-		const ssize_t added = more(static_cast<char *>(buf) + got, len - got, moreFlags);
+		const ssize_t added = more(buf ? static_cast<char *>(buf) + got : nullptr, len - got, moreFlags);
 		if (added > 0)
 			*n += added;
 		errno = savedErrno;
@@ -109,7 +104,7 @@ struct FillRead {
 	int flags;
 	bool socket;
 };
-ssize_t fillRead(int fd, const struct iovec *iov, int iovcnt, void *context) noexcept
+ssize_t fillRead(int fd, const struct iovec *iov, int iovcnt, void *context)
 {
 	const FillRead &how = *static_cast<const FillRead *>(context);
 	ssize_t n;
@@ -133,9 +128,9 @@ ssize_t fillRead(int fd, const struct iovec *iov, int iovcnt, void *context) noe
  * true; false where the read is not such a one (a peek, a flag that changes what a read
  * returns).
  */
-bool filled(int fd, void *buf, std::size_t len, int flags, bool socket, ssize_t *n) noexcept
+bool filled(int fd, void *buf, std::size_t len, int flags, bool socket, ssize_t *n)
 {
-	const std::size_t size = CallScope::readAheadFor(fd);
+	const std::size_t size = len > 0 ? CallScope::readAheadFor(fd) : 0;
 	if (size <= len || (flags & ~MSG_DONTWAIT))
 		return false;
 	FillRead how = { flags, socket };
@@ -212,6 +207,9 @@ ssize_t readThrough(Function LibcApi::*function, int fd, void *buf, size_t count
 	struct iovec one = { buf, count };
 	if ((count > 0 && queueAnswers(fd, &one, 1, 0, &n)) || filled(fd, buf, count, 0, false, &n))
 		return n;
+	/* Of no bytes, with bytes queued: the kernel, which would have them, would not wait. */
+	if (count == 0 && asksNothingOfQueued(fd, 0))
+		return 0;
 	return forwardRead(function, fd, true, buf, count, args...);
 }
 
@@ -222,8 +220,11 @@ TLSTUNE_EXPORT ssize_t read(int fd, void *buf, size_t count)
 	return readThrough(&LibcApi::read, fd, buf, count);
 }
 
+/* A count past the buffer is the real function's to refuse (it aborts). */
 TLSTUNE_EXPORT ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen)
 {
+	if (count > buflen)
+		return libc().read_chk(fd, buf, count, buflen);
 	return readThrough(&LibcApi::read_chk, fd, buf, count, buflen);
 }
 
@@ -242,6 +243,8 @@ TLSTUNE_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
 
 TLSTUNE_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t len, size_t buflen, int flags)
 {
+	if (len > buflen)
+		return libc().recv_chk(fd, buf, len, buflen, flags);
 	return forwardRecv(&LibcApi::recv_chk, fd, buf, len, flags, nullptr, nullptr, buflen, flags);
 }
 
@@ -254,6 +257,8 @@ TLSTUNE_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct
 TLSTUNE_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t buflen, int flags,
 				      struct sockaddr *from, socklen_t *fromlen)
 {
+	if (len > buflen)
+		return libc().recvfrom_chk(fd, buf, len, buflen, flags, from, fromlen);
 	return forwardRecv(&LibcApi::recvfrom_chk, fd, buf, len, flags, from, fromlen, buflen, flags, from,
 			   fromlen);
 }
@@ -287,7 +292,7 @@ void answerNoBytes(struct msghdr *msg) noexcept
  */
 bool answeredNoBytes(Process &p, int fd, struct msghdr *msg, int flags, ssize_t *n)
 {
-	if (!asksNoBytes(msg) || !asksNothingOfQueued(fd, flags))
+	if (!asksNothingOfQueued(fd, flags) || !asksNoBytes(msg))
 		return false;
 	if (kernelAnswered([&](int flagsNow) { return p.libc.recvmsg(fd, msg, flagsNow); }, flags, n))
 		return true;
@@ -300,14 +305,12 @@ bool answeredNoBytes(Process &p, int fd, struct msghdr *msg, int flags, ssize_t 
 bool answeredNoBytes(Process &p, int fd, struct mmsghdr *vector, unsigned int length, int flags,
 		     struct timespec *timeout, int *n)
 {
-	if (!vector || length == 0 || length > 1024)
+	if (!asksNothingOfQueued(fd, flags) || !vector || length == 0 || length > 1024)
 		return false;
 	for (unsigned int i = 0; i < length; i++) {
 		if (!asksNoBytes(&vector[i].msg_hdr))
 			return false;
 	}
-	if (!asksNothingOfQueued(fd, flags))
-		return false;
 	ssize_t answered;
 	if (kernelAnswered([&](int flagsNow) { return p.libc.recvmmsg(fd, vector, length, flagsNow, timeout); },
 			   flags, &answered)) {
@@ -328,7 +331,8 @@ TLSTUNE_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
 	Process &p = process();
 	ssize_t n;
-	if (msg && msg->msg_iovlen > 0 && msg->msg_iovlen <= 1024 &&
+	/* The program's msg is looked at only where bytes are queued: else the kernel sees it first. */
+	if (p.cache.mayHave(fd) && msg && msg->msg_iovlen > 0 && msg->msg_iovlen <= 1024 &&
 	    queueAnswers(fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags, &n)) {
 		answerNoBytes(msg); /* a stream's bytes: no flags, control data or address */
 	} else if (!answeredNoBytes(p, fd, msg, flags, &n)) {

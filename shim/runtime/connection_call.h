@@ -167,8 +167,12 @@ inline void settleConnection(Connection *connection) noexcept
 	 * of the program's own read-ahead) it would not report either.
 	 */
 	Process &p = process();
-	const bool queued = p.cache.queued(connection->fd()) > 0;
+	const int fd = connection->fd();
+	const bool queued = p.cache.queued(fd) > 0;
 	connection->afterCall(p.buffered, queued);
+	/* A freed connection's readiness the queue took over (SSL_free) goes when it is read. */
+	if (!queued && !p.buffered.empty() && p.cache.mayHave(fd))
+		p.buffered.forget(p.cache.owner(fd));
 	errno = savedErrno;
 }
 

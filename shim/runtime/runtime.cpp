@@ -546,10 +546,10 @@ void Process::inputReleased(ino_t ino) noexcept
 void Process::drainBeforeImageEnds(ImageEnd end, AbortiveCloses *made) noexcept
 {
 	/*
-	 * Its sockets close with the process, or pass to a new image that cannot read what
-	 * OpenSSL holds (a hunt: an exec's closed with a FIN): records held unread reset them.
+	 * Its sockets close with the process, or pass to a new image that cannot read the
+	 * shim's queues (a hunt: an exec's closed with a FIN): bytes queued unread reset them.
 	 */
-	const bool resets = !buffered.idle();
+	const bool resets = !buffered.empty();
 	/* No system call before that (getpid): a sandbox may forbid it (seccomp, issue 22). */
 	if ((!resets && coalescer.idle()) || inVforkChild())
 		return;

@@ -78,7 +78,7 @@ void SocketCache::drop(Queue &q) noexcept
 	q.size.store(0, std::memory_order_release);
 }
 
-std::size_t SocketCache::take(int fd, const struct iovec *iov, int iovcnt, bool peek) noexcept
+std::size_t SocketCache::take(int fd, const struct iovec *iov, int iovcnt, bool peek, bool discard) noexcept
 {
 	Queue *q = locked(fd);
 	if (!q)
@@ -87,7 +87,8 @@ std::size_t SocketCache::take(int fd, const struct iovec *iov, int iovcnt, bool 
 	std::size_t at = q->begin;
 	for (int i = 0; i < iovcnt && at < q->end; i++) {
 		const std::size_t part = std::min(iov[i].iov_len, q->end - at);
-		std::memcpy(iov[i].iov_base, q->bytes + at, part);
+		if (!discard)
+			std::memcpy(iov[i].iov_base, q->bytes + at, part);
 		at += part;
 		moved += part;
 	}
@@ -122,6 +123,7 @@ void SocketCache::unname(Slot &slot) noexcept
 	Queue *q = slot.exchange(nullptr, std::memory_order_acq_rel);
 	if (!q || q->names.fetch_sub(1, std::memory_order_acq_rel) != 1)
 		return;
+	q->lives.fetch_add(1, std::memory_order_acq_rel);
 	/* A handler's close inside this thread's take or free-list hold: the queue is left, unnamed. */
 	if (q->lock.heldHere() || freeLock_.heldHere())
 		return;
@@ -134,7 +136,7 @@ void SocketCache::unname(Slot &slot) noexcept
 	free_ = q;
 }
 
-ssize_t SocketCache::fill(int fd, void *buf, std::size_t len, std::size_t size, Read read, void *context) noexcept
+ssize_t SocketCache::fill(int fd, void *buf, std::size_t len, std::size_t size, Read read, void *context)
 {
 	Slot *s = size > len && !copiedFds().mayHave(fd) ? slot(fd, true) : nullptr;
 	Queue *q = s ? s->load(std::memory_order_acquire) : nullptr;
@@ -151,53 +153,63 @@ ssize_t SocketCache::fill(int fd, void *buf, std::size_t len, std::size_t size, 
 			q->names.store(1, std::memory_order_relaxed);
 			Queue *none = nullptr;
 			if (!s->compare_exchange_strong(none, q, std::memory_order_acq_rel)) {
-				/* Another thread named one first: this one goes back. */
+				/* Another thread named one first: this one goes back (or, in a handler, is left). */
 				q->names.store(0, std::memory_order_relaxed);
-				std::lock_guard<OwnedLock> lock(freeLock_);
-				q->nextFree = free_;
-				free_ = q;
+				if (!freeLock_.heldHere()) {
+					std::lock_guard<OwnedLock> lock(freeLock_);
+					q->nextFree = free_;
+					free_ = q;
+				}
 				q = none;
 			}
 		}
 	}
-	char *more = q ? static_cast<char *>(std::malloc(size - len)) : nullptr;
-	struct iovec parts[2] = { { buf, len }, { more, more ? size - len : 0 } };
-	const ssize_t got = read(fd, parts, more ? 2 : 1, context);
-	if (got <= static_cast<ssize_t>(len)) {
-		const int savedErrno = errno;
-		std::free(more);
-		errno = savedErrno;
+	/* A handler's read inside this thread's take of the queue: the kernel's read alone. */
+	if (q && q->lock.heldHere())
+		q = nullptr;
+	const unsigned life = q ? q->lives.load(std::memory_order_acquire) : 0;
+	/* Freed on every way out but the queue's, a cancellation's unwinding too. */
+	struct Memory {
+		char *bytes;
+		~Memory()
+		{
+			const int savedErrno = errno;
+			std::free(bytes);
+			errno = savedErrno;
+		}
+	} more = { q ? static_cast<char *>(std::malloc(size - len)) : nullptr };
+	struct iovec parts[2] = { { buf, len }, { more.bytes, more.bytes ? size - len : 0 } };
+	const ssize_t got = read(fd, parts, more.bytes ? 2 : 1, context);
+	if (got <= static_cast<ssize_t>(len))
 		return got;
-	}
+	const int savedErrno = errno;
 	const std::size_t extra = static_cast<std::size_t>(got) - len;
-	if (q->lock.heldHere()) {
-		std::free(more); /* a handler's read inside this thread's take: past all order anyway */
-		return static_cast<ssize_t>(len);
-	}
 	q->lock.lock();
-	if (s->load(std::memory_order_acquire) != q) {
-		std::free(more); /* the number was closed meanwhile: the bytes went with its file */
+	if (s->load(std::memory_order_acquire) != q || q->lives.load(std::memory_order_acquire) != life) {
+		/* The number was closed meanwhile: the bytes went with its file. */
 	} else if (q->size.load(std::memory_order_relaxed) == 0) {
 		std::free(q->bytes);
-		q->bytes = more;
+		q->bytes = more.bytes;
+		more.bytes = nullptr;
 		q->begin = 0;
 		q->end = extra;
 	} else {
 		/*
 		 * Another thread filled the queue while this read was in the kernel (two readers
 		 * of one socket at once, whose order the kernel does not promise either): this
-		 * read's bytes come after.
+		 * read's bytes come after. Out of memory, they are lost, as a read the kernel
+		 * could not copy out is.
 		 */
 		char *joined = static_cast<char *>(std::realloc(q->bytes, q->end + extra));
 		if (joined) {
-			std::memcpy(joined + q->end, more, extra);
+			std::memcpy(joined + q->end, more.bytes, extra);
 			q->bytes = joined;
 			q->end += extra;
 		}
-		std::free(more);
 	}
 	q->size.store(q->end - q->begin, std::memory_order_release);
 	q->lock.unlock();
+	errno = savedErrno;
 	return static_cast<ssize_t>(len);
 }
 
@@ -208,7 +220,20 @@ void SocketCache::duplicated(int from, int to) noexcept
 	Slot *target = q ? slot(to, true) : nullptr;
 	if (!target)
 		return;
-	q->names.fetch_add(1, std::memory_order_acq_rel);
+	/*
+	 * A name is added only to a queue that still has one: a close of from racing this
+	 * dup may have let it go (to the free list, for another socket's next fill).
+	 */
+	int names = q->names.load(std::memory_order_acquire);
+	do {
+		if (names == 0)
+			return;
+	} while (!q->names.compare_exchange_weak(names, names + 1, std::memory_order_acq_rel));
+	if (source->load(std::memory_order_acquire) != q) {
+		Slot undo(q);
+		unname(undo);
+		return;
+	}
 	knownFds().note(to);
 	fds_.note(to);
 	if (Queue *before = target->exchange(q, std::memory_order_acq_rel)) {

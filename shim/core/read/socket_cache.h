@@ -50,11 +50,13 @@ public:
 	std::size_t queued(int fd) const noexcept;
 
 	/*
-	 * Moves up to the iovec's length of fd's queue into it (copies, with peek). Returns
-	 * the bytes moved: 0 when the queue is empty or this thread holds its lock (a signal
-	 * handler that interrupted it), the read then being the kernel's.
+	 * Moves up to the iovec's length of fd's queue into it (copies, with peek; counts
+	 * without copying, with discard: TCP's MSG_TRUNC). Returns the bytes moved: 0 when the
+	 * queue is empty or this thread holds its lock (a signal handler that interrupted
+	 * it), the read then being the kernel's.
 	 */
-	std::size_t take(int fd, const struct iovec *iov, int iovcnt, bool peek = false) noexcept;
+	std::size_t take(int fd, const struct iovec *iov, int iovcnt, bool peek = false,
+			 bool discard = false) noexcept;
 	std::size_t take(int fd, void *buf, std::size_t len, bool peek = false) noexcept
 	{
 		struct iovec one = { buf, len };
@@ -65,10 +67,11 @@ public:
 	 * A read of len bytes of fd that the queue could not answer, made as one kernel read
 	 * of up to size bytes: read(fd, iov, 2) receives into buf first and into a new queue
 	 * after it. Returns what read returned for buf's part (errno kept), and queues the
-	 * rest. A fill that cannot get its memory reads len bytes only.
+	 * rest. A fill that cannot get its memory reads len bytes only. Not noexcept: the
+	 * read is a cancellation point, whose unwinding goes through (the queue as it was).
 	 */
 	using Read = ssize_t (*)(int fd, const struct iovec *iov, int iovcnt, void *context);
-	ssize_t fill(int fd, void *buf, std::size_t len, std::size_t size, Read read, void *context) noexcept;
+	ssize_t fill(int fd, void *buf, std::size_t len, std::size_t size, Read read, void *context);
 
 	/* The program made `to` a copy of `from`: it names from's queue too. */
 	void duplicated(int from, int to) noexcept;
@@ -93,6 +96,8 @@ private:
 		std::size_t end = 0;
 		std::atomic<std::size_t> size{ 0 }; /* end - begin, read without the lock */
 		std::atomic<int> names{ 0 };          /* the numbers that name it */
+		/* Bumped as its last name goes: a fill across that never queues into its next life. */
+		std::atomic<unsigned> lives{ 0 };
 		Queue *nextFree = nullptr;
 	};
 	static constexpr int kChunkBits = 10;
