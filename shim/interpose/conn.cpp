@@ -26,21 +26,6 @@ TLSTUNE_EXPORT SSL *SSL_new(SSL_CTX *ctx)
 	return created;
 }
 
-/* The program's own setting: the shim's read-ahead is not the program's to see. */
-TLSTUNE_EXPORT int SSL_get_read_ahead(const SSL *s)
-{
-	const OpenSsl &ssl = openssl();
-	if (!ssl.api.SSL_get_read_ahead)
-		return 0;
-	const int on = ssl.api.SSL_get_read_ahead(s);
-	if (on && ssl.tracking) {
-		const Connection *connection = ssl.slot.of(ssl.api, const_cast<SSL *>(s));
-		if (connection && connection->readAheadByShim())
-			return 0;
-	}
-	return on;
-}
-
 TLSTUNE_EXPORT void SSL_set_read_ahead(SSL *s, int yes)
 {
 	const OpenSsl &ssl = openssl();

@@ -9,7 +9,6 @@
 #include <cerrno>
 
 #include "interpose/export.h"
-#include "core/read/wait_merge.h"
 #include "runtime/duplicates.h"
 #include "runtime/socket_read.h"
 

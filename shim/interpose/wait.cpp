@@ -1,6 +1,6 @@
 /*
- * The wait family: core/read/wait_merge.h calls the real function, adding the connections
- * OpenSSL holds data for (with nothing buffered, after one relaxed load).
+ * The wait family: core/read/wait_merge.h calls the real function, adding the sockets
+ * whose bytes the shim read ahead (with nothing queued, after one relaxed load).
  */
 
 #include <climits>

@@ -204,8 +204,8 @@ private:
 
 /*
  * Runs the program's call on ssl with the connection marked as this thread's current one
- * (so its socket reads are attributed to it), then records whether OpenSSL now holds data
- * for it. errno and the return value are the real call's.
+ * (so its socket reads are attributed to it), then records whether its socket's queue
+ * holds bytes. errno and the return value are the real call's.
  */
 template <typename Function, typename... Args>
 int onConnection(SSL *ssl, Function OpenSslApi::*function, Args... args)

@@ -17,13 +17,13 @@ namespace tlstune {
  * - a socket's file sent away with SCM_RIGHTS: another process waits on it there;
  * - a socket given SO_RCVLOWAT above 1: the kernel's answer counts its bytes, not records;
  * - an fd the program armed EPOLLONESHOT (oneShotFds): an arm goes to one waiter, and the
- *   kernel's report of what the socket has and the shim's of what OpenSSL holds cannot be
+ *   kernel's report of what the socket has and the shim's of what it queued cannot be
  *   made one hand-over.
  * (A program that reads or peeks at the raw stream itself is followed: it reads what the
  * shim queued first, SocketCache.)
  * A connection asks at each of its calls whether anything changed since it last looked
- * (one load); when something did and it concerns it, it stops reading ahead. What
- * OpenSSL holds then it still hands out; it reads no further ahead.
+ * (one load); when something did and it concerns it, it stops reading ahead. What the
+ * shim queued then is still read first; it reads no further ahead.
  */
 class UnseenWaits {
 public:
