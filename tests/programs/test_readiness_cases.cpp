@@ -152,13 +152,11 @@ TEST(Readiness, AServerThatSniffsBeforeItsHandshakeReadsAsWithout)
 
 /*
  * The peek made before the connection was made on the socket is not at its stream, and is
- * to be forgotten (Connection::noteSocket): the server's connection reads ahead. DISABLED:
- * it does not. SSL_set_fd's hook names the socket by Connection::rebind, which keeps the
- * peek, and the connection's first call finds its fd peeked: "connection not tuned: its
- * waits may go where the shim cannot see". With a peek of 1 byte (not noted) the log says
- * "connection tuned: read-ahead on, OpenSSL's own read buffer (a server)".
+ * forgotten (Connection::noteSocket, and Connection::rebind for SSL_set_fd): the server's
+ * connection reads ahead. Before rebind forgot it, the connection's first call found its
+ * fd peeked: "connection not tuned: its waits may go where the shim cannot see".
  */
-TEST(Readiness, DISABLED_AServerThatSniffsBeforeItsHandshakeStillReadsAhead)
+TEST(Readiness, AServerThatSniffsBeforeItsHandshakeStillReadsAhead)
 {
 	RecordProperty("fault", "read-ahead on a server connection made on a socket the program peeked at first");
 	std::vector<std::string> arguments = withIdentity("sniff");

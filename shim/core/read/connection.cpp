@@ -138,6 +138,9 @@ void Connection::rebind(BufferedFds &buffered, int fd) noexcept
 	}
 	namedByBio_ = fd_ >= 0;
 	logFd(from, fd_, ino);
+	/* As noteSocket: a peek before the number was this connection's was not at its stream. */
+	if (fd_ >= 0 && fd_ != from)
+		peekedFds().forget(fd_);
 	if (!buffered_)
 		return;
 	buffered_ = fd_ >= 0;
