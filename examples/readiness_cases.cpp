@@ -39,6 +39,10 @@
  *                     at 5 bytes and calls SSL_read once they are a whole record header;
  *                     prints "lines 20" and "no spin" (or "spins": over 100 wake-ups whose
  *                     peek found less than a header)
+ *   edge-peek PORT    the same in an edge-triggered epoll loop (EPOLLIN|EPOLLET, waits of
+ *                     2 s): each event, a peek of 5 bytes, then SSL_read until WANT_READ
+ *                     (the loop drains: an edge comes again only for new bytes). Prints the
+ *                     same.
  *   peek PORT         against tls_server --burst 3 --hangup (records, close_notify and FIN
  *                     in one segment): reads one line, then asks the socket as connection
  *                     pools do whether the peer is still there: recv(MSG_PEEK|MSG_DONTWAIT)
@@ -119,6 +123,13 @@
  *                     0, then polls and recv()s the plaintext. Prints "lines 2", then
  *                     "plain TEXT" or "plain none" (no byte within 2 s), and
  *                     "empty wakeups N": the polls that said readable with nothing to read.
+ *   sniff --cert C --key K
+ *                     a forked server peeks (recv(MSG_PEEK)) at a new connection's first 5
+ *                     bytes before its handshake, as a server that takes TLS and plaintext
+ *                     on one port does, then accepts TLS on that socket and reads the 20
+ *                     lines the client sends in one burst, polling before each. The
+ *                     client's SSL is made before the fork. Prints "sniffed tls" ("sniffed
+ *                     other": byte 0 is not 22, a handshake record) and "lines N".
  *   ssl-bio PORT      against tls_server --burst 20: an SSL BIO (BIO_new_ssl) over a
  *                     socket BIO, reading through BIO_read, which OpenSSL serves by its
  *                     internal path; polls the socket before each line. Prints "lines 20",
@@ -195,6 +206,8 @@
 #include <cstdint>
 #include <cstring>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pty.h>
 #include <termios.h>
@@ -1080,6 +1093,53 @@ int headerPeek(const char *port)
 	return 0;
 }
 
+/*
+ * The same read in an edge-triggered epoll loop: each event, a peek of 5 bytes, then
+ * SSL_read until WANT_READ (an edge comes again only for new bytes, so the loop drains).
+ * Bounded: 10,000 wake-ups, 2 s a wait.
+ */
+int edgePeek(const char *port)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	const int fd = connectTo("127.0.0.1", port);
+	SSL *ssl = connectTls(ctx, fd);
+	setNonBlocking(fd);
+	const int epfd = epoll_create1(EPOLL_CLOEXEC);
+	struct epoll_event interest = {};
+	interest.events = EPOLLIN | EPOLLET;
+	interest.data.fd = fd;
+	if (epfd < 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &interest) != 0)
+		fail("epoll");
+	int lines = 0;
+	long headerless = 0;
+	bool ended = false;
+	for (int round = 0; round < 10000 && lines < 20 && !ended; round++) {
+		struct epoll_event event;
+		if (epoll_wait(epfd, &event, 1, kPollMs) != 1)
+			break;
+		unsigned char header[5];
+		if (recv(fd, header, sizeof(header), MSG_PEEK) < static_cast<ssize_t>(sizeof(header))) {
+			headerless++;
+			continue;
+		}
+		for (;;) {
+			char buffer[16384];
+			const int n = SSL_read(ssl, buffer, sizeof(buffer));
+			if (n <= 0) {
+				ended = SSL_get_error(ssl, n) != SSL_ERROR_WANT_READ;
+				break;
+			}
+			lines += static_cast<int>(std::count(buffer, buffer + n, '\n'));
+		}
+	}
+	std::printf("lines %d\n%s\n", lines, headerless > 100 ? "spins" : "no spin");
+	close(epfd);
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 int peek(const char *port)
 {
 	FirstLineRead client(port);
@@ -1168,6 +1228,75 @@ int stoptls(SSL_CTX *server, bool tcp)
 	waitpid(child, nullptr, 0);
 	SSL_CTX_free(ctx);
 	return 0;
+}
+
+/*
+ * sniff's server, in a forked child: it peeks at the client's first 5 bytes to tell a TLS
+ * handshake (a record of type 22) from plaintext, as servers that take both on one port
+ * do, then makes its connection on that socket and reads 20 lines, polling before each.
+ */
+[[noreturn]] void serveSniffed(SSL_CTX *server, int listener)
+{
+	const int fd = accept(listener, nullptr, nullptr);
+	if (fd < 0)
+		_exit(2);
+	unsigned char first[5] = {};
+	ssize_t seen = 0;
+	for (int round = 0; round < 1000 && seen < static_cast<ssize_t>(sizeof(first)); round++) {
+		struct pollfd readable = { fd, POLLIN, 0 };
+		if (poll(&readable, 1, kPollMs) != 1)
+			break;
+		seen = recv(fd, first, sizeof(first), MSG_PEEK | MSG_DONTWAIT);
+		if (seen == 0)
+			break;
+	}
+	std::printf("sniffed %s\n", seen == static_cast<ssize_t>(sizeof(first)) && first[0] == 0x16 ? "tls" : "other");
+	SSL *ssl = SSL_new(server);
+	SSL_set_fd(ssl, fd);
+	if (SSL_accept(ssl) != 1)
+		_exit(2);
+	std::string line;
+	size_t lines = 0;
+	while (lines < 20 && pollThenRead(ssl, fd, &line))
+		lines += std::count(line.begin(), line.end(), '\n');
+	std::printf("lines %zu\n", lines);
+	std::fflush(stdout);
+	SSL_shutdown(ssl);
+	SSL_free(ssl);
+	close(fd);
+	_exit(0);
+}
+
+/*
+ * A client sends 20 lines in one burst (one segment: TCP_CORK) to sniff's server, then
+ * waits for its end. The client's SSL is made before the fork: the server's process has
+ * a connection already, as one that serves others has, when it peeks.
+ */
+int sniff(SSL_CTX *server)
+{
+	int port = 0;
+	const int listener = listenOn(0, &port);
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	SSL *ssl = SSL_new(ctx);
+	std::fflush(stdout);
+	const pid_t child = fork();
+	if (child == 0)
+		serveSniffed(server, listener);
+	close(listener);
+	const int fd = connectTo("127.0.0.1", std::to_string(port));
+	SSL_set_fd(ssl, fd);
+	if (SSL_connect(ssl) != 1)
+		fail("SSL_connect");
+	int cork = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_CORK, &cork, sizeof(cork));
+	writeLines(ssl, 0, 20);
+	cork = 0;
+	setsockopt(fd, IPPROTO_TCP, TCP_CORK, &cork, sizeof(cork));
+	/* Until the server's close_notify or end: it has read every line. */
+	char byte;
+	while (SSL_read(ssl, &byte, 1) > 0) {
+	}
+	return endWithServer(ssl, fd, ctx, child);
 }
 
 } /* namespace */
@@ -1858,6 +1987,8 @@ int main(int argc, char **argv)
 		return headerPeek(argv[2]);
 	if (which == "openssl-view" && argc > 2)
 		return opensslView(argv[2]);
+	if (which == "edge-peek" && argc > 2)
+		return edgePeek(argv[2]);
 	if (which == "blocking-peek" && argc > 2)
 		return blockingPeek(argv[2]);
 	if (which == "rearm" && argc > 2)
@@ -1875,7 +2006,7 @@ int main(int argc, char **argv)
 		return status;
 	}
 	if (which == "pipes" || which == "pty" || which == "stoptls" || which == "close-unread" ||
-	    which == "half-record" || which == "cancel-half-record" || which == "workers") {
+	    which == "half-record" || which == "cancel-half-record" || which == "workers" || which == "sniff") {
 		SSL_CTX *server = serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", ""));
 		int status = which == "pipes" || which == "pty" ? pipes(server, which == "pty")
 			     : which == "workers"                  ? workers(server, argc > 2 ? argv[2] : "",
@@ -1884,6 +2015,7 @@ int main(int argc, char **argv)
 										 number(argc, argv, "--edge", 0) ? uint32_t{EPOLLET} : 0,
 										 number(argc, argv, "--show-first-arm", 0) != 0)
 			     : which == "stoptls"                  ? stoptls(server, argc > 2 && std::string(argv[2]) == "tcp")
+			     : which == "sniff"                    ? sniff(server)
 			     : which == "half-record"              ? halfRecord(server)
 			     : which == "cancel-half-record"       ? cancelHalfRecord(server)
 								   : closeUnread(server, argc > 2 ? argv[2] : "");

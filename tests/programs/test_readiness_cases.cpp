@@ -117,8 +117,8 @@ TEST(Readiness, APeekNeverSaysClosedWhileOpenSslHoldsRecords)
 
 /*
  * A loop that peeks for a whole record header before each SSL_read reads the raw stream:
- * its connection stops reading ahead at the peek (UnseenWaits::notePeeked). It was told
- * 1 byte while OpenSSL held the records, and spun (a hunt, 20 runs of 20).
+ * the peek reads the shim's queue, then the kernel's. With OpenSSL's read-ahead it was
+ * told 1 byte while OpenSSL held the records, and spun (a hunt, 20 runs of 20).
  */
 TEST(Readiness, ALoopThatPeeksForARecordHeaderReadsAsWithout)
 {
@@ -140,6 +140,51 @@ TEST(Readiness, WhatOpenSslShowsOfWhatItReadIsAsWithout)
 	EXPECT_EQ(runs[0].out.rfind("lines 1 has_pending 0 pending 0 bio_read ", 0), 0u) << runs[0].out;
 	EXPECT_EQ(runs[1].status, 0) << runs[1].err;
 	EXPECT_EQ(runs[1].out, runs[0].out);
+}
+
+/*
+ * The same peek in an edge-triggered loop, which drains with SSL_read to WANT_READ at each
+ * event. A lost edge stalls it (lines below 20); events whose peek finds less than a header
+ * spin it. Read-ahead alone does not: the drain leaves OpenSSL no whole record, and the
+ * socket's queue starts at a record (with TLSTUNE_READINESS=off, read-ahead and no
+ * readiness, it reads 20 lines where header-peek reads 1).
+ */
+TEST(Readiness, AnEdgeTriggeredLoopThatPeeksReadsAsWithout)
+{
+	RecordProperty("fault", "EPOLLIN|EPOLLET, recv(MSG_PEEK) of 5 bytes at each event, then SSL_read until WANT_READ");
+	expectBothWays(bothWays({ "edge-peek" }, { "--burst", "20" }), "lines 20\nno spin\n");
+}
+
+/*
+ * A server that peeks at a new connection's first bytes (a TLS handshake or plaintext?)
+ * before it makes its connection on the socket; its process has a connection already, so
+ * the peek is noted.
+ */
+TEST(Readiness, AServerThatSniffsBeforeItsHandshakeReadsAsWithout)
+{
+	RecordProperty("fault", "recv(MSG_PEEK) of 5 bytes of a new TCP connection, then SSL_set_fd and SSL_accept on it");
+	expectBothWays(bothWays(withIdentity("sniff")), "sniffed tls\nlines 20\n");
+}
+
+/*
+ * A peek is no reason to stop reading ahead: it reads the shim's queue first. (When
+ * OpenSSL's read-ahead held the records, a peek turned it off, and a peek made before the
+ * connection was forgotten at the first call: SSL_set_fd's hook kept it until 4efd1fd.)
+ */
+TEST(Readiness, AServerThatSniffsBeforeItsHandshakeStillReadsAhead)
+{
+	RecordProperty("fault", "read-ahead on a server connection made on a socket the program peeked at first");
+	std::vector<std::string> arguments = withIdentity("sniff");
+	arguments.insert(arguments.begin(), examplePath("readiness_cases"));
+	const Captured run = runProgram(arguments, true, { "TLSTUNE_LOG=info" }, kTimeoutMs);
+	EXPECT_EQ(run.status, 0) << run.err;
+	EXPECT_EQ(run.out, "sniffed tls\nlines 20\n");
+	/* The client's line and the forked server's (its own rate limit): both read ahead. */
+	const std::string tuned = "tlstune: connection tuned: read-ahead on, ";
+	const std::size_t first = run.err.find(tuned);
+	EXPECT_NE(first, std::string::npos) << run.err;
+	EXPECT_NE(run.err.find(tuned, first + 1), std::string::npos) << run.err;
+	EXPECT_EQ(run.err.find("read-ahead off: the program peeks"), std::string::npos) << run.err;
 }
 
 TEST(Readiness, ABlockingPeekAnswersAtOnceWhileOpenSslHoldsRecords)
