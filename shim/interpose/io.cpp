@@ -125,12 +125,15 @@ ssize_t fillRead(int fd, const struct iovec *iov, int iovcnt, void *context)
  * OpenSSL reads fd for a connection the shim reads ahead for, and its queue is empty: one
  * read of the kernel takes what the connection reads ahead (SocketCache::fill). *n set,
  * true; false where the read is not such a one (a peek, a flag that changes what a read
- * returns).
+ * returns), and in a process that confined itself.
  */
 bool filled(int fd, void *buf, std::size_t len, int flags, bool socket, ssize_t *n)
 {
 	const std::size_t size = len > 0 ? CallScope::readAheadFor(fd) : 0;
 	if (size <= len || (flags & ~MSG_DONTWAIT))
+		return false;
+	/* A confined process (seccomp) may allow read and recv alone: OpenSSL's own reads, then. */
+	if (process().unseen.confined())
 		return false;
 	FillRead how = { flags, socket };
 	*n = process().cache.fill(fd, buf, len, size, fillRead, &how);

@@ -6,8 +6,46 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <pthread.h>
 
 namespace tlstune {
+
+namespace {
+
+/*
+ * The memory of this thread's fill while its read is in the kernel. A cancellation there
+ * unwinds through the fill, which therefore has no cleanup of its own (a landing pad in
+ * it made AddressSanitizer fail its check of a cancelled thread's stack): the thread's
+ * next fill frees it, or the key's destructor at the thread's end.
+ */
+pthread_key_t inFlightKey;
+bool inFlightKeyMade = false;
+pthread_once_t inFlightOnce = PTHREAD_ONCE_INIT;
+
+void makeInFlightKey() noexcept
+{
+	inFlightKeyMade = pthread_key_create(&inFlightKey, std::free) == 0;
+}
+
+/* A buffer of size for a fill, after what an unwound fill of this thread left. */
+char *inFlight(std::size_t size) noexcept
+{
+	pthread_once(&inFlightOnce, makeInFlightKey);
+	if (!inFlightKeyMade)
+		return nullptr; /* no key: no read-ahead, rather than a leak at each cancellation */
+	std::free(pthread_getspecific(inFlightKey));
+	char *bytes = static_cast<char *>(std::malloc(size));
+	pthread_setspecific(inFlightKey, bytes);
+	return bytes;
+}
+
+/* The fill's read returned: its memory is the fill's again (the queue's, or freed). */
+void landed() noexcept
+{
+	pthread_setspecific(inFlightKey, nullptr);
+}
+
+} /* namespace */
 
 SocketCache::~SocketCache()
 {
@@ -168,29 +206,25 @@ ssize_t SocketCache::fill(int fd, void *buf, std::size_t len, std::size_t size, 
 	if (q && q->lock.heldHere())
 		q = nullptr;
 	const unsigned life = q ? q->lives.load(std::memory_order_acquire) : 0;
-	/* Freed on every way out but the queue's, a cancellation's unwinding too. */
-	struct Memory {
-		char *bytes;
-		~Memory()
-		{
-			const int savedErrno = errno;
-			std::free(bytes);
-			errno = savedErrno;
-		}
-	} more = { q ? static_cast<char *>(std::malloc(size - len)) : nullptr };
-	struct iovec parts[2] = { { buf, len }, { more.bytes, more.bytes ? size - len : 0 } };
-	const ssize_t got = read(fd, parts, more.bytes ? 2 : 1, context);
-	if (got <= static_cast<ssize_t>(len))
-		return got;
+	char *more = q ? inFlight(size - len) : nullptr;
+	struct iovec parts[2] = { { buf, len }, { more, more ? size - len : 0 } };
+	const ssize_t got = read(fd, parts, more ? 2 : 1, context);
 	const int savedErrno = errno;
+	if (more)
+		landed();
+	if (got <= static_cast<ssize_t>(len)) {
+		std::free(more);
+		errno = savedErrno;
+		return got;
+	}
 	const std::size_t extra = static_cast<std::size_t>(got) - len;
 	q->lock.lock();
 	if (s->load(std::memory_order_acquire) != q || q->lives.load(std::memory_order_acquire) != life) {
 		/* The number was closed meanwhile: the bytes went with its file. */
+		std::free(more);
 	} else if (q->size.load(std::memory_order_relaxed) == 0) {
 		std::free(q->bytes);
-		q->bytes = more.bytes;
-		more.bytes = nullptr;
+		q->bytes = more;
 		q->begin = 0;
 		q->end = extra;
 	} else {
@@ -202,10 +236,11 @@ ssize_t SocketCache::fill(int fd, void *buf, std::size_t len, std::size_t size, 
 		 */
 		char *joined = static_cast<char *>(std::realloc(q->bytes, q->end + extra));
 		if (joined) {
-			std::memcpy(joined + q->end, more.bytes, extra);
+			std::memcpy(joined + q->end, more, extra);
 			q->bytes = joined;
 			q->end += extra;
 		}
+		std::free(more);
 	}
 	q->size.store(q->end - q->begin, std::memory_order_release);
 	q->lock.unlock();
