@@ -16,7 +16,6 @@ using namespace tlstune;
 
 namespace {
 
-
 template <typename Function, typename... Args>
 ssize_t forward(Function LibcApi::*function, int fd, Args... args)
 {
@@ -173,7 +172,6 @@ ssize_t answered(ssize_t n, struct sockaddr *from, socklen_t *fromlen) noexcept
 	return n;
 }
 
-
 /*
  * The recv family: the queue, a fill, or the kernel. from and fromlen: recvfrom's, null
  * for the others.
@@ -196,10 +194,6 @@ ssize_t forwardRecv(Function LibcApi::*function, int fd, void *buf, size_t len, 
 	}
 	return forwardRead(function, fd, takesBytes(flags), buf, len, args...);
 }
-
-} /* namespace */
-
-namespace {
 
 /* read(2) and its fortified form: the queue, a fill, or the kernel. */
 template <typename Function, typename... Args>
