@@ -13,36 +13,62 @@ namespace tlstune {
 namespace {
 
 /*
- * The memory of this thread's fill while its read is in the kernel. A cancellation there
- * unwinds through the fill, which therefore has no cleanup of its own (a landing pad in
- * it made AddressSanitizer fail its check of a cancelled thread's stack): the thread's
- * next fill frees it, or the key's destructor at the thread's end.
+ * Each thread keeps one buffer for its fills: a fill reads into it, and a queue that
+ * takes the bytes takes the buffer; a queue read empty gives its buffer back to the
+ * thread that emptied it, if that one has none. So a burst allocates nothing, and the
+ * heap is not cut up by a buffer made and freed at each fill (300 idle clients kept 53
+ * KiB each against 41 without the shim when each fill had its own). A cancellation
+ * unwinds through the fill, which has no cleanup of its own (a landing pad there made
+ * AddressSanitizer fail its check of a cancelled thread's stack): the buffer is the
+ * thread's still. The key's destructor frees it at the thread's end.
  */
-pthread_key_t inFlightKey;
-bool inFlightKeyMade = false;
-pthread_once_t inFlightOnce = PTHREAD_ONCE_INIT;
+struct Spare {
+	char *bytes;
+	std::size_t size;
+};
+__attribute__((tls_model("initial-exec"))) thread_local Spare spare = { nullptr, 0 };
+pthread_key_t spareKey;
+bool spareKeyMade = false;
+pthread_once_t spareOnce = PTHREAD_ONCE_INIT;
 
-void makeInFlightKey() noexcept
+void makeSpareKey() noexcept
 {
-	inFlightKeyMade = pthread_key_create(&inFlightKey, std::free) == 0;
+	spareKeyMade = pthread_key_create(&spareKey, std::free) == 0;
 }
 
-/* A buffer of size for a fill, after what an unwound fill of this thread left. */
-char *inFlight(std::size_t size) noexcept
+/* This thread's buffer, of size bytes at least; null when it cannot have one. */
+char *spareOf(std::size_t size) noexcept
 {
-	pthread_once(&inFlightOnce, makeInFlightKey);
-	if (!inFlightKeyMade)
-		return nullptr; /* no key: no read-ahead, rather than a leak at each cancellation */
-	std::free(pthread_getspecific(inFlightKey));
-	char *bytes = static_cast<char *>(std::malloc(size));
-	pthread_setspecific(inFlightKey, bytes);
-	return bytes;
+	if (spare.bytes && spare.size >= size)
+		return spare.bytes;
+	pthread_once(&spareOnce, makeSpareKey);
+	if (!spareKeyMade)
+		return nullptr; /* no key: no read-ahead, rather than a leak at each thread's end */
+	std::free(spare.bytes);
+	spare.bytes = static_cast<char *>(std::malloc(size));
+	spare.size = spare.bytes ? size : 0;
+	pthread_setspecific(spareKey, spare.bytes);
+	return spare.bytes;
 }
 
-/* The fill's read returned: its memory is the fill's again (the queue's, or freed). */
-void landed() noexcept
+/* The fill's buffer went to a queue. */
+void spareTaken() noexcept
 {
-	pthread_setspecific(inFlightKey, nullptr);
+	spare = { nullptr, 0 };
+	pthread_setspecific(spareKey, nullptr);
+}
+
+/* A queue's buffer of size bytes, read empty: this thread's, if it has none (else freed). */
+void giveBack(char *bytes, std::size_t size) noexcept
+{
+	if (!bytes)
+		return;
+	if (spare.bytes || !spareKeyMade) {
+		std::free(bytes);
+		return;
+	}
+	spare = { bytes, size };
+	pthread_setspecific(spareKey, bytes);
 }
 
 } /* namespace */
@@ -110,8 +136,9 @@ std::size_t SocketCache::queued(int fd) const noexcept
 
 void SocketCache::drop(Queue &q) noexcept
 {
-	std::free(q.bytes);
+	giveBack(q.bytes, q.capacity);
 	q.bytes = nullptr;
+	q.capacity = 0;
 	q.begin = q.end = 0;
 	q.size.store(0, std::memory_order_release);
 }
@@ -206,25 +233,21 @@ ssize_t SocketCache::fill(int fd, void *buf, std::size_t len, std::size_t size, 
 	if (q && q->lock.heldHere())
 		q = nullptr;
 	const unsigned life = q ? q->lives.load(std::memory_order_acquire) : 0;
-	char *more = q ? inFlight(size - len) : nullptr;
+	char *more = q ? spareOf(size - len) : nullptr;
 	struct iovec parts[2] = { { buf, len }, { more, more ? size - len : 0 } };
 	const ssize_t got = read(fd, parts, more ? 2 : 1, context);
+	if (got <= static_cast<ssize_t>(len))
+		return got; /* the buffer stays the thread's */
 	const int savedErrno = errno;
-	if (more)
-		landed();
-	if (got <= static_cast<ssize_t>(len)) {
-		std::free(more);
-		errno = savedErrno;
-		return got;
-	}
 	const std::size_t extra = static_cast<std::size_t>(got) - len;
 	q->lock.lock();
 	if (s->load(std::memory_order_acquire) != q || q->lives.load(std::memory_order_acquire) != life) {
 		/* The number was closed meanwhile: the bytes went with its file. */
-		std::free(more);
 	} else if (q->size.load(std::memory_order_relaxed) == 0) {
 		std::free(q->bytes);
+		spareTaken();
 		q->bytes = more;
+		q->capacity = size - len;
 		q->begin = 0;
 		q->end = extra;
 	} else {
@@ -238,9 +261,9 @@ ssize_t SocketCache::fill(int fd, void *buf, std::size_t len, std::size_t size, 
 		if (joined) {
 			std::memcpy(joined + q->end, more, extra);
 			q->bytes = joined;
+			q->capacity = q->end + extra;
 			q->end += extra;
 		}
-		std::free(more);
 	}
 	q->size.store(q->end - q->begin, std::memory_order_release);
 	q->lock.unlock();

@@ -92,6 +92,7 @@ private:
 	struct Queue {
 		OwnedLock lock;
 		char *bytes = nullptr;
+		std::size_t capacity = 0; /* of bytes */
 		std::size_t begin = 0;
 		std::size_t end = 0;
 		std::atomic<std::size_t> size{ 0 }; /* end - begin, read without the lock */
