@@ -32,6 +32,9 @@
  *   pty --cert C --key K
  *                     the same over a raw-mode pseudo-terminal (SSL_set_rfd and SSL_set_wfd
  *                     on the slave, the server on the master).
+ *   openssl-view PORT against tls_server --burst 20: prints, after the first line read and
+ *                     after the last, "lines N has_pending H pending P bio_read B"
+ *                     (SSL_has_pending, SSL_pending, BIO_number_read of the read BIO).
  *   header-peek PORT  against tls_server --burst 20: a non-blocking loop that polls, peeks
  *                     at 5 bytes and calls SSL_read once they are a whole record header;
  *                     prints "lines 20" and "no spin" (or "spins": over 100 wake-ups whose
@@ -113,9 +116,10 @@
  *                     wrote back is below 5 s), select, pselect, ppoll and epoll_pwait2
  *                     with invalid timeouts, poll and ppoll with a pollfd array in a page
  *                     the process may not read. Prints one line each: the result and errno.
- *   stoptls --cert C --key K
+ *   stoptls [tcp] --cert C --key K
  *                     a forked server sends 2 lines, close_notify, then "PLAIN\n" without TLS
- *                     on the same socket (FTP's CCC). Reads the lines until SSL_read says
+ *                     on the same socket (FTP's CCC): a UNIX socketpair, or with tcp a TCP
+ *                     connection on 127.0.0.1. Reads the lines until SSL_read says
  *                     0, then polls and recv()s the plaintext. Prints "lines 2", then
  *                     "plain TEXT" or "plain none" (no byte within 2 s), and
  *                     "empty wakeups N": the polls that said readable with nothing to read.
@@ -133,7 +137,8 @@
  *   drain PORT        against tls_server --burst 20: reads one line, sends close_notify
  *                     (SSL_shutdown), then drains the socket itself until the peer's FIN:
  *                     poll, then recv(MSG_DONTWAIT). Prints "fin" and "spins" when more
- *                     than 100 polls said readable with nothing to read, else "no spin".
+ *                     than 100 polls said readable with nothing to read, else "no spin",
+ *                     and "drained N": the bytes the drain read (the rest of the burst).
  *   read-ahead-setting PORT
  *                     against tls_server --burst 20 --line-length 4000 (a burst of more
  *                     than a record, which fills a read-ahead buffer past its first
@@ -1034,6 +1039,32 @@ int waitArguments(const char *port)
  * A loop that reads a record once the socket shows its whole header: poll, then a peek
  * of 5 bytes, then SSL_read. Bounded: 10,000 wake-ups, 2 s a wait.
  */
+/*
+ * What OpenSSL itself shows of the bytes it read: after the first line of a burst, and
+ * after the last, SSL_has_pending, SSL_pending and the read BIO's BIO_number_read.
+ */
+int opensslView(const char *port)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	int fd;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	char buffer[16384];
+	int lines = 0;
+	for (int round = 0; round < 100 && lines < 20; round++) {
+		const int n = SSL_read(ssl, buffer, sizeof(buffer));
+		if (n <= 0)
+			break;
+		lines += static_cast<int>(std::count(buffer, buffer + n, '\n'));
+		if (round == 0 || lines == 20)
+			std::printf("lines %d has_pending %d pending %d bio_read %lu\n", lines, SSL_has_pending(ssl),
+				    SSL_pending(ssl), static_cast<unsigned long>(BIO_number_read(SSL_get_rbio(ssl))));
+	}
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 int headerPeek(const char *port)
 {
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
@@ -1122,11 +1153,27 @@ int peek(const char *port)
 	return 0;
 }
 
-int stoptls(SSL_CTX *server)
+/* A connected TCP pair on 127.0.0.1: fds[0] the client's, fds[1] the server's. */
+void tcpPair(int fds[2])
+{
+	int port = 0;
+	const int listener = listenOn(0, &port);
+	fds[0] = connectTo("127.0.0.1", std::to_string(port).c_str());
+	fds[1] = accept(listener, nullptr, nullptr);
+	if (fds[1] < 0)
+		fail("accept");
+	close(listener);
+}
+
+int stoptls(SSL_CTX *server, bool tcp)
 {
 	int fds[2], done[2];
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0 || pipe(done) != 0)
+	if (tcp)
+		tcpPair(fds);
+	else if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
 		fail("socketpair");
+	if (pipe(done) != 0)
+		fail("pipe");
 	std::fflush(stdout);
 	pid_t child = fork();
 	if (child == 0) {
@@ -1291,6 +1338,7 @@ int drain(const char *port)
 	SSL_shutdown(client.ssl);
 	int empty = 0;
 	bool fin = false;
+	long drained = 0;
 	/* Bounded: a spinning loop ends after a million wake-ups, a stalled one at the poll's timeout. */
 	for (int i = 0; i < 1000000 && !fin; i++) {
 		struct pollfd pfd = { fd, POLLIN, 0 };
@@ -1300,8 +1348,9 @@ int drain(const char *port)
 		const ssize_t n = recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
 		fin = n == 0;
 		empty += n < 0 && errno == EAGAIN;
+		drained += n > 0 ? n : 0;
 	}
-	std::printf("%s\n%s\n", fin ? "fin" : "no fin", empty > 100 ? "spins" : "no spin");
+	std::printf("%s\n%s\ndrained %ld\n", fin ? "fin" : "no fin", empty > 100 ? "spins" : "no spin", drained);
 	return 0;
 }
 
@@ -1936,6 +1985,8 @@ int main(int argc, char **argv)
 		return waitArguments(argv[2]);
 	if (which == "header-peek" && argc > 2)
 		return headerPeek(argv[2]);
+	if (which == "openssl-view" && argc > 2)
+		return opensslView(argv[2]);
 	if (which == "edge-peek" && argc > 2)
 		return edgePeek(argv[2]);
 	if (which == "blocking-peek" && argc > 2)
@@ -1963,7 +2014,7 @@ int main(int argc, char **argv)
 										 static_cast<int>(number(argc, argv, "--connections", 4)),
 										 number(argc, argv, "--edge", 0) ? uint32_t{EPOLLET} : 0,
 										 number(argc, argv, "--show-first-arm", 0) != 0)
-			     : which == "stoptls"                  ? stoptls(server)
+			     : which == "stoptls"                  ? stoptls(server, argc > 2 && std::string(argv[2]) == "tcp")
 			     : which == "sniff"                    ? sniff(server)
 			     : which == "half-record"              ? halfRecord(server)
 			     : which == "cancel-half-record"       ? cancelHalfRecord(server)

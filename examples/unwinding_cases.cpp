@@ -50,13 +50,16 @@ void *reader(void *)
 	return nullptr;
 }
 
-/* Whether thread tid is inside a read system call now (the kernel's own view of it). */
+/*
+ * Whether thread tid is inside a read system call now (the kernel's own view of it):
+ * tlstune's read-ahead reads with readv and recvmsg.
+ */
 bool insideRead(long tid)
 {
 	std::ifstream call("/proc/self/task/" + std::to_string(tid) + "/syscall");
 	long number = -1;
 	call >> number;
-	return number == SYS_read || number == SYS_recvfrom;
+	return number == SYS_read || number == SYS_recvfrom || number == SYS_readv || number == SYS_recvmsg;
 }
 
 void *writer(void *)

@@ -34,16 +34,16 @@ const Option kOptions[] = {
 	    "Turn every feature off: each call goes straight to OpenSSL or libc." },
 	  Kind::Bool, &Config::disable, nullptr, nullptr, nullptr },
 	{ { "TLSTUNE_READ_AHEAD", "1/true/yes/on or 0/false/no/off", "on",
-	    "Turn read-ahead on and size the read buffer of each connection tlstune follows "
-	    "(made through its SSL_new, read through its SSL_read)." },
+	    "Read ahead of each connection tlstune follows (made through its SSL_new, read through "
+	    "its SSL_read): one read of the socket takes several records." },
 	  Kind::Bool, &Config::readAhead, nullptr, nullptr, nullptr },
-	{ { "TLSTUNE_READ_BUFFER", "bytes from 16KiB to 1MiB, suffix K, KiB, M or MiB", "65655",
-	    "A client's read buffer length: the default holds four whole 16 KiB TLS records (a server "
-	    "keeps OpenSSL's one unless this is set)." },
+	{ { "TLSTUNE_READ_BUFFER", "bytes from 16KiB to 1MiB, suffix K, KiB, M or MiB", "65652",
+	    "How much one read of a client's socket takes: the default is four whole 16 KiB TLS records "
+	    "(a server's takes one unless this is set)." },
 	  Kind::Size, nullptr, &Config::readBuffer, nullptr, nullptr },
 	{ { "TLSTUNE_READINESS", "1/true/yes/on or 0/false/no/off", "on",
-	    "Make poll/select/epoll report a connection readable while OpenSSL holds its data. "
-	    "Turning it off brings back the read-ahead stalls; it exists to show them." },
+	    "Make poll/select/epoll report a connection readable while tlstune holds bytes it read "
+	    "ahead. Turning it off brings back the read-ahead stalls; it exists to show them." },
 	  Kind::Bool, &Config::readiness, nullptr, nullptr, nullptr },
 	{ { "TLSTUNE_CA_CACHE", "1/true/yes/on or 0/false/no/off", "on",
 	    "Index each CA file once per process (its bytes decide: a file whose bytes changed "

@@ -12,12 +12,12 @@ namespace tlstune {
  * The default read buffer holds four whole TLS records. A full TLS 1.2 AES-GCM record is
  * 16,413 bytes on the wire (5 header + 8 nonce + 16,384 data + 16 tag); curl settled on
  * 4 x 0x401e and the seed (curl-openssl-readahead.txt) found 4 records fastest, 8 slower.
- * OpenSSL asks the BIO for the buffer length less its 3 bytes of alignment slack, so
- * 4 x 16,413 + 3 makes every read take exactly four records. With a round 65,536 the reads
- * alternate 65,533 + 119 bytes: twice the syscalls for the same data (measured here).
+ * Each read of the socket asks for exactly this (SocketCache), so 4 x 16,413 takes four
+ * whole records. With a round 65,536 the reads alternated 65,533 + 119 bytes: twice the
+ * syscalls for the same data (measured here).
  */
 constexpr std::size_t kRecordOnWire = 16413;
-constexpr std::size_t kDefaultReadBuffer = 4 * kRecordOnWire + 3;
+constexpr std::size_t kDefaultReadBuffer = 4 * kRecordOnWire;
 
 /* As curl's CURLOPT_CA_CACHE_TIMEOUT. */
 constexpr unsigned long kDefaultCaCacheTtl = 24 * 60 * 60;
@@ -77,7 +77,7 @@ struct ParsedConfig {
 /* Pure: reads only through lookup, so tests feed it a fake environment. */
 ParsedConfig parseConfig(EnvLookup lookup, void *context);
 
-/* "read_ahead=on read_buffer=65655 ...": what TLSTUNE_VERBOSE prints. */
+/* "read_ahead=on read_buffer=65652 ...": what TLSTUNE_VERBOSE prints. */
 std::string describeConfig(const Config &config);
 
 /* Parsers shared with the tests; each returns false for a value it does not accept. */

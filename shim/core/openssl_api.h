@@ -52,10 +52,8 @@ struct OpenSslApi {
 	/* What the features need. */
 	decltype(&::SSL_CTX_ctrl) SSL_CTX_ctrl = nullptr;
 	decltype(&::SSL_CTX_set_default_read_buffer_len) SSL_CTX_set_default_read_buffer_len = nullptr;
-	/* Read tuning is per connection: set on the SSL, and what the program set, answered. */
+	/* TLSTUNE_READINESS=off's read-ahead is OpenSSL's own; what the program set is asked. */
 	decltype(&::SSL_set_default_read_buffer_len) SSL_set_default_read_buffer_len = nullptr;
-	/* Optional: lets an empty read buffer the shim enlarged go (core/read/read_tuning.h). */
-	decltype(&::SSL_free_buffers) SSL_free_buffers = nullptr;
 	decltype(&::SSL_set_read_ahead) SSL_set_read_ahead = nullptr;
 	decltype(&::SSL_get_read_ahead) SSL_get_read_ahead = nullptr;
 	decltype(&::SSL_get_SSL_CTX) SSL_get_SSL_CTX = nullptr;

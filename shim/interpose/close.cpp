@@ -28,7 +28,7 @@ namespace {
  */
 bool tracking(Process &p)
 {
-	if (p.coalescer.idle() && p.buffered.idle() && p.epoll.empty())
+	if (p.coalescer.idle() && p.buffered.empty() && p.epoll.empty() && !p.cache.used())
 		return false;
 	return !p.inVforkChild();
 }
@@ -41,7 +41,7 @@ void beforeClose(Process &p, int first, int last, AbortiveCloses *made = nullptr
 {
 	p.held.socketsLeaving(first, last);
 	p.coalescer.closing(first, last);
-	if (!p.buffered.idle())
+	if (!p.buffered.empty())
 		p.buffered.closing(first, last, made);
 	p.epoll.closing(first, last);
 }
@@ -53,8 +53,9 @@ void forgetClosed(Process &p, bool closed, int first, int last)
 		return;
 	int savedErrno = errno;
 	p.held.closed(first, last);
-	if (!p.buffered.idle())
+	if (!p.buffered.empty())
 		p.buffered.closed(first, last);
+	p.cache.closed(first, last);
 	p.epoll.closed(first, last);
 	errno = savedErrno;
 }

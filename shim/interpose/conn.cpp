@@ -22,23 +22,8 @@ TLSTUNE_EXPORT SSL *SSL_new(SSL_CTX *ctx)
 	 * from TLS_method looks like a server until its first call).
 	 */
 	if (created && ssl.tuning && !ssl.tracking && ssl.api.SSL_get_read_ahead(created) == 0)
-		ReadTuning::turnOn(ssl.api, process().config, created, true);
+		ReadTuning::turnOnUnfollowed(ssl.api, process().config, created);
 	return created;
-}
-
-/* The program's own setting: the shim's read-ahead is not the program's to see. */
-TLSTUNE_EXPORT int SSL_get_read_ahead(const SSL *s)
-{
-	const OpenSsl &ssl = openssl();
-	if (!ssl.api.SSL_get_read_ahead)
-		return 0;
-	const int on = ssl.api.SSL_get_read_ahead(s);
-	if (on && ssl.tracking) {
-		const Connection *connection = ssl.slot.of(ssl.api, const_cast<SSL *>(s));
-		if (connection && connection->readAheadByShim())
-			return 0;
-	}
-	return on;
 }
 
 TLSTUNE_EXPORT void SSL_set_read_ahead(SSL *s, int yes)
@@ -264,7 +249,7 @@ TLSTUNE_EXPORT int SSL_clear(SSL *s)
 
 /*
  * Held plaintext becomes a record before the connection goes (TLSTUNE_COALESCE=records).
- * A call left by a longjmp recorded nothing of what OpenSSL read ahead in it: that is
+ * A call left by a longjmp recorded nothing of what the shim read ahead in it: that is
  * recorded now, so that the close resets the connection as the kernel, holding it unread,
  * would (a hunt: a FIN).
  */
@@ -275,8 +260,8 @@ TLSTUNE_EXPORT void SSL_free(SSL *s)
 		process().held.free(s);
 	if (o.tracking) {
 		Connection *connection = o.slot.existing(o.api, s);
-		if (connection && !connection->buffered())
-			settleConnection(o, s, connection, false);
+		if (connection)
+			settleConnection(connection);
 	}
 	if (o.api.SSL_free)
 		o.api.SSL_free(s);

@@ -28,9 +28,9 @@ SSL_CTX *created(Create create)
 	if (ctx && creating == 0 && ssl.tuning) {
 		int savedErrno = errno;
 		Stats::add(process().stats.contextsTuned, 1);
-		logLimited(contextLines, LogLevel::Info, "new SSL_CTX: the connections tlstune follows get "
-			   "read-ahead and a %zu-byte read buffer (a server's: OpenSSL's own, unless "
-			   "TLSTUNE_READ_BUFFER is set)", process().config.readBuffer);
+		logLimited(contextLines, LogLevel::Info, "new SSL_CTX: the connections tlstune follows read "
+			   "ahead, %zu bytes a read (a server's: a record, unless TLSTUNE_READ_BUFFER is "
+			   "set)", process().config.readBuffer);
 		errno = savedErrno;
 	}
 	return ctx;

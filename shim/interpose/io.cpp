@@ -1,13 +1,14 @@
 /*
- * The read family, only to learn which socket a connection reads: a read made while this
- * thread is inside an OpenSSL call is that connection's. Outside OpenSSL calls this is one
- * thread-local load.
+ * The read family. A read made while this thread is inside an OpenSSL call is that
+ * connection's, and names its socket. Every read of an fd whose bytes the shim read ahead
+ * takes them first (SocketCache), and OpenSSL's read of a connection the shim reads ahead
+ * for fills that queue with one large read. Outside OpenSSL calls, on an fd without a
+ * queue, this is a load and a thread-local load.
  */
 
 #include <cerrno>
 
 #include "interpose/export.h"
-#include "core/read/wait_merge.h"
 #include "runtime/duplicates.h"
 #include "runtime/socket_read.h"
 
@@ -15,25 +16,12 @@ using namespace tlstune;
 
 namespace {
 
-/* A read that does not return (a cancellation point's unwinding) says so (CallScope::readLeft). */
-struct Reading {
-	bool returned = false;
-	~Reading()
-	{
-		if (!returned)
-			CallScope::readLeft();
-	}
-};
-
-/* asked: the bytes the read asks for (Connection::kWholeBuffer where it is an iovec's). */
 template <typename Function, typename... Args>
-ssize_t forward(Function LibcApi::*function, int fd, size_t asked, Args... args)
+ssize_t forward(Function LibcApi::*function, int fd, Args... args)
 {
-	Reading reading;
 	ssize_t n = (libc().*function)(fd, args...);
-	reading.returned = true;
 	int savedErrno = errno;
-	noteRead(fd, n, asked);
+	noteRead(fd, n);
 	errno = savedErrno;
 	return n;
 }
@@ -49,38 +37,122 @@ bool takesBytes(int flags) noexcept
 
 /*
  * A read of the program's own that takes the socket's bytes (takes) and found the socket
- * empty: what OpenSSL holds is not reported until the connection's next OpenSSL call.
+ * empty, its queue too: nothing of it is reported until the connection's next OpenSSL
+ * call (an entry left of a queue read by another connection's calls goes).
  */
 template <typename Function, typename... Args>
-ssize_t forwardRead(Function LibcApi::*function, int fd, bool takes, size_t asked, Args... args)
+ssize_t forwardRead(Function LibcApi::*function, int fd, bool takes, Args... args)
 {
-	ssize_t n = forward(function, fd, asked, args...);
+	ssize_t n = forward(function, fd, args...);
 	Process *p = builtProcess();
-	if (takes && p && !CallScope::active()) {
-		/* Records a freed SSL left unread there: the kernel would have given them to this read. */
-		p->buffered.readByProgram(fd);
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			const int savedErrno = errno;
-			p->buffered.quieted(fd);
-			errno = savedErrno;
-		}
+	if (takes && p && !CallScope::active() && n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+		const int savedErrno = errno;
+		p->buffered.quieted(fd);
+		errno = savedErrno;
 	}
 	return n;
 }
 
 /*
- * An ask of the socket's data (not of its error queue) on a connection whose records
- * OpenSSL holds, outside OpenSSL's calls: the kernel would have them queued.
+ * fd's queue of bytes read ahead answers a read of them (not of the error queue or the
+ * urgent byte): *n set, true. Emptied by a read of the program's own, outside OpenSSL's
+ * calls, its readiness goes at once (the connection's next call registers it again).
  */
-bool asksHeld(Process &p, int fd, int flags) noexcept
+bool queueAnswers(int fd, const struct iovec *iov, int iovcnt, int flags, ssize_t *n) noexcept
 {
-	return !(flags & MSG_ERRQUEUE) && !p.buffered.empty() && !CallScope::active() && p.buffered.holds(fd);
+	Process *p = builtProcess();
+	if (!p || !p->cache.mayHave(fd) || (flags & (MSG_OOB | MSG_ERRQUEUE)))
+		return false;
+	const int savedErrno = errno;
+	/* TCP's MSG_TRUNC counts the bytes and copies none (the buffer may be null). */
+	const std::size_t moved = p->cache.take(fd, iov, iovcnt, flags & MSG_PEEK, flags & MSG_TRUNC);
+	if (moved > 0 && !(flags & MSG_PEEK) && p->cache.queued(fd) == 0 && !CallScope::active())
+		p->buffered.quieted(fd);
+	errno = savedErrno;
+	*n = static_cast<ssize_t>(moved);
+	return moved > 0;
 }
 
 /*
- * The kernel's answer, without waiting, to an ask that must not wait on a connection
- * whose records OpenSSL holds: what it says stands (bytes still queued, a pipe's
- * ENOTSOCK), except that its socket is empty. ask(flags) makes the real call.
+ * A read of len bytes into buf answered by the queue, then, where the kernel would have
+ * gone on (MSG_WAITALL; a peek, which sees what is queued behind), by the kernel: more(buf,
+ * len, flags) makes its call.
+ */
+template <typename More>
+bool queueAnswers(int fd, void *buf, std::size_t len, int flags, ssize_t *n, More more)
+{
+	struct iovec one = { buf, len };
+	if (len == 0 || !queueAnswers(fd, &one, 1, flags, n))
+		return false;
+	const std::size_t got = static_cast<std::size_t>(*n);
+	const bool goesOn = (flags & MSG_PEEK) || (flags & MSG_WAITALL);
+	if (got < len && goesOn) {
+		const int savedErrno = errno;
+		const int moreFlags = (flags & MSG_PEEK) ? flags | MSG_DONTWAIT : flags;
+		const ssize_t added = more(buf ? static_cast<char *>(buf) + got : nullptr, len - got, moreFlags);
+		if (added > 0)
+			*n += added;
+		errno = savedErrno;
+	}
+	return true;
+}
+
+/* The kernel's read of a fill: readv for read(2), which a pipe takes too; recvmsg for recv(2), with its flags. */
+struct FillRead {
+	int flags;
+	bool socket;
+};
+ssize_t fillRead(int fd, const struct iovec *iov, int iovcnt, void *context)
+{
+	const FillRead &how = *static_cast<const FillRead *>(context);
+	ssize_t n;
+	if (how.socket) {
+		struct msghdr msg = {};
+		msg.msg_iov = const_cast<struct iovec *>(iov);
+		msg.msg_iovlen = static_cast<size_t>(iovcnt);
+		n = libc().recvmsg(fd, &msg, how.flags);
+	} else {
+		n = libc().readv(fd, iov, iovcnt);
+	}
+	const int savedErrno = errno;
+	noteRead(fd, n);
+	errno = savedErrno;
+	return n;
+}
+
+/*
+ * OpenSSL reads fd for a connection the shim reads ahead for, and its queue is empty: one
+ * read of the kernel takes what the connection reads ahead (SocketCache::fill). *n set,
+ * true; false where the read is not such a one (a peek, a flag that changes what a read
+ * returns), and in a process that confined itself.
+ */
+bool filled(int fd, void *buf, std::size_t len, int flags, bool socket, ssize_t *n)
+{
+	const std::size_t size = len > 0 ? CallScope::readAheadFor(fd) : 0;
+	if (size <= len || (flags & ~MSG_DONTWAIT))
+		return false;
+	/* A confined process (seccomp) may allow read and recv alone: OpenSSL's own reads, then. */
+	if (process().unseen.confined())
+		return false;
+	FillRead how = { flags, socket };
+	*n = process().cache.fill(fd, buf, len, size, fillRead, &how);
+	return true;
+}
+
+/*
+ * An ask of no bytes of the socket's data (not of its error queue) where the shim queued
+ * bytes of it: the kernel, which would have had them, would not wait.
+ */
+bool asksNothingOfQueued(int fd, int flags) noexcept
+{
+	Process *p = builtProcess();
+	return p && !(flags & MSG_ERRQUEUE) && p->cache.queued(fd) > 0;
+}
+
+/*
+ * The kernel's answer, without waiting, to an ask of no bytes of a socket whose bytes
+ * the shim queued: what it says stands (a pipe's ENOTSOCK), except that the socket is
+ * empty. ask(flags) makes the real call.
  */
 template <typename Ask>
 bool kernelAnswered(Ask ask, int flags, ssize_t *n) noexcept
@@ -101,89 +173,89 @@ ssize_t answered(ssize_t n, struct sockaddr *from, socklen_t *fromlen) noexcept
 }
 
 /*
- * The program looks at more than one of fd's raw bytes (UnseenWaits::notePeeked); not
- * before its first connection. A peek of one byte asks whether the peer is still there
- * (curl's and libcurl's check of a kept-alive connection), which the shim answers as the
- * kernel would: it keeps its read-ahead (curl on one keep-alive connection read 100
- * times per MiB instead of 24 when it did not).
- */
-void notePeek(Process &p, int fd, size_t len) noexcept
-{
-	if (len > 1 && ConnectionSlot::anyMade())
-		p.unseen.notePeeked(fd);
-}
-
-/*
- * The recv family also answers a program's MSG_PEEK for data OpenSSL holds. from and
- * fromlen: recvfrom's, null for the others.
+ * The recv family: the queue, a fill, or the kernel. from and fromlen: recvfrom's, null
+ * for the others.
  */
 template <typename Function, typename... Args>
-ssize_t forwardPeek(Function LibcApi::*function, int fd, void *buf, size_t len, int flags,
+ssize_t forwardRecv(Function LibcApi::*function, int fd, void *buf, size_t len, int flags,
 		    struct sockaddr *from, socklen_t *fromlen, Args... args)
 {
-	Process *built = builtProcess();
-	if (!built)
-		return forwardRead(function, fd, takesBytes(flags), len, buf, len, args...);
-	Process &p = *built;
-	/*
-	 * A read of no bytes, or a blocking peek, would wait for bytes the socket no longer
-	 * has: OpenSSL holds them, and the kernel, which would have had them queued, answers
-	 * at once (0 for no bytes, a peek as peekBuffered does).
-	 */
-	if ((len == 0 || (flags & (MSG_PEEK | MSG_DONTWAIT)) == MSG_PEEK) && asksHeld(p, fd, flags)) {
-		if (flags & MSG_PEEK)
-			notePeek(p, fd, len);
-		ssize_t n;
-		if (kernelAnswered([&](int asked) { return p.libc.recv(fd, buf, len, asked); }, flags, &n))
-			return answered(n, from, fromlen);
-		return answered(len == 0 ? 0 : peekBuffered(p.buffered, fd, buf, len, flags | MSG_DONTWAIT, n), from,
-				fromlen);
-	}
-	ssize_t n = forwardRead(function, fd, takesBytes(flags), len, buf, len, args...);
-	if (!(flags & MSG_PEEK) || CallScope::active())
+	ssize_t n;
+	auto more = [fd](void *at, std::size_t rest, int moreFlags) { return libc().recv(fd, at, rest, moreFlags); };
+	if (queueAnswers(fd, buf, len, flags, &n, more))
+		return answered(n, from, fromlen);
+	/* curl's BIO and OpenSSL's read with recv: a fill there names no source address. */
+	if (!from && filled(fd, buf, len, flags, true, &n))
 		return n;
-	notePeek(p, fd, len);
-	const ssize_t peeked = peekBuffered(p.buffered, fd, buf, len, flags, n);
-	return n < 0 ? answered(peeked, from, fromlen) : peeked;
+	if (len == 0 && asksNothingOfQueued(fd, flags)) {
+		if (!kernelAnswered([&](int asked) { return libc().recv(fd, buf, len, asked); }, flags, &n))
+			n = 0;
+		return answered(n, from, fromlen);
+	}
+	return forwardRead(function, fd, takesBytes(flags), buf, len, args...);
+}
+
+/* read(2) and its fortified form: the queue, a fill, or the kernel. */
+template <typename Function, typename... Args>
+ssize_t readThrough(Function LibcApi::*function, int fd, void *buf, size_t count, Args... args)
+{
+	ssize_t n;
+	struct iovec one = { buf, count };
+	if ((count > 0 && queueAnswers(fd, &one, 1, 0, &n)) || filled(fd, buf, count, 0, false, &n))
+		return n;
+	/* Of no bytes, with bytes queued: the kernel, which would have them, would not wait. */
+	if (count == 0 && asksNothingOfQueued(fd, 0))
+		return 0;
+	return forwardRead(function, fd, true, buf, count, args...);
 }
 
 } /* namespace */
 
 TLSTUNE_EXPORT ssize_t read(int fd, void *buf, size_t count)
 {
-	return forwardRead(&LibcApi::read, fd, true, count, buf, count);
+	return readThrough(&LibcApi::read, fd, buf, count);
 }
 
+/* A count past the buffer is the real function's to refuse (it aborts). */
 TLSTUNE_EXPORT ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen)
 {
-	return forwardRead(&LibcApi::read_chk, fd, true, count, buf, count, buflen);
+	if (count > buflen)
+		return libc().read_chk(fd, buf, count, buflen);
+	return readThrough(&LibcApi::read_chk, fd, buf, count, buflen);
 }
 
 TLSTUNE_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 {
-	return forwardRead(&LibcApi::readv, fd, true, Connection::kWholeBuffer, iov, iovcnt);
+	ssize_t n;
+	if (iovcnt > 0 && iov && queueAnswers(fd, iov, iovcnt, 0, &n))
+		return n;
+	return forwardRead(&LibcApi::readv, fd, true, iov, iovcnt);
 }
 
 TLSTUNE_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
 {
-	return forwardPeek(&LibcApi::recv, fd, buf, len, flags, nullptr, nullptr, flags);
+	return forwardRecv(&LibcApi::recv, fd, buf, len, flags, nullptr, nullptr, flags);
 }
 
 TLSTUNE_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t len, size_t buflen, int flags)
 {
-	return forwardPeek(&LibcApi::recv_chk, fd, buf, len, flags, nullptr, nullptr, buflen, flags);
+	if (len > buflen)
+		return libc().recv_chk(fd, buf, len, buflen, flags);
+	return forwardRecv(&LibcApi::recv_chk, fd, buf, len, flags, nullptr, nullptr, buflen, flags);
 }
 
 TLSTUNE_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *from,
 				socklen_t *fromlen)
 {
-	return forwardPeek(&LibcApi::recvfrom, fd, buf, len, flags, from, fromlen, flags, from, fromlen);
+	return forwardRecv(&LibcApi::recvfrom, fd, buf, len, flags, from, fromlen, flags, from, fromlen);
 }
 
 TLSTUNE_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t buflen, int flags,
 				      struct sockaddr *from, socklen_t *fromlen)
 {
-	return forwardPeek(&LibcApi::recvfrom_chk, fd, buf, len, flags, from, fromlen, buflen, flags, from,
+	if (len > buflen)
+		return libc().recvfrom_chk(fd, buf, len, buflen, flags, from, fromlen);
+	return forwardRecv(&LibcApi::recvfrom_chk, fd, buf, len, flags, from, fromlen, buflen, flags, from,
 			   fromlen);
 }
 
@@ -211,12 +283,12 @@ void answerNoBytes(struct msghdr *msg) noexcept
 }
 
 /*
- * A recvmsg of no bytes on a connection whose records OpenSSL holds, as forwardPeek
+ * A recvmsg of no bytes of a socket whose bytes the shim queued, as forwardRecv
  * answers one: true when it is answered, *n set. No control message comes with it.
  */
 bool answeredNoBytes(Process &p, int fd, struct msghdr *msg, int flags, ssize_t *n)
 {
-	if (p.buffered.empty() || !asksNoBytes(msg) || !asksHeld(p, fd, flags))
+	if (!asksNothingOfQueued(fd, flags) || !asksNoBytes(msg))
 		return false;
 	if (kernelAnswered([&](int flagsNow) { return p.libc.recvmsg(fd, msg, flagsNow); }, flags, n))
 		return true;
@@ -229,14 +301,12 @@ bool answeredNoBytes(Process &p, int fd, struct msghdr *msg, int flags, ssize_t 
 bool answeredNoBytes(Process &p, int fd, struct mmsghdr *vector, unsigned int length, int flags,
 		     struct timespec *timeout, int *n)
 {
-	if (p.buffered.empty() || !vector || length == 0 || length > 1024)
+	if (!asksNothingOfQueued(fd, flags) || !vector || length == 0 || length > 1024)
 		return false;
 	for (unsigned int i = 0; i < length; i++) {
 		if (!asksNoBytes(&vector[i].msg_hdr))
 			return false;
 	}
-	if (!asksHeld(p, fd, flags))
-		return false;
 	ssize_t answered;
 	if (kernelAnswered([&](int flagsNow) { return p.libc.recvmmsg(fd, vector, length, flagsNow, timeout); },
 			   flags, &answered)) {
@@ -257,14 +327,12 @@ TLSTUNE_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
 	Process &p = process();
 	ssize_t n;
-	if (!answeredNoBytes(p, fd, msg, flags, &n))
-		n = forwardRead(&LibcApi::recvmsg, fd, takesBytes(flags), Connection::kWholeBuffer, msg, flags);
-	/* Read once the kernel took msg: a bad one faulted there, not here. */
-	if ((flags & MSG_PEEK) && n >= 0 && !CallScope::active()) {
-		size_t len = 0;
-		for (size_t i = 0; i < msg->msg_iovlen && len <= 1; i++)
-			len += msg->msg_iov[i].iov_len;
-		notePeek(p, fd, len);
+	/* The program's msg is looked at only where bytes are queued: else the kernel sees it first. */
+	if (p.cache.mayHave(fd) && msg && msg->msg_iovlen > 0 && msg->msg_iovlen <= 1024 &&
+	    queueAnswers(fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags, &n)) {
+		answerNoBytes(msg); /* a stream's bytes: no flags, control data or address */
+	} else if (!answeredNoBytes(p, fd, msg, flags, &n)) {
+		n = forwardRead(&LibcApi::recvmsg, fd, takesBytes(flags), msg, flags);
 	}
 	/* A copy of a socket received with SCM_RIGHTS is a duplicate, as a dup's is. */
 	if (n >= 0 && msg && msg->msg_controllen > 0)
@@ -282,8 +350,8 @@ TLSTUNE_EXPORT int recvmmsg(int fd, struct mmsghdr *vector, unsigned int length,
 	}
 	int received;
 	if (!answeredNoBytes(p, fd, vector, length, flags, timeout, &received))
-		received = static_cast<int>(forwardRead(&LibcApi::recvmmsg, fd, takesBytes(flags),
-							Connection::kWholeBuffer, vector, length, flags, timeout));
+		received = static_cast<int>(forwardRead(&LibcApi::recvmmsg, fd, takesBytes(flags), vector, length,
+							flags, timeout));
 	for (int i = 0; i < received; i++) {
 		if (vector[i].msg_hdr.msg_controllen > 0)
 			noteReceivedDescriptors(p, &vector[i].msg_hdr);

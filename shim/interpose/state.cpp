@@ -59,19 +59,6 @@ int request(SSL *ssl, Function OpenSslApi::*function, Args... args)
 	return real(ssl, args...);
 }
 
-/*
- * SSL_clear_mode(SSL_MODE_AUTO_RETRY): a connection that reads ahead stops. Outlined, so
- * that every other SSL_ctrl (SSL_get_mode after each read) makes no frame.
- */
-__attribute__((noinline, cold)) void retriesCleared(SSL *s) noexcept
-{
-	const OpenSsl &o = openssl();
-	/* Only a connection reading ahead has anything to stop: no state is made for the others. */
-	Connection *connection = o.tracking && o.api.SSL_get_read_ahead(s) ? o.slot.of(o.api, s) : nullptr;
-	if (connection)
-		ReadTuning::retryModeCleared(o.api, s, *connection);
-}
-
 } /* namespace */
 
 TLSTUNE_EXPORT int SSL_pending(const SSL *s)
@@ -106,8 +93,6 @@ TLSTUNE_EXPORT int SSL_get_key_update_type(const SSL *s)
  */
 TLSTUNE_EXPORT long SSL_ctrl(SSL *s, int cmd, long larg, void *parg)
 {
-	if (__builtin_expect(cmd == SSL_CTRL_CLEAR_MODE && (larg & SSL_MODE_AUTO_RETRY), 0))
-		retriesCleared(s);
 	return query(s, &OpenSslApi::SSL_ctrl, 0, cmd, larg, parg);
 }
 

@@ -1,8 +1,9 @@
 /*
- * The wait family: core/read/wait_merge.h calls the real function, adding the connections
- * OpenSSL holds data for (with nothing buffered, after one relaxed load).
+ * The wait family: core/read/wait_merge.h calls the real function, adding the sockets
+ * whose bytes the shim read ahead (with nothing queued, after one relaxed load).
  */
 
+#include <climits>
 #include <cstdarg>
 #include <chrono>
 #include <sys/ioctl.h>
@@ -40,34 +41,6 @@ template <typename Timeout>
 bool straightToTheKernel(const Timeout *timeout) noexcept
 {
 	return nothingToWaitFor() || refusedTimeout(timeout);
-}
-
-/*
- * A wait to read a socket whose freed SSL left records unread: the kernel, which would
- * hold them, answers it readable and the program reads them, as a lingering close drains
- * its socket: that counts as the program's read, and its close is a FIN (a reset threw
- * away the 150 KiB of a response the peer had not taken yet, when read-ahead had taken
- * every request in). One load while no freed SSL left any; not in a vfork child, which
- * changes no state of the shim's. poll's array is looked at once the kernel took it.
- */
-void waitedToRead(Process &p, const struct pollfd *fds, nfds_t nfds, int ready) noexcept
-{
-	if (ready < 0 || !p.buffered.anyUnread() || p.inVforkChild())
-		return;
-	for (nfds_t i = 0; i < nfds; i++) {
-		if (fds[i].events & (POLLIN | POLLRDNORM))
-			p.buffered.readByProgram(fds[i].fd);
-	}
-}
-
-/* select's set, before the wait changes it: only the bits of the fds left unread. */
-void waitsToRead(Process &p, int nfds, const fd_set *readfds) noexcept
-{
-	if (!readfds || !p.buffered.anyUnread() || p.inVforkChild())
-		return;
-	p.buffered.waitedToRead([&](int fd) {
-		return fd >= 0 && fd < nfds && inFdSet(readfds, fd);
-	});
 }
 
 /* The merged wait, out of line: the wrappers' gate and the real call stay a few instructions. */
@@ -109,7 +82,6 @@ TLSTUNE_EXPORT int poll(struct pollfd *fds, nfds_t nfds, int timeout)
 	return mergedWait([=](Process &p) {
 		const int ready = pollMerged(p.buffered, p.epoll, fds, nfds,
 					     [&](bool zero) { return p.libc.poll(fds, nfds, zero ? 0 : timeout); });
-		waitedToRead(p, fds, nfds, ready);
 		return ready;
 	});
 }
@@ -122,7 +94,6 @@ TLSTUNE_EXPORT int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout, size
 		const int ready = pollMerged(p.buffered, p.epoll, fds, nfds, [&](bool zero) {
 			return p.libc.poll_chk(fds, nfds, zero ? 0 : timeout, fdslen);
 		});
-		waitedToRead(p, fds, nfds, ready);
 		return ready;
 	});
 }
@@ -136,7 +107,6 @@ TLSTUNE_EXPORT int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec 
 		const int ready = pollMerged(p.buffered, p.epoll, fds, nfds, [&](bool zero) {
 			return p.libc.ppoll(fds, nfds, zero ? &kZeroSpec : timeout, zero ? nullptr : sigmask);
 		});
-		waitedToRead(p, fds, nfds, ready);
 		return ready;
 	});
 }
@@ -150,7 +120,6 @@ TLSTUNE_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct tim
 		const int ready = pollMerged(p.buffered, p.epoll, fds, nfds, [&](bool zero) {
 			return p.libc.ppoll_chk(fds, nfds, zero ? &kZeroSpec : timeout, zero ? nullptr : sigmask, fdslen);
 		});
-		waitedToRead(p, fds, nfds, ready);
 		return ready;
 	});
 }
@@ -161,7 +130,6 @@ TLSTUNE_EXPORT int select(int nfds, fd_set *readfds, fd_set *writefds, fd_set *e
 	if (straightToTheKernel(timeout))
 		return libc().select(nfds, readfds, writefds, exceptfds, timeout);
 	return mergedWait([=](Process &p) {
-		waitsToRead(p, nfds, readfds);
 		return selectMerged(p.buffered, p.epoll, nfds, readfds, [&](bool zero) {
 			if (!zero)
 				return p.libc.select(nfds, readfds, writefds, exceptfds, timeout);
@@ -184,7 +152,6 @@ TLSTUNE_EXPORT int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *
 	if (straightToTheKernel(timeout))
 		return libc().pselect(nfds, readfds, writefds, exceptfds, timeout, sigmask);
 	return mergedWait([=](Process &p) {
-		waitsToRead(p, nfds, readfds);
 		return selectMerged(p.buffered, p.epoll, nfds, readfds, [&](bool zero) {
 			return p.libc.pselect(nfds, readfds, writefds, exceptfds,
 					      zero ? &kZeroSpec : timeout, zero ? nullptr : sigmask);
@@ -231,9 +198,6 @@ __attribute__((noinline)) int registered(Process &p, int epfd, int op, int fd, s
 	}
 	if (armsOneShot(op, event))
 		p.unseen.noteOneShot(fd);
-	/* A registration to read is a wait to read (waitedToRead). */
-	if (op != EPOLL_CTL_DEL && event && (event->events & (EPOLLIN | EPOLLRDNORM)))
-		p.buffered.readByProgram(fd);
 	/* The kernel polls the file on MOD and ADD, and wakes the set's waiters: so does the shim. */
 	if (op != EPOLL_CTL_DEL && event && (event->events & (EPOLLIN | EPOLLRDNORM)) && !p.buffered.empty() &&
 	    p.buffered.holds(fd))
@@ -329,7 +293,11 @@ TLSTUNE_EXPORT int ioctl(int fd, unsigned long request, ...)
 
 	Process &p = process();
 	int result = p.libc.ioctl(fd, request, argument);
-	if (request == FIONREAD && result == 0)
-		countBufferedBytes(p.buffered, fd, static_cast<int *>(argument));
+	/* What the shim queued of the socket is in the kernel's count without it (stunnel asks). */
+	if (request == FIONREAD && result == 0 && p.cache.mayHave(fd)) {
+		int *bytes = static_cast<int *>(argument);
+		const std::size_t queued = p.cache.queued(fd);
+		*bytes = queued > static_cast<std::size_t>(INT_MAX - *bytes) ? INT_MAX : *bytes + static_cast<int>(queued);
+	}
 	return result;
 }

@@ -11,19 +11,6 @@
 
 namespace tlstune {
 
-/*
- * OpenSSL holds records or decrypted bytes for the program (SSL_has_pending, unlike
- * SSL_pending, counts both). Not after close_notify: what follows the alert is never
- * returned by SSL_read (plaintext of a StopTLS protocol), and reporting it readable would
- * spin the program's poll loop.
- */
-inline bool holdsData(const OpenSslApi &api, SSL *ssl) noexcept
-{
-	if (api.SSL_has_pending(ssl) != 1)
-		return false;
-	return !api.SSL_get_shutdown || !(api.SSL_get_shutdown(ssl) & SSL_RECEIVED_SHUTDOWN);
-}
-
 /* After the program gave ssl another fd or BIO to read: its readiness follows. */
 inline void rebindConnection(SSL *ssl) noexcept
 {
@@ -168,40 +155,42 @@ constexpr bool writes() noexcept
 }
 
 /*
- * After a call on a connection (the outermost on it in this thread): whether OpenSSL now
- * holds data for it. progressed: the call made progress (a record read, a write done).
- * waiting: the call was waiting for the socket when it was left, whatever SSL_want says.
+ * After a call on a connection (the outermost on it in this thread), returned or left by
+ * an exception or pthread_exit (a callback's): whether its socket's queue holds bytes.
  */
-inline void settleConnection(const OpenSsl &o, SSL *ssl, Connection *connection, bool progressed,
-			     bool waiting = false) noexcept
+inline void settleConnection(Connection *connection) noexcept
 {
 	int savedErrno = errno;
-	ReadTuning::followRenegotiation(o.api, ssl, *connection);
-	const bool pending = holdsData(o.api, ssl);
-	connection->afterCall(process().buffered, progressed, waiting || o.api.SSL_want(ssl) == SSL_READING,
-			      pending, pending && (!o.api.SSL_pending || o.api.SSL_pending(ssl) == 0));
-	ReadTuning::letEmptyBufferGo(o.api, process().unseen, ssl, *connection, progressed);
+	/*
+	 * What the shim read ahead of the socket and OpenSSL has not asked for: the kernel
+	 * would have it queued. What OpenSSL holds (a record's plaintext left unread, records
+	 * of the program's own read-ahead) it would not report either.
+	 */
+	Process &p = process();
+	const int fd = connection->fd();
+	const bool queued = p.cache.queued(fd) > 0;
+	connection->afterCall(p.buffered, queued);
+	/* A freed connection's readiness the queue took over (SSL_free) goes when it is read. */
+	if (!queued && !p.buffered.empty() && p.cache.mayHave(fd))
+		p.buffered.forget(p.cache.owner(fd));
 	errno = savedErrno;
 }
 
 /*
- * A call left by an exception or pthread_exit (a callback's): what OpenSSL read ahead in
- * it is still the program's to wait for, and to reset at its close (a hunt: poll missed
- * it, and the close was a FIN). Left by a cancellation in its socket read, it was waiting
- * for the socket: what OpenSSL holds is part of a record, which the kernel would not
- * report (a hunt: poll said readable after a reader was cancelled in the middle of one).
- * A longjmp runs no destructor: see docs/limits.md.
+ * A call left by an exception, pthread_exit or a cancellation: what the shim read ahead
+ * in it is still the program's to wait for, and to reset at its close (a hunt: poll
+ * missed it, and the close was a FIN). A longjmp runs no destructor: see docs/limits.md.
  */
 class SettledOnUnwinding {
 public:
-	SettledOnUnwinding(const OpenSsl &o, SSL *ssl, Connection *connection, const CallScope &scope) noexcept
-		: o_(o), ssl_(ssl), connection_(connection), scope_(scope)
+	SettledOnUnwinding(Connection *connection, const CallScope &scope) noexcept
+		: connection_(connection), scope_(scope)
 	{
 	}
 	~SettledOnUnwinding()
 	{
 		if (!returned && scope_.outermost())
-			settleConnection(o_, ssl_, connection_, false, CallScope::takeReadLeft());
+			settleConnection(connection_);
 	}
 	SettledOnUnwinding(const SettledOnUnwinding &) = delete;
 	SettledOnUnwinding &operator=(const SettledOnUnwinding &) = delete;
@@ -209,16 +198,14 @@ public:
 	bool returned = false;
 
 private:
-	const OpenSsl &o_;
-	SSL *const ssl_;
 	Connection *const connection_;
 	const CallScope &scope_;
 };
 
 /*
  * Runs the program's call on ssl with the connection marked as this thread's current one
- * (so its socket reads are attributed to it), then records whether OpenSSL now holds data
- * for it. errno and the return value are the real call's.
+ * (so its socket reads are attributed to it), then records whether its socket's queue
+ * holds bytes. errno and the return value are the real call's.
  */
 template <typename Function, typename... Args>
 int onConnection(SSL *ssl, Function OpenSslApi::*function, Args... args)
@@ -241,19 +228,11 @@ int onConnection(SSL *ssl, Function OpenSslApi::*function, Args... args)
 		return real(ssl, args...);
 
 	CallScope scope(connection);
-	SettledOnUnwinding unwinding(o, ssl, connection, scope);
+	SettledOnUnwinding unwinding(connection, scope);
 	int result = real(ssl, args...);
 	unwinding.returned = true;
-	if (writes<Function>() && result > 0)
-		connection->wrote();
-	/*
-	 * A write that succeeds while OpenSSL holds part of a record leaves it waiting for the
-	 * rest: the socket's readiness stands for it (a poll loop spun on it). Unless the
-	 * write read the socket (a handshake it ran).
-	 */
 	if (scope.outermost())
-		settleConnection(o, ssl, connection,
-				 result > 0 && (!writes<Function>() || connection->readDuringCall()));
+		settleConnection(connection);
 	return result;
 }
 
@@ -475,7 +454,7 @@ inline void tuneReads(SSL *ssl, const void *caller, bool connecting = false) noe
 		return;
 	if (connection->readTuningDecided()) {
 		if (connection->readAheadByShim())
-			ReadTuning::followUnseen(o.api, process().unseen, ssl, *connection);
+			ReadTuning::followUnseen(process().unseen, *connection);
 		return;
 	}
 	if (o.inLibssl(caller))

@@ -30,6 +30,9 @@ inline void noteDuplicate(Process *p, int from, int to) noexcept
 	if (from < 0)
 		return;
 	copiedFds().note(from);
+	/* The copy names the bytes the shim queued of the socket, as it names its kernel queue. */
+	if (p && p->cache.mayHave(from))
+		p->cache.duplicated(from, to);
 	if (p && knownFds().mayHave(from) && !p->epoll.empty())
 		noteSetCopy(*p, from, to);
 }

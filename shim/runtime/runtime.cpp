@@ -211,6 +211,7 @@ void unlockInChild()
 	process().epoll.forked();
 	process().epoll.unlockAfterFork();
 	process().buffered.unlockAfterFork();
+	process().cache.forkedChild();
 	process().coalescer.unlockInChild();
 	ParsedAhead::unlockAfterFork();
 	process().caCache.unlockAfterFork();
@@ -318,7 +319,7 @@ OpenSsl *buildOpenSsl() noexcept
 	}
 	/* With read-ahead off by configuration the shim changes nothing, readiness included. */
 	instance.tracking = p.config.readAhead && p.config.readiness &&
-			    instance.slot.init(instance.api, &p.buffered);
+			    instance.slot.init(instance.api, &p.read);
 	/*
 	 * Read-ahead without the readiness layer stalls programs that poll before reading;
 	 * only TLSTUNE_READINESS=off, set to show exactly that, asks for it anyway.
@@ -545,10 +546,10 @@ void Process::inputReleased(ino_t ino) noexcept
 void Process::drainBeforeImageEnds(ImageEnd end, AbortiveCloses *made) noexcept
 {
 	/*
-	 * Its sockets close with the process, or pass to a new image that cannot read what
-	 * OpenSSL holds (a hunt: an exec's closed with a FIN): records held unread reset them.
+	 * Its sockets close with the process, or pass to a new image that cannot read the
+	 * shim's queues (a hunt: an exec's closed with a FIN): bytes queued unread reset them.
 	 */
-	const bool resets = !buffered.idle();
+	const bool resets = !buffered.empty();
 	/* No system call before that (getpid): a sandbox may forbid it (seccomp, issue 22). */
 	if ((!resets && coalescer.idle()) || inVforkChild())
 		return;

@@ -5,6 +5,7 @@
 #include "core/read/buffered_fds.h"
 #include "core/ca/api.h"
 #include "core/read/read_tuning.h"
+#include "core/read/socket_cache.h"
 #include "core/read/unseen_waits.h"
 #include "core/ca/cache.h"
 #include "core/ca/lazy.h"
@@ -108,6 +109,8 @@ struct Process {
 	const LibcApi &libc = tlstune::libc();
 	Stats stats;
 	BufferedFds buffered{ &copiedFds() };
+	SocketCache cache; /* what the shim read ahead of its connections' sockets */
+	ReadState read{ &buffered, &cache }; /* for a connection's end (ConnectionSlot) */
 	EpollSets epoll;
 	UnseenWaits unseen;
 	CaCache caCache;

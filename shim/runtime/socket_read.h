@@ -7,12 +7,12 @@
 namespace tlstune {
 
 /*
- * A read syscall of the host, asking for asked bytes, returned n on fd. When this thread
- * is inside an OpenSSL call, that is the connection's socket: learn it and count the read.
+ * A read syscall of the host returned n on fd. When this thread is inside an OpenSSL
+ * call, that is the connection's socket: learn it and count the read.
  */
-inline void noteRead(int fd, ssize_t n, size_t asked = Connection::kWholeBuffer) noexcept
+inline void noteRead(int fd, ssize_t n) noexcept
 {
-	if (!CallScope::noteSocketRead(fd, n, asked) || n < 0)
+	if (!CallScope::noteSocketRead(fd, n) || n < 0)
 		return;
 	Process &p = process();
 	if (!p.config.stats)

@@ -231,7 +231,6 @@ bool resolveOpenSsl(OpenSslApi *api) noexcept
 	RESOLVE(SSL_CTX_ctrl);
 	RESOLVE(SSL_CTX_set_default_read_buffer_len);
 	RESOLVE(SSL_set_default_read_buffer_len);
-	RESOLVE(SSL_free_buffers);
 	RESOLVE(SSL_set_read_ahead);
 	RESOLVE(SSL_get_read_ahead);
 	RESOLVE(SSL_get_SSL_CTX);

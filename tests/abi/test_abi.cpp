@@ -125,7 +125,7 @@ TEST(Abi, ABadValueIsOneLineAndTheProgramRunsOn)
 	EXPECT_EQ(status, 0);
 	EXPECT_EQ(out, "ran\n");
 	EXPECT_EQ(errors, "tlstune: TLSTUNE_READ_BUFFER=lots is not valid: expected bytes from 16KiB "
-			  "to 1MiB, suffix K, KiB, M or MiB; using the default, 65655\n");
+			  "to 1MiB, suffix K, KiB, M or MiB; using the default, 65652\n");
 }
 
 TEST(Abi, VerboseShowsTheEffectiveSettingsOnceInTheProcessThatUsesOpenSsl)

@@ -112,7 +112,7 @@ TEST(ReadBuffer, AServerReadsAheadIntoOneRecord)
 /* TLSTUNE_READ_BUFFER given, even as the default's value, sizes a server's buffer too. */
 TEST(ReadBuffer, AServerTakesTheReadBufferItIsGiven)
 {
-	TracedRun run = runTraced(serverReadingAMegabyte(), true, { "TLSTUNE_READ_BUFFER=65655" });
+	TracedRun run = runTraced(serverReadingAMegabyte(), true, { "TLSTUNE_READ_BUFFER=65652" });
 	ASSERT_EQ(run.status, 0) << run.out;
 	const tlstune::SocketTraffic server = busiestSocket(run);
 	ASSERT_GE(server.readBytes, 1048576u) << describe(server);
@@ -216,7 +216,7 @@ TEST(ReadBuffer, TheVariableSetsTheReadSize)
 	tlstune::SocketTraffic traffic = tlstune::trafficOnPort(run.calls, server.port());
 	EXPECT_LE(traffic.headerReads, handshakeHeaderReads(1));
 	for (const auto &size : traffic.readSizes)
-		EXPECT_LE(size.first, 32768 - 3) << describe(traffic);
+		EXPECT_LE(size.first, 32768) << describe(traffic);
 }
 
 TEST(ReadAhead, OffMeansTheProgramsOwnPattern)
@@ -239,13 +239,14 @@ TEST(ReadAhead, AProgramThatTurnsItOffKeepsItOff)
 }
 
 /*
- * A BIO of the program's own that asks the kernel for less than a record per read
- * (apache's 8,000 bytes) takes what it takes whatever OpenSSL asks: read-ahead gains it
- * no syscall and costs it an empty read per request, so the shim leaves it OpenSSL's
- * pattern, a header read per record. One that asks what OpenSSL asks (curl's) reads ahead,
- * also under OpenSSL 3.5, whose handshake asks a header at a time.
+ * A BIO of the program's own reads ahead whatever it asks the kernel for: one that asks
+ * for less than a record per read (apache's 8,000 bytes) as well as one that asks what
+ * OpenSSL asks (curl's). OpenSSL asks it for a header, then a body, and the shim answers
+ * both from one read of four records (SocketCache); also under OpenSSL 3.5, whose
+ * handshake asks a header at a time. (With OpenSSL's read-ahead the first paid an empty
+ * read per request, and was left a header read per record.)
  */
-TEST(ReadAhead, AnOwnBioThatReadsInChunksUnderARecordKeepsOpenSslsPattern)
+TEST(ReadAhead, AnOwnBioReadsAheadWhateverItAsks)
 {
 	ExampleServer server({ "--send", std::to_string(4ull << 20), "--connections", "2" });
 	TracedRun chunked = runTraced({ examplePath("bulk_download"), "127.0.0.1", server.portText(),
@@ -253,7 +254,7 @@ TEST(ReadAhead, AnOwnBioThatReadsInChunksUnderARecordKeepsOpenSslsPattern)
 				      true);
 	ASSERT_EQ(chunked.status, 0) << chunked.out;
 	EXPECT_EQ(chunked.out, "received " + std::to_string(4ull << 20) + " sha256 " + patternSha256(4ull << 20, 1) + "\n");
-	EXPECT_GT(tlstune::trafficOnPort(chunked.calls, server.port()).headerReads, 100u);
+	EXPECT_LE(tlstune::trafficOnPort(chunked.calls, server.port()).headerReads, handshakeHeaderReads(1));
 
 	TracedRun whole = runTraced({ examplePath("bulk_download"), "127.0.0.1", server.portText(),
 				      "--own-bio", "65536" },

@@ -21,7 +21,7 @@ TEST(Config, DefaultsWhenNothingIsSet)
 	EXPECT_FALSE(parsed.config.stats);
 	EXPECT_FALSE(parsed.config.verbose);
 	EXPECT_EQ(parsed.config.logLevel, LogLevel::Warn);
-	EXPECT_EQ(parsed.config.readBuffer, 4u * 16413u + 3u);
+	EXPECT_EQ(parsed.config.readBuffer, 4u * 16413u);
 }
 
 TEST(Config, TableDefaultsMatchTheConfig)
@@ -182,7 +182,7 @@ TEST(Config, OneBadValueLeavesTheOthersAlone)
 TEST(Config, AReadBufferGivenIsKnownAsGivenEvenAtTheDefault)
 {
 	EXPECT_FALSE(parseEnvironment({}).config.readBufferSet);
-	ParsedConfig parsed = parseEnvironment({ { "TLSTUNE_READ_BUFFER", "65655" } });
+	ParsedConfig parsed = parseEnvironment({ { "TLSTUNE_READ_BUFFER", "65652" } });
 	EXPECT_TRUE(parsed.config.readBufferSet);
 	EXPECT_EQ(parsed.config.readBuffer, kDefaultReadBuffer);
 }

@@ -76,7 +76,7 @@ EpollSets &noSets()
 void holdData(Connection &connection, BufferedFds &buffered, int fd)
 {
 	connection.noteSocketRead(fd);
-	connection.afterCall(buffered, true, false, true);
+	connection.afterCall(buffered, true);
 	ASSERT_TRUE(buffered.holds(fd));
 }
 
@@ -207,15 +207,6 @@ bool resetsAtClose(int fd)
 	return getsockopt(fd, SOL_SOCKET, SO_LINGER, &setting, &length) == 0 && setting.l_onoff && !setting.l_linger;
 }
 
-/* fd's close is its socket's last, with a freed connection's records unread: a reset, and nothing is left. */
-void expectTheLastCloseResets(BufferedFds &buffered, int fd)
-{
-	buffered.closing(fd, fd);
-	EXPECT_TRUE(resetsAtClose(fd)) << "the socket's last close, with records unread";
-	EXPECT_TRUE(buffered.idle());
-	close(fd);
-}
-
 TEST(BufferedFds, ADuplicateIsReadableWhileTheConnectionHoldsDataUntilItIsClosed)
 {
 	SocketPair pair;
@@ -224,7 +215,7 @@ TEST(BufferedFds, ADuplicateIsReadableWhileTheConnectionHoldsDataUntilItIsClosed
 	const int duplicate = dup(socket);
 	buffered.duplicated(duplicate);
 	EXPECT_FALSE(buffered.holds(duplicate)) << "nothing held yet";
-	EXPECT_TRUE(buffered.idle()) << "a copy needs no close of its own";
+	EXPECT_TRUE(buffered.empty()) << "a copy needs no close of its own";
 	buffered.set(&kOwner, socket, inodeOf(socket), true);
 	EXPECT_TRUE(buffered.holds(duplicate));
 	EXPECT_EQ(buffered.highestHeld(FdBitmap::kNumbers), std::max(socket, duplicate));
@@ -237,12 +228,18 @@ TEST(BufferedFds, ADuplicateIsReadableWhileTheConnectionHoldsDataUntilItIsClosed
 	EXPECT_FALSE(buffered.holds(duplicate)) << "its number names another file now";
 	EXPECT_TRUE(dup2(socket, duplicate) == duplicate);
 	EXPECT_TRUE(buffered.holds(duplicate)) << "and the socket again, with no new note";
-	buffered.forget(&kOwner);
-	EXPECT_FALSE(buffered.idle()) << "the freed connection's records stay unread until the socket's close";
 	buffered.closing(socket, socket);
 	EXPECT_FALSE(resetsAtClose(socket)) << "the copy keeps the socket";
-	EXPECT_FALSE(buffered.idle()) << "the records are the copy's now";
-	expectTheLastCloseResets(buffered, duplicate);
+	const int original = dup(socket); /* SocketPair closes its number */
+	close(socket);
+	buffered.closed(socket, socket);
+	buffered.closing(duplicate, duplicate);
+	EXPECT_TRUE(resetsAtClose(duplicate)) << "the socket's last close, with bytes queued";
+	buffered.forget(&kOwner);
+	EXPECT_TRUE(buffered.empty());
+	close(duplicate);
+	ASSERT_EQ(dup2(original, socket), socket);
+	close(original);
 }
 
 TEST(BufferedFds, ACopyMadeBeforeItsSocketHoldsAnythingIsSeenByTheFileItNames)
@@ -260,26 +257,6 @@ TEST(BufferedFds, ACopyMadeBeforeItsSocketHoldsAnythingIsSeenByTheFileItNames)
 	close(early);
 }
 
-
-TEST(BufferedFds, AFreedConnectionsRecordsResetTheSocketAtItsCloseUnlessTheProgramReadsItFirst)
-{
-	SocketPair pair;
-	BufferedFds buffered;
-	const int socket = pair.fds[0];
-	buffered.set(&kOwner, socket, inodeOf(socket), true);
-	buffered.forget(&kOwner);
-	EXPECT_FALSE(resetsAtClose(socket)) << "not at SSL_free: the program may drain the socket first";
-	EXPECT_FALSE(buffered.holds(socket)) << "the records went with the SSL";
-	buffered.readByProgram(socket);
-	buffered.closing(socket, socket);
-	EXPECT_FALSE(resetsAtClose(socket)) << "a read of the program's would have taken them from the kernel";
-
-	buffered.set(&kOwner, socket, inodeOf(socket), true);
-	buffered.forget(&kOwner);
-	buffered.closing(socket, socket);
-	EXPECT_TRUE(resetsAtClose(socket)) << "closed with them unread";
-	EXPECT_TRUE(buffered.idle());
-}
 
 /*
  * The connection's number closed while a copy keeps the socket, then the copy: the
@@ -319,17 +296,6 @@ TEST(BufferedFds, AConnectionKeptByACopyGoesAtTheCopysCloseWithTheKernelsReset)
 	buffered.forget(&kOwner);
 }
 
-/* The same, the SSL freed between the two closes: its records stay unread in the copy's socket. */
-TEST(BufferedFds, AConnectionFreedAfterItsNumberClosedLeavesItsRecordsToTheCopy)
-{
-	SocketPair pair;
-	BufferedFds buffered;
-	const int copy = closedBehindACopy(buffered, pair.fds[0]);
-	buffered.forget(&kOwner);
-	EXPECT_FALSE(buffered.idle()) << "the records are unread in the copy's socket";
-	expectTheLastCloseResets(buffered, copy);
-}
-
 /* An exec leaves held sockets to an image that cannot read OpenSSL's buffers; a failed one takes that back. */
 TEST(BufferedFds, AnEndingImageResetsHeldSocketsAndAnExecThatFailsTakesItBack)
 {
@@ -346,20 +312,7 @@ TEST(BufferedFds, AnEndingImageResetsHeldSocketsAndAnExecThatFailsTakesItBack)
 	EXPECT_TRUE(buffered.holds(socket));
 	buffered.forget(&kOwner);
 	buffered.closing(socket, socket);
-	EXPECT_TRUE(buffered.idle());
-}
-
-TEST(BufferedFds, PlaintextOfTheRecordBeingReadIsNoReasonForAReset)
-{
-	SocketPair pair;
-	BufferedFds buffered;
-	const int socket = pair.fds[0];
-	buffered.set(&kOwner, socket, inodeOf(socket), true, 0, false);
-	EXPECT_TRUE(buffered.holds(socket)) << "readable: OpenSSL holds plaintext";
-	buffered.closing(socket, socket);
-	EXPECT_FALSE(resetsAtClose(socket)) << "without read-ahead the kernel would hold nothing of it";
-	buffered.forget(&kOwner);
-	EXPECT_TRUE(buffered.idle());
+	EXPECT_TRUE(buffered.empty());
 }
 
 TEST(BufferedFds, ClosingARangeLeavesTheOthers)
@@ -385,69 +338,8 @@ TEST(Connection, RegistersAgainAfterAClosingDroppedItsEntry)
 
 	buffered.closed(pair.fds[0], pair.fds[0]); /* say, dup2 onto it, then dup2 back */
 	EXPECT_FALSE(buffered.holds(pair.fds[0]));
-	connection.afterCall(buffered, true, false, true);
+	connection.afterCall(buffered, true);
 	EXPECT_TRUE(buffered.holds(pair.fds[0]));
-}
-
-/*
- * What OpenSSL holds is the shim's to report only where its read-ahead may have taken it:
- * the program's own read-ahead, or the rest of a record read in part, the kernel would
- * not report either (a level-triggered poll after part of a record answered at once, for
- * ever). Read-ahead turned off (a one-shot arm, a wait the shim cannot see): until
- * OpenSSL holds nothing.
- */
-TEST(Connection, ReportsOnlyWhatTheShimsReadAheadMayHaveTaken)
-{
-	SocketPair pair;
-	BufferedFds buffered;
-	Connection never;
-	never.noteSocketRead(pair.fds[0]);
-	never.afterCall(buffered, true, false, true);
-	EXPECT_FALSE(buffered.holds(pair.fds[0])) << "never read ahead by the shim";
-
-	Connection turnedOff;
-	turnedOff.setReadAheadByShim(true);
-	turnedOff.noteSocketRead(pair.fds[1]);
-	turnedOff.afterCall(buffered, true, false, true);
-	EXPECT_TRUE(buffered.holds(pair.fds[1]));
-	turnedOff.setReadAheadByShim(false);
-	turnedOff.afterCall(buffered, true, false, true);
-	EXPECT_TRUE(buffered.holds(pair.fds[1])) << "what it read ahead before is still held";
-	turnedOff.afterCall(buffered, true, false, false);
-	EXPECT_FALSE(buffered.holds(pair.fds[1]));
-	turnedOff.afterCall(buffered, true, false, true);
-	EXPECT_FALSE(buffered.holds(pair.fds[1])) << "drained once: OpenSSL's own from then on";
-}
-
-TEST(Connection, ReportsBufferedDataOnlyWhenARecordCanBeRead)
-{
-	SocketPair pair;
-	BufferedFds buffered;
-	Connection connection;
-	connection.setReadAheadByShim(true);
-
-	connection.afterCall(buffered, true, false, true);
-	EXPECT_FALSE(connection.buffered()) << "no socket learnt yet";
-
-	connection.noteSocketRead(pair.fds[0]);
-	EXPECT_EQ(connection.fd(), pair.fds[0]);
-	connection.afterCall(buffered, true, false, true);
-	EXPECT_TRUE(connection.buffered());
-	EXPECT_TRUE(buffered.holds(pair.fds[0]));
-
-	/* WANT_READ with part of a record buffered: wait for the socket, do not spin. */
-	connection.afterCall(buffered, false, true, true);
-	EXPECT_FALSE(connection.buffered());
-	EXPECT_TRUE(buffered.empty());
-	/* A call that makes no progress does not undo that. */
-	connection.afterCall(buffered, false, false, true);
-	EXPECT_FALSE(connection.buffered());
-	/* Progress does. */
-	connection.afterCall(buffered, true, false, true);
-	EXPECT_TRUE(connection.buffered());
-	connection.afterCall(buffered, true, false, false);
-	EXPECT_FALSE(connection.buffered());
-	EXPECT_TRUE(buffered.empty());
 }
 
 TEST(Connection, LearnsNoDevice)
@@ -492,21 +384,22 @@ TEST(Connection, LearnsPipesToo)
 	close(pipeFds[1]);
 }
 
-TEST(PeekBuffered, SaysOneByteOnlyWhereOpenSslHoldsRecords)
+/* A connection is reported while its socket's queue holds bytes, once its socket is known. */
+TEST(Connection, ReportsWhatItsSocketsQueueHolds)
 {
 	SocketPair pair;
 	BufferedFds buffered;
-	unsigned char byte = 0;
-	buffered.set(&kOwner, pair.fds[0], inodeOf(pair.fds[0]), true);
-	EXPECT_EQ(peekBuffered(buffered, pair.fds[0], &byte, 1, MSG_PEEK, 0), 1) << "FIN behind the records";
-	EXPECT_EQ(byte, 0x17);
-	errno = EAGAIN;
-	EXPECT_EQ(peekBuffered(buffered, pair.fds[0], &byte, 1, MSG_PEEK | MSG_DONTWAIT, -1), 1);
-	errno = ECONNRESET;
-	EXPECT_EQ(peekBuffered(buffered, pair.fds[0], &byte, 1, MSG_PEEK, -1), -1) << "a real error stands";
-	EXPECT_EQ(peekBuffered(buffered, pair.fds[0], &byte, 1, 0, 0), 0) << "not a peek";
-	EXPECT_EQ(peekBuffered(buffered, pair.fds[1], &byte, 1, MSG_PEEK, 0), 0) << "another socket";
-	EXPECT_EQ(peekBuffered(buffered, pair.fds[0], &byte, 1, MSG_PEEK, 5), 5) << "the kernel's answer";
+	Connection connection;
+	connection.setReadAheadByShim(true);
+	connection.afterCall(buffered, true);
+	EXPECT_FALSE(connection.buffered()) << "no socket learnt yet";
+
+	connection.noteSocketRead(pair.fds[0]);
+	connection.afterCall(buffered, true);
+	EXPECT_TRUE(buffered.holds(pair.fds[0]));
+	connection.afterCall(buffered, false);
+	EXPECT_FALSE(connection.buffered());
+	EXPECT_TRUE(buffered.empty());
 }
 
 TEST(PollMerged, PassesTheProgramsTimeoutWhenNothingIsBuffered)
@@ -678,32 +571,13 @@ TEST(BufferedFdsQuiet, AnEmptyRawReadQuietsTheFdUntilTheConnectionsNextCall)
 	Connection connection;
 	connection.setReadAheadByShim(true);
 	connection.noteSocketRead(pair.fds[0]);
-	connection.afterCall(buffered, true, false, true);
+	connection.afterCall(buffered, true);
 	ASSERT_TRUE(buffered.holds(pair.fds[0]));
 	buffered.quieted(pair.fds[0]);
 	EXPECT_FALSE(buffered.holds(pair.fds[0])) << "the program found the socket empty";
-	connection.afterCall(buffered, false, false, true);
+	connection.afterCall(buffered, true);
 	EXPECT_TRUE(buffered.holds(pair.fds[0])) << "its next OpenSSL call, still holding data";
 	buffered.forget(&connection);
-}
-
-TEST(Fionread, SaysABufferedSocketHasBytes)
-{
-	SocketPair pair;
-	BufferedFds buffered;
-	int bytes = 0;
-	countBufferedBytes(buffered, pair.fds[0], &bytes);
-	EXPECT_EQ(bytes, 0);
-
-	buffered.set(&kOwner, pair.fds[0], inodeOf(pair.fds[0]), true);
-	countBufferedBytes(buffered, pair.fds[0], &bytes);
-	EXPECT_EQ(bytes, 1);
-	bytes = 0;
-	countBufferedBytes(buffered, pair.fds[1], &bytes);
-	EXPECT_EQ(bytes, 0) << "another socket";
-	bytes = 7;
-	countBufferedBytes(buffered, pair.fds[0], &bytes);
-	EXPECT_EQ(bytes, 7) << "the kernel's own count stands";
 }
 
 TEST(EpollFdinfo, ParsesTheKernelsLines)
@@ -1084,14 +958,14 @@ TEST_F(EpollMerged, ANewSslOnTheSameSocketGetsItsOwnEdge)
 		Connection first;
 		first.setReadAheadByShim(true);
 		first.noteSocketRead(pair_.fds[0]);
-		first.afterCall(buffered_, true, false, true);
+		first.afterCall(buffered_, true);
 		ASSERT_EQ(wait(events, 4), 1);
 		buffered_.forget(&first); /* SSL_free */
 	}
 	Connection second; /* SSL_new on the same fd */
 	second.setReadAheadByShim(true);
 	second.noteSocketRead(pair_.fds[0]);
-	second.afterCall(buffered_, true, false, true);
+	second.afterCall(buffered_, true);
 	EXPECT_EQ(wait(events, 4), 1) << "its first arrival is not the old connection's";
 	buffered_.forget(&second);
 }
@@ -1818,7 +1692,7 @@ protected:
 		api_.CRYPTO_get_ex_new_index = ::CRYPTO_get_ex_new_index;
 		api_.SSL_get_ex_data = ::SSL_get_ex_data;
 		api_.SSL_set_ex_data = ::SSL_set_ex_data;
-		ASSERT_TRUE(slot_.init(api_, &buffered_));
+		ASSERT_TRUE(slot_.init(api_, &read_));
 
 		const auto &certificate = testsupport::certificate();
 		serverCtx_ = SSL_CTX_new(TLS_server_method());
@@ -1886,8 +1760,7 @@ protected:
 		Connection *connection = slot_.of(api_, client_);
 		CallScope scope(connection);
 		int result = real();
-		connection->afterCall(buffered_, result > 0, SSL_want(client_) == SSL_READING,
-				      SSL_has_pending(client_) == 1);
+		connection->afterCall(buffered_, SSL_has_pending(client_) == 1);
 		return result;
 	}
 
@@ -1911,36 +1784,13 @@ protected:
 	OpenSslApi api_;
 	ConnectionSlot slot_;
 	BufferedFds buffered_;
+	SocketCache cache_;
+	ReadState read_{ &buffered_, &cache_ };
 	SocketPair serverWire_, clientWire_;
 	std::string held_;
 	SSL_CTX *serverCtx_ = nullptr, *clientCtx_ = nullptr;
 	SSL *server_ = nullptr, *client_ = nullptr;
 };
-
-TEST_F(RealOpenSsl, RecordsReadAheadMakeTheSocketReadable)
-{
-	for (const char *line : { "one\n", "two\n", "three\n" })
-		ASSERT_GT(SSL_write(server_, line, static_cast<int>(strlen(line))), 0);
-	forwardToClient(SIZE_MAX);
-
-	char buffer[64];
-	ASSERT_EQ(readClient(buffer, sizeof(buffer)), 4); /* one record: "one\n" */
-	ASSERT_EQ(SSL_pending(client_), 0) << "the trap: nothing decrypted is pending";
-	struct pollfd raw = { clientSocket(), POLLIN, 0 };
-	ASSERT_EQ(poll(&raw, 1, 0), 0) << "the socket itself is empty";
-
-	EXPECT_TRUE(connectionOf()->buffered());
-	EXPECT_TRUE(pollSaysReadable());
-
-	ASSERT_EQ(readClient(buffer, sizeof(buffer)), 4);
-	ASSERT_EQ(readClient(buffer, sizeof(buffer)), 6);
-	EXPECT_FALSE(connectionOf()->buffered());
-	EXPECT_FALSE(pollSaysReadable());
-
-	EXPECT_LT(readClient(buffer, sizeof(buffer)), 0); /* WANT_READ */
-	EXPECT_FALSE(pollSaysReadable());
-	ERR_clear_error();
-}
 
 TEST_F(RealOpenSsl, FreeingTheSslForgetsItsBufferedFd)
 {
@@ -1953,29 +1803,6 @@ TEST_F(RealOpenSsl, FreeingTheSslForgetsItsBufferedFd)
 	SSL_free(client_);
 	client_ = nullptr;
 	EXPECT_TRUE(buffered_.empty());
-}
-
-TEST_F(RealOpenSsl, APartialRecordWaitsForTheSocket)
-{
-	ASSERT_EQ(SSL_write(server_, "one\n", 4), 4);
-	forwardToClient(SIZE_MAX);
-	ASSERT_EQ(SSL_write(server_, "two\n", 4), 4);
-	forwardToClient(10); /* the header and 5 of the record's 21 other bytes */
-
-	char buffer[64];
-	ASSERT_EQ(readClient(buffer, sizeof(buffer)), 4);
-	EXPECT_EQ(std::string(buffer, 4), "one\n");
-	ASSERT_LT(readClient(buffer, sizeof(buffer)), 0);
-	ASSERT_EQ(SSL_get_error(client_, -1), SSL_ERROR_WANT_READ);
-	EXPECT_EQ(SSL_has_pending(client_), 1) << "OpenSSL holds part of a record";
-	EXPECT_FALSE(connectionOf()->buffered());
-	EXPECT_FALSE(pollSaysReadable()) << "reporting it would spin the program's poll loop";
-
-	forwardToClient(SIZE_MAX);
-	EXPECT_TRUE(pollSaysReadable()) << "the kernel's own readiness";
-	ASSERT_EQ(readClient(buffer, sizeof(buffer)), 4);
-	EXPECT_EQ(std::string(buffer, 4), "two\n");
-	ERR_clear_error();
 }
 
 TEST(BufferedFds, ManyThreadsEachWithTheirOwnConnections)

@@ -30,7 +30,7 @@ RateLimit heldLines;
 }
 
 void BufferedFds::set(const void *owner, int fd, ino_t ino, bool buffered,
-		      unsigned long long arrival, bool records) noexcept
+		      unsigned long long arrival) noexcept
 {
 	bool added = false;
 	ino_t left = 0; /* the socket of an entry that went or moved */
@@ -52,10 +52,9 @@ void BufferedFds::set(const void *owner, int fd, ino_t ino, bool buffered,
 			it->fd = fd;
 			it->ino = ino;
 			it->arrival = arrival;
-			it->records = records;
 		} else {
 			try {
-				entries_.push_back({ owner, fd, ino, arrival, records });
+				entries_.push_back({ owner, fd, ino, arrival });
 				added = true;
 			} catch (const std::bad_alloc &) {
 				/* Out of memory: this connection goes without readiness help. */
@@ -68,7 +67,7 @@ void BufferedFds::set(const void *owner, int fd, ino_t ino, bool buffered,
 	/* Outside the lock: a write(2) to stderr may block. */
 	if (added)
 		logLimited(heldLines, LogLevel::Debug,
-			   "fd %d: OpenSSL holds data read ahead; waits report it readable", fd);
+			   "fd %d: bytes read ahead are queued; waits report it readable", fd);
 }
 
 namespace {
@@ -77,7 +76,7 @@ namespace {
  * The kernel's reset for a close with unread data: SO_LINGER 0 (a pipe: ENOTSOCK, nothing).
  * made: where the socket's own setting is kept, for a close that fails.
  */
-void resetAtClose(int fd, AbortiveCloses *made = nullptr, bool unread = false) noexcept
+void resetAtClose(int fd, AbortiveCloses *made = nullptr) noexcept
 {
 	/*
 	 * A call that may fail must be able to take the reset back (a hunt: an exec that
@@ -89,7 +88,7 @@ void resetAtClose(int fd, AbortiveCloses *made = nullptr, bool unread = false) n
 	struct linger before = {};
 	socklen_t length = sizeof(before);
 	if (made && getsockopt(fd, SOL_SOCKET, SO_LINGER, &before, &length) == 0)
-		made->made[made->count++] = { fd, before, unread };
+		made->made[made->count++] = { fd, before };
 	const struct linger abortive = { 1, 0 };
 	setsockopt(fd, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive));
 	errno = savedErrno;
@@ -107,14 +106,9 @@ void BufferedFds::forget(const void *owner) noexcept
 	if (it == entries_.end())
 		return;
 	/*
-	 * Not reset here: the program may drain the socket before its close (a lingering
-	 * close after SSL_free), and a reset now would throw away what the peer has not
-	 * acknowledged yet (a hunt: 150 of 200 KiB lost).
+	 * What the shim read ahead and nobody read stays in the socket's queue, which took the
+	 * readiness over (handOver) and resets the connection at its close if still unread.
 	 */
-	/* One whose own number closed lists the copy that keeps its socket (a hunt: a FIN). */
-	const int fd = it->fd >= 0 ? it->fd : openElsewhere(it->ino, -1, -1);
-	if (it->records && !it->shared && fd >= 0)
-		leftUnread(fd);
 	const ino_t left = it->ino;
 	entries_.erase(it);
 	publishCount();
@@ -123,24 +117,17 @@ void BufferedFds::forget(const void *owner) noexcept
 		released_(left);
 }
 
-void BufferedFds::leftUnread(int fd) noexcept
+void BufferedFds::handOver(const void *from, const void *to) noexcept
 {
-	try {
-		unread_.push_back(fd);
-		unreadCount_.store(unread_.size(), std::memory_order_relaxed);
-		knownFds().note(fd); /* its close comes here */
-	} catch (const std::bad_alloc &) {
-		resetAtClose(fd); /* out of memory: the reset now, as the close would */
-	}
-}
-
-void BufferedFds::forgetUnread(int first, int last) noexcept
-{
+	if (empty())
+		return;
 	std::lock_guard<std::mutex> lock(mutex_);
-	unread_.erase(std::remove_if(unread_.begin(), unread_.end(),
-				     [&](int fd) { return fd >= first && fd <= last; }),
-		      unread_.end());
-	unreadCount_.store(unread_.size(), std::memory_order_relaxed);
+	if (std::any_of(entries_.begin(), entries_.end(), [to](const Entry &e) { return e.owner == to; }))
+		return;
+	for (Entry &entry : entries_) {
+		if (entry.owner == from)
+			entry.owner = to;
+	}
 }
 
 int BufferedFds::openElsewhere(ino_t ino, int first, int last) const noexcept
@@ -170,7 +157,7 @@ int BufferedFds::copyAmong(ino_t ino, int first, int last) const noexcept
 
 void BufferedFds::closing(int first, int last, AbortiveCloses *made) noexcept
 {
-	if (idle())
+	if (empty())
 		return;
 	std::lock_guard<std::mutex> lock(mutex_);
 	/*
@@ -179,7 +166,7 @@ void BufferedFds::closing(int first, int last, AbortiveCloses *made) noexcept
 	 * hunt: a FIN).
 	 */
 	for (const Entry &entry : entries_) {
-		if (!entry.records || entry.shared)
+		if (entry.shared)
 			continue;
 		const int closing = entry.fd >= first && entry.fd <= last ? entry.fd
 				    : entry.fd < 0			   ? copyAmong(entry.ino, first, last)
@@ -187,20 +174,6 @@ void BufferedFds::closing(int first, int last, AbortiveCloses *made) noexcept
 		if (closing >= 0 && openElsewhere(entry.ino, first, last) < 0)
 			resetAtClose(closing, made);
 	}
-	/* A freed connection's records unread: the socket's last close resets, a copy's maybe. */
-	for (int &fd : unread_) {
-		if (fd < first || fd > last)
-			continue;
-		ino_t ino;
-		const int keeper = streamInode(fd, &ino) ? openElsewhere(ino, first, last) : -1;
-		if (keeper < 0)
-			resetAtClose(fd, made, true);
-		else
-			knownFds().note(keeper);
-		fd = keeper;
-	}
-	unread_.erase(std::remove(unread_.begin(), unread_.end(), -1), unread_.end());
-	unreadCount_.store(unread_.size(), std::memory_order_relaxed);
 }
 
 void BufferedFds::closeFailed(const AbortiveCloses &made) noexcept
@@ -209,22 +182,13 @@ void BufferedFds::closeFailed(const AbortiveCloses &made) noexcept
 	for (int i = 0; i < made.count; i++) {
 		const AbortiveCloses::Made &close = made.made[i];
 		setsockopt(close.fd, SOL_SOCKET, SO_LINGER, &close.before, sizeof(close.before));
-		if (!close.unread)
-			continue;
-		std::lock_guard<std::mutex> lock(mutex_);
-		try {
-			unread_.push_back(close.fd);
-			unreadCount_.store(unread_.size(), std::memory_order_relaxed);
-		} catch (const std::bad_alloc &) {
-			/* Out of memory: its close is a FIN. */
-		}
 	}
 	errno = savedErrno;
 }
 
 void BufferedFds::imageEnds(AbortiveCloses *made) const noexcept
 {
-	if (idle())
+	if (empty())
 		return;
 	/*
 	 * Only tried: exit may come from a signal handler that interrupted this thread inside
@@ -236,12 +200,9 @@ void BufferedFds::imageEnds(AbortiveCloses *made) const noexcept
 	for (const Entry &entry : entries_) {
 		/* One whose own number closed: the copy that keeps its socket (a hunt: a FIN). */
 		const int fd = entry.fd >= 0 ? entry.fd : openElsewhere(entry.ino, -1, -1);
-		if (entry.records && !entry.shared && fd >= 0)
+		if (!entry.shared && fd >= 0)
 			resetAtClose(fd, made);
 	}
-	/* Not marked unread: they stay listed, and an exec that fails only restores the setting. */
-	for (int fd : unread_)
-		resetAtClose(fd, made);
 }
 
 const BufferedFds::Entry *BufferedFds::find(int fd) const noexcept
@@ -331,10 +292,6 @@ void BufferedFds::closed(int first, int last) noexcept
 					      return false;
 				      }),
 		       entries_.end());
-	unread_.erase(std::remove_if(unread_.begin(), unread_.end(),
-				     [&](int fd) { return fd >= first && fd <= last; }),
-		      unread_.end());
-	unreadCount_.store(unread_.size(), std::memory_order_relaxed);
 	publishCount();
 	closings_.fetch_add(1, std::memory_order_relaxed);
 }

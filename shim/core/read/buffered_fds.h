@@ -26,19 +26,19 @@ struct AbortiveCloses {
 	struct Made {
 		int fd;
 		struct linger before; /* the socket's own setting */
-		bool unread;          /* a freed SSL's records were unread there */
 	};
 	Made made[kMost];
 	int count = 0;
 };
 
 /*
- * The fds whose connection holds data in OpenSSL's buffers: records read ahead from the
- * socket or decrypted bytes not yet returned. The wait wrappers report these readable.
+ * The fds whose socket's queue holds bytes the shim read ahead (SocketCache): the kernel
+ * would hold them without it. The wait wrappers report these readable.
  *
- * An entry leaves when its connection has nothing buffered, when the SSL is freed, and
- * when the program closes the fd: checking the fd's inode on every wait instead cost one
- * fstat per poll, as many syscalls as read-ahead saves (measured with curl).
+ * An entry leaves when its queue is read empty and when the program closes the fd; a
+ * freed connection's entry is the queue's (handOver): checking the fd's inode on every
+ * wait instead cost one fstat per poll, as many syscalls as read-ahead saves (measured
+ * with curl).
  *
  * Empty is the normal state, and the wrappers check it with one relaxed load; everything
  * else takes the lock, which only a connection with buffered data makes anyone take.
@@ -49,24 +49,17 @@ public:
 	explicit BufferedFds(FdBitmap *copies = nullptr) noexcept : copies_(copies ? copies : &ownCopies_) {}
 
 	bool empty() const noexcept { return count_.load(std::memory_order_relaxed) == 0; }
-	/* No entry and nothing left unread by a freed SSL: closes need not be told. */
-	bool idle() const noexcept { return empty() && unreadCount_.load(std::memory_order_relaxed) == 0; }
 
 	/*
-	 * Records whether owner (one connection) holds buffered data for the socket fd.
-	 * arrival counts the calls that left newly read data in OpenSSL: each is one edge an
+	 * Records whether owner (a connection, or a queue) has bytes queued for the socket fd.
+	 * arrival counts the calls that read new bytes into the queue: each is one edge an
 	 * edge-triggered epoll registration of the socket may be told of (EpollSets).
-	 * records: among what it holds are records the kernel would hold without read-ahead
-	 * (not only the plaintext of the record the program is reading).
 	 */
-	void set(const void *owner, int fd, ino_t ino, bool buffered,
-		 unsigned long long arrival = 0, bool records = true) noexcept;
-	/*
-	 * The connection is freed: its entry goes, and records it held stay unread. Without
-	 * read-ahead the kernel would hold them, until the program reads the socket itself
-	 * (a lingering close drains it) or closes it: then closing() resets the connection.
-	 */
+	void set(const void *owner, int fd, ino_t ino, bool buffered, unsigned long long arrival = 0) noexcept;
+	/* owner's entry goes (a freed connection whose queue is empty, a queue read empty). */
 	void forget(const void *owner) noexcept;
+	/* from's entry is to's from now on (a freed connection's, to the queue its socket keeps). */
+	void handOver(const void *from, const void *to) noexcept;
 	/*
 	 * Called (outside the lock) with a socket's inode when an entry for it leaves by set()
 	 * or forget(): OpenSSL holds nothing the shim took for it any more (EpollSets::released).
@@ -74,33 +67,14 @@ public:
 	using Released = void (*)(ino_t ino);
 	void onReleased(Released released) noexcept { released_ = released; }
 	/*
-	 * The program read fd itself, outside OpenSSL: records a freed SSL left unread there
-	 * are what the kernel would have given it (one load while there are none).
-	 */
-	/*
 	 * The highest fd below `below` a wait may find held, a connection's or a copy's (-1:
 	 * none): an fd the kernel reads too, being open (select reads no further).
 	 */
 	int highestHeld(int below) const noexcept;
-	bool anyUnread() const noexcept { return unreadCount_.load(std::memory_order_relaxed) != 0; }
-	/* readByProgram for each fd left unread that waited(fd) names. */
-	template <typename Waited>
-	void waitedToRead(Waited waited) noexcept
-	{
-		std::lock_guard<std::mutex> lock(mutex_);
-		unread_.erase(std::remove_if(unread_.begin(), unread_.end(), waited), unread_.end());
-		unreadCount_.store(unread_.size(), std::memory_order_relaxed);
-	}
-	void readByProgram(int fd) noexcept
-	{
-		if (unreadCount_.load(std::memory_order_relaxed) != 0)
-			forgetUnread(fd, fd);
-	}
 	/*
 	 * The process image ends (exit, _exit, abort, an exec): its sockets close with it, or
-	 * are left to a new image that knows nothing of OpenSSL's buffers, and those whose
-	 * records OpenSSL holds unread are reset at their last close, as the kernel resets
-	 * them. made: where each socket's own setting is kept, for an exec that fails.
+	 * are left to a new image that knows nothing of the shim's queues, and those with bytes
+	 * queued are reset at their last close, as the kernel resets them. made: where each socket's own setting is kept, for an exec that fails.
 	 */
 	void imageEnds(AbortiveCloses *made = nullptr) const noexcept;
 
@@ -143,9 +117,8 @@ public:
 
 	/*
 	 * The program is about to close fds first..last: the kernel resets a connection closed
-	 * with data unread in its socket, and that data sits in OpenSSL instead (or was lost
-	 * with a freed SSL), so the close would send a FIN. Each socket among them holding
-	 * records gets SO_LINGER 0, the abortive close that sends the kernel's reset when its
+	 * with data unread in its socket, and that data sits in the shim's queue instead, so
+	 * the close would send a FIN. Each socket among them with bytes queued gets SO_LINGER 0, the abortive close that sends the kernel's reset when its
 	 * last descriptor closes, whatever its peer has acknowledged (the kernel's reset throws
 	 * that away too); not one a fork shared (the other process's own reads decide its end,
 	 * as without the shim).
@@ -162,10 +135,9 @@ public:
 	 */
 	void closed(int first, int last) noexcept;
 	/*
-	 * The program read fd itself, outside OpenSSL, and found nothing (EAGAIN): the data
-	 * OpenSSL holds is not the socket's to report until the connection's next OpenSSL call
+	 * The program read fd's queue empty itself, outside OpenSSL: nothing is left to report
 	 * (a drain loop after SSL_shutdown was woken a million times otherwise). Its entries
-	 * go, and the connection registers again at that call, as after a close.
+	 * go, and the connection registers again at its next call, as after a close.
 	 */
 	void quieted(int fd) noexcept;
 
@@ -181,8 +153,6 @@ public:
 		mutex_.lock();
 		for (Entry &entry : entries_)
 			entry.shared = true;
-		unread_.clear(); /* the other process's reads may take them now */
-		unreadCount_.store(0, std::memory_order_relaxed);
 	}
 	void unlockAfterFork() noexcept { mutex_.unlock(); }
 
@@ -192,7 +162,6 @@ private:
 		int fd;
 		ino_t ino;
 		unsigned long long arrival;
-		bool records;
 		/*
 		 * Made before a fork: the other process may go on with the socket and read all of
 		 * it, so a close here must not reset it (closing).
@@ -208,9 +177,6 @@ private:
 	int openElsewhere(ino_t ino, int first, int last) const noexcept;
 	/* Under the lock: a copy among first..last that names the socket whose inode is ino, or -1. */
 	int copyAmong(ino_t ino, int first, int last) const noexcept;
-	void forgetUnread(int first, int last) noexcept;
-	/* Under the lock: records a freed connection left unread in fd's socket. */
-	void leftUnread(int fd) noexcept;
 	/* The inode registered for fd, if any. */
 	bool lookup(int fd, ino_t *ino) const noexcept;
 	void publishCount() noexcept { count_.store(entries_.size(), std::memory_order_relaxed); }
@@ -221,9 +187,6 @@ private:
 	/* duplicated()'s numbers. */
 	FdBitmap ownCopies_;
 	FdBitmap *const copies_;
-	/* Sockets whose freed SSL left records unread: reset at their close (forget). */
-	std::vector<int> unread_;
-	std::atomic<std::size_t> unreadCount_{0};
 	std::atomic<unsigned> closings_{0};
 	Released released_ = nullptr;
 };

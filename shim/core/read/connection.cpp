@@ -31,8 +31,6 @@ void logFd(int from, int to, ino_t ino) noexcept
 __attribute__((tls_model("initial-exec"))) thread_local CallScope *innermost = nullptr;
 __attribute__((tls_model("initial-exec"))) thread_local uint64_t innermostCookie = 0;
 __attribute__((tls_model("initial-exec"))) thread_local uint64_t lastCookie = 0;
-/* Set by a read that a forced unwinding left; the thread ends with that unwinding. */
-__attribute__((tls_model("initial-exec"))) thread_local bool leftReading = false;
 
 /*
  * The slot's value for an SSL the shim leaves alone: a DTLS connection (OpenSSL reads each
@@ -54,7 +52,11 @@ void freeConnection(void * /*parent*/, void *ptr, CRYPTO_EX_DATA * /*ad*/, int /
 	auto *connection = static_cast<Connection *>(ptr);
 	if (!connection || ptr == kUnfollowed)
 		return;
-	static_cast<BufferedFds *>(argp)->forget(connection);
+	const ReadState &read = *static_cast<ReadState *>(argp);
+	const int fd = connection->fd();
+	if (fd >= 0 && read.cache->queued(fd) > 0)
+		read.buffered->handOver(connection, read.cache->owner(fd));
+	read.buffered->forget(connection);
 	delete connection;
 }
 
@@ -88,22 +90,14 @@ int keepTheCopysOwn(CRYPTO_EX_DATA *to, const CRYPTO_EX_DATA * /*from*/, void *s
 
 } /* namespace */
 
-void Connection::noteSocketRead(int fd, ssize_t returned, size_t asked) noexcept
+void Connection::noteSocketRead(int fd, ssize_t returned) noexcept
 {
 	/* The BIO named its fd: a read of another one is a callback's (a control pipe, a fetch). */
 	if (fd != fd_ && namedByBio_)
 		return;
 	readBytes_ = readBytes_ || returned > 0;
-	if (returned > 0) {
-		receivedSinceWrite_ += static_cast<size_t>(returned);
-		receivedSinceLetGo_ += static_cast<size_t>(returned);
-	}
-	lastReadEmptied_ = returned < 0 || static_cast<size_t>(returned) < asked;
-	if (fd == fd_) {
-		if (ownBio_ == OwnBio::measuring && asked > largestAsk_)
-			largestAsk_ = asked;
+	if (fd == fd_)
 		return;
-	}
 	ino_t ino;
 	if (streamInode(fd, &ino))
 		noteSocket(fd, ino);
@@ -122,8 +116,6 @@ void Connection::noteSocket(int fd, ino_t ino) noexcept
 	logFd(fd_, fd, ino);
 	fd_ = fd;
 	ino_ = ino;
-	/* A peek before the connection came (a sniff of the first bytes) was not at its stream. */
-	peekedFds().forget(fd);
 }
 
 void Connection::rebind(BufferedFds &buffered, int fd) noexcept
@@ -138,9 +130,6 @@ void Connection::rebind(BufferedFds &buffered, int fd) noexcept
 	}
 	namedByBio_ = fd_ >= 0;
 	logFd(from, fd_, ino);
-	/* As noteSocket: a peek before the number was this connection's was not at its stream. */
-	if (fd_ >= 0 && fd_ != from)
-		peekedFds().forget(fd_);
 	if (!buffered_)
 		return;
 	buffered_ = fd_ >= 0;
@@ -148,17 +137,9 @@ void Connection::rebind(BufferedFds &buffered, int fd) noexcept
 	buffered.set(this, fd_, ino_, buffered_, arrivals_);
 }
 
-void Connection::afterCall(BufferedFds &buffered, bool progressed, bool wantsRead,
-			   bool hasPending, bool recordsHeld) noexcept
+void Connection::afterCall(BufferedFds &buffered, bool queued) noexcept
 {
-	if (wantsRead)
-		partial_ = true;
-	else if (progressed)
-		partial_ = false;
-
-	if (!readAheadByShim_ && !hasPending)
-		shimMayHold_ = false;
-	const bool now = fd_ >= 0 && !partial_ && hasPending && shimMayHold_;
+	const bool now = fd_ >= 0 && queued;
 	const bool arrived = now && readBytes_;
 	readBytes_ = false;
 	/*
@@ -168,19 +149,18 @@ void Connection::afterCall(BufferedFds &buffered, bool progressed, bool wantsRea
 	if (arrived)
 		arrivals_ = arrivalCount.fetch_add(1, std::memory_order_relaxed) + 1;
 	const unsigned closings = buffered.closings();
-	if (now == buffered_ && !arrived && (!now || (closings == closings_ && recordsHeld == recordsHeld_)))
+	if (now == buffered_ && !arrived && (!now || closings == closings_))
 		return;
 	buffered_ = now;
-	recordsHeld_ = recordsHeld;
 	closings_ = closings;
-	buffered.set(this, fd_, ino_, now, arrivals_, recordsHeld);
+	buffered.set(this, fd_, ino_, now, arrivals_);
 }
 
-bool ConnectionSlot::init(const OpenSslApi &api, BufferedFds *buffered) noexcept
+bool ConnectionSlot::init(const OpenSslApi &api, ReadState *read) noexcept
 {
 	/* SSL_get_ex_new_index() is a macro over this. */
 	g_api = &api;
-	index_ = api.CRYPTO_get_ex_new_index(CRYPTO_EX_INDEX_SSL, 0, buffered, nullptr,
+	index_ = api.CRYPTO_get_ex_new_index(CRYPTO_EX_INDEX_SSL, 0, read, nullptr,
 					     keepTheCopysOwn, freeConnection);
 	return index_ >= 0;
 }
@@ -233,18 +213,6 @@ bool CallScope::live(const CallScope *scope, uint64_t cookie, const void *below)
 	return scope && static_cast<const void *>(scope) > below && scope->cookie_ == cookie;
 }
 
-void CallScope::readLeft() noexcept
-{
-	leftReading = true;
-}
-
-bool CallScope::takeReadLeft() noexcept
-{
-	const bool left = leftReading;
-	leftReading = false;
-	return left;
-}
-
 CallScope::CallScope(Connection *connection) noexcept : connection_(connection), cookie_(++lastCookie)
 {
 	const bool chained = live(innermost, innermostCookie, this);
@@ -273,13 +241,26 @@ bool CallScope::active() noexcept
 	return live(innermost, innermostCookie, __builtin_frame_address(0));
 }
 
-bool CallScope::noteSocketRead(int fd, ssize_t returned, size_t asked) noexcept
+std::size_t CallScope::readAheadFor(int fd) noexcept
+{
+	if (!live(innermost, innermostCookie, __builtin_frame_address(0)))
+		return 0;
+	Connection *connection = innermost->connection_;
+	if (!connection->readAheadByShim())
+		return 0;
+	/* A BIO of the program's own (curl's) names its socket by its first read: this one. */
+	if (connection->fd() < 0)
+		connection->noteSocketRead(fd, 0);
+	return connection->fd() == fd ? connection->readAheadSize() : 0;
+}
+
+bool CallScope::noteSocketRead(int fd, ssize_t returned) noexcept
 {
 	const void *here = __builtin_frame_address(0);
 	if (!live(innermost, innermostCookie, here))
 		return false;
 	for (CallScope *scope = innermost;; scope = scope->previous_) {
-		scope->connection_->noteSocketRead(fd, returned, asked);
+		scope->connection_->noteSocketRead(fd, returned);
 		if (!live(scope->previous_, scope->previousCookie_, here))
 			break;
 	}

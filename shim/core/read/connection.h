@@ -5,6 +5,7 @@
 #include <openssl/ssl.h>
 
 #include "buffered_fds.h"
+#include "socket_cache.h"
 
 namespace tlstune {
 
@@ -21,11 +22,9 @@ public:
 	 * The socket this connection reads from, learnt from the read syscalls made while
 	 * it is inside an OpenSSL call, where its read BIO names none (SSL_get_rfd() is -1
 	 * for a program's own BIO, curl 7.88's). returned: what the read returned (bytes, or
-	 * -1); asked: the bytes the read asked the kernel for.
+	 * -1).
 	 */
-	void noteSocketRead(int fd, ssize_t returned = 1, size_t asked = kWholeBuffer) noexcept;
-	/* What a read that says nothing of its length counts as: a read-ahead's whole buffer. */
-	static constexpr size_t kWholeBuffer = ~static_cast<size_t>(0);
+	void noteSocketRead(int fd, ssize_t returned = 1) noexcept;
 	/*
 	 * The socket read tuning looked at (fstat, SSL_get_rfd) before the first read: the
 	 * same, spared a stat; from then on reads of other fds are not the connection's.
@@ -33,14 +32,10 @@ public:
 	void noteSocket(int fd, ino_t ino) noexcept;
 
 	/*
-	 * After the program's outermost call on this SSL returned. progressed: it read
-	 * (returned > 0, not a write); wantsRead: OpenSSL stopped waiting for the socket;
-	 * hasPending: records or decrypted bytes are buffered (SSL_has_pending, unlike
-	 * SSL_pending, counts both); recordsHeld: among them records not yet decrypted (no
-	 * plaintext is pending), which without read-ahead the kernel would hold.
+	 * After the program's outermost call on this SSL returned. queued: the shim's queue of
+	 * its socket holds bytes (SocketCache), which the kernel would hold without it.
 	 */
-	void afterCall(BufferedFds &buffered, bool progressed, bool wantsRead, bool hasPending,
-		       bool recordsHeld = true) noexcept;
+	void afterCall(BufferedFds &buffered, bool queued) noexcept;
 
 	/*
 	 * The program gave the SSL another fd to read (SSL_set_fd, SSL_set_rfd, SSL_set_bio,
@@ -53,8 +48,6 @@ public:
 	/* The socket file's inode, 0 until one is known. */
 	ino_t ino() const noexcept { return fd_ >= 0 ? ino_ : 0; }
 	bool buffered() const noexcept { return buffered_; }
-	/* The current call read bytes from the socket (until afterCall). */
-	bool readDuringCall() const noexcept { return readBytes_; }
 
 	/*
 	 * Read tuning (core/read/read_tuning.h): decided once, at the program's own first call on
@@ -70,57 +63,22 @@ public:
 	void noteMadeThroughShim() noexcept { madeThroughShim_ = true; }
 	void decideReadTuning() noexcept { readTuningDecided_ = true; }
 	bool readAheadByShim() const noexcept { return readAheadByShim_; }
-	void setReadAheadByShim(bool on) noexcept
-	{
-		readAheadByShim_ = on;
-		shimMayHold_ = shimMayHold_ || on;
-	}
-	/* The shim gave it a read buffer larger than OpenSSL's own (a client's four records). */
-	bool enlargedByShim() const noexcept { return enlargedByShim_; }
-	void setEnlargedByShim() noexcept
-	{
-		enlargedByShim_ = true;
-		handshakeBufferKept_ = true;
-	}
-	/*
-	 * Until the handshake is done: the enlarged buffer OpenSSL made for it, of whose pages
-	 * the handshake fills a few, is let go then (ReadTuning::letEmptyBufferGo).
-	 */
-	bool handshakeBufferKept() const noexcept { return handshakeBufferKept_; }
-	void handshakeBufferGone() noexcept { handshakeBufferKept_ = false; }
-	/*
-	 * What its socket reads returned since it last wrote, and since it last let its read
-	 * buffer go (ReadTuning::letEmptyBufferGo); whether it let it go since it last wrote;
-	 * whether the last read found the socket emptied (returned less than it asked, or
-	 * nothing): the end of what the peer had sent.
-	 */
-	size_t receivedSinceWrite() const noexcept { return receivedSinceWrite_; }
-	size_t receivedSinceLetGo() const noexcept { return receivedSinceLetGo_; }
-	/* A let-go comes only after bytes since the write: then fewer came since it. */
-	bool letGoSinceWrite() const noexcept { return receivedSinceLetGo_ < receivedSinceWrite_; }
-	bool lastReadEmptied() const noexcept { return lastReadEmptied_; }
-	void wrote() noexcept { receivedSinceWrite_ = 0; }
-	void bufferLetGo() noexcept { receivedSinceLetGo_ = 0; }
+	void setReadAheadByShim(bool on) noexcept { readAheadByShim_ = on; }
+	/* The bytes one read of its socket takes while the shim reads ahead for it (SocketCache). */
+	std::size_t readAheadSize() const noexcept { return readAheadSize_; }
+	void setReadAheadSize(std::size_t size) noexcept { readAheadSize_ = size; }
 	bool programSetReadAhead() const noexcept { return programSetReadAhead_; }
 	/* UnseenWaits::generation() when the connection last asked it (core/read/unseen_waits.h). */
 	unsigned unseenSeen() const noexcept { return unseenSeen_; }
 	void setUnseenSeen(unsigned generation) noexcept { unseenSeen_ = generation; }
 	/*
 	 * A BIO of the program's own whose socket became known after read-ahead went on:
-	 * learnt, its socket not yet asked about; then past the handshake, then its reads'
-	 * asks of the kernel measured for one call (read_tuning.cpp judges them); settled
-	 * once judged, and for every other connection. Until settled each call fails its one
-	 * compare, and asks.
+	 * learnt, its socket not yet asked about (read_tuning.cpp); settled once asked, and
+	 * for every other connection. Until settled each call fails its one compare, and asks.
 	 */
-	enum class OwnBio : uint8_t { settled, learnt, handshaking, measuring };
+	enum class OwnBio : uint8_t { settled, learnt };
 	OwnBio ownBio() const noexcept { return ownBio_; }
-	void setOwnBio(OwnBio stage) noexcept
-	{
-		ownBio_ = stage;
-		largestAsk_ = 0;
-	}
-	/* The largest ask of the kernel the learnt socket's reads made while measuring; 0 before the first. */
-	size_t largestAsk() const noexcept { return largestAsk_; }
+	void setOwnBio(OwnBio stage) noexcept { ownBio_ = stage; }
 	void noteProgramSetReadAhead() noexcept
 	{
 		programSetReadAhead_ = true;
@@ -131,37 +89,15 @@ private:
 	bool readTuningDecided_ = false;
 	bool madeThroughShim_ = false;
 	bool readAheadByShim_ = false;
-	/*
-	 * OpenSSL may hold what the shim's read-ahead took: from its turn-on until, read-ahead
-	 * off again, OpenSSL holds nothing. Only then does a wait report what OpenSSL holds:
-	 * what it holds on a connection the shim never read ahead for (the program's own
-	 * read-ahead, the rest of a record read in part) the kernel would not report either (a
-	 * hunt: a one-shot pool reading 1,000 bytes of each 2,000-byte record stalled at once
-	 * without the shim, and was told of the rest with it; a level-triggered poll after a
-	 * part of a record answered readable at once, for ever, where it waited without).
-	 */
-	bool shimMayHold_ = false;
-	bool enlargedByShim_ = false;
-	bool handshakeBufferKept_ = false;
-	size_t receivedSinceWrite_ = 0;
-	size_t receivedSinceLetGo_ = 0;
-	bool lastReadEmptied_ = false;
+	std::size_t readAheadSize_ = 0;
 	bool programSetReadAhead_ = false;
 	unsigned unseenSeen_ = 0;
 	OwnBio ownBio_ = OwnBio::settled;
-	size_t largestAsk_ = 0;
 	/* fd_ is what the read BIO says it reads (SSL_get_rfd), not learnt from a read. */
 	bool namedByBio_ = false;
 	int fd_ = -1;
 	ino_t ino_ = 0;
-	/*
-	 * OpenSSL asked for more of a record it holds only part of. Reporting the fd
-	 * readable then would make a poll loop spin (poll answers at once, SSL_read says
-	 * WANT_READ): wait for the socket until a call makes progress again.
-	 */
-	bool partial_ = false;
 	bool buffered_ = false;
-	bool recordsHeld_ = false; /* what buffered_ was registered with */
 	unsigned closings_ = 0; /* BufferedFds::closings() when buffered_ was registered */
 	/*
 	 * Edge-triggered epoll promises one event per arrival. A call that read bytes from the
@@ -173,13 +109,20 @@ private:
 	unsigned long long arrivals_ = 0; /* the number of the last arrival, unique in the process */
 };
 
+/* What a connection's end changes: its readiness, and the queue of its socket. */
+struct ReadState {
+	BufferedFds *buffered;
+	SocketCache *cache;
+};
+
 /*
  * The ex_data slot that carries a Connection on every SSL. Its free callback forgets the
- * connection's buffered fd when the program frees the SSL.
+ * connection's buffered fd when the program frees the SSL; what the shim read ahead of
+ * the socket stays readable, the socket's (a drain of the socket after SSL_free reads it).
  */
 class ConnectionSlot {
 public:
-	bool init(const OpenSslApi &api, BufferedFds *buffered) noexcept;
+	bool init(const OpenSslApi &api, ReadState *read) noexcept;
 	/* The SSL's Connection, attached on first use; nullptr when out of memory. */
 	Connection *of(const OpenSslApi &api, SSL *ssl) const noexcept;
 	/* The SSL's Connection if it has one. */
@@ -221,17 +164,14 @@ public:
 	 * connection reads through the outer one, and its program polls the same socket.
 	 * Returns false when the thread is inside no OpenSSL call.
 	 */
-	static bool noteSocketRead(int fd, ssize_t returned = 1,
-				   size_t asked = Connection::kWholeBuffer) noexcept;
+	static bool noteSocketRead(int fd, ssize_t returned = 1) noexcept;
+	/*
+	 * How much of fd a read in this thread's innermost call may take at once: the size its
+	 * connection reads ahead, where the shim reads ahead for it on fd; else 0.
+	 */
+	static std::size_t readAheadFor(int fd) noexcept;
 	/* This thread is inside an OpenSSL call on some connection. */
 	static bool active() noexcept;
-	/*
-	 * A read of this thread was left by a cancellation or pthread_exit (no read returns
-	 * into a C++ exception): the OpenSSL call around it, if any, was waiting for the
-	 * socket. takeReadLeft answers once.
-	 */
-	static void readLeft() noexcept;
-	static bool takeReadLeft() noexcept;
 
 private:
 	static bool live(const CallScope *scope, uint64_t cookie, const void *below) noexcept;

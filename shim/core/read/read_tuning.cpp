@@ -2,15 +2,12 @@
 
 #include <cstring>
 
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "core/log.h"
 #include "core/openssl_api.h"
-#include "core/raw_syscalls.h"
 
 namespace tlstune {
 
@@ -19,13 +16,13 @@ namespace {
 /* A program may make a connection per request. */
 RateLimit tunedLines;
 RateLimit untunedLines;
-RateLimit chunkedLines;
-RateLimit renegotiationLines;
 RateLimit oneShotLines;
-RateLimit peekedLines;
 
-/* TLS's largest record payload: a BIO that asks the kernel for less reads in chunks of its own. */
-constexpr size_t kOneRecord = 16384;
+/*
+ * What OpenSSL's own read buffer holds by default: a record of the largest size with its
+ * header and the most a cipher adds (SSL3_RT_MAX_ENCRYPTED_LENGTH).
+ */
+constexpr std::size_t kOneRecordRead = SSL3_RT_HEADER_LENGTH + SSL3_RT_MAX_ENCRYPTED_LENGTH;
 
 /* What a context's ex_data holds once the program set its read-ahead: any non-null pointer. */
 char programSetReadAhead;
@@ -61,6 +58,21 @@ bool notFollowed(int fd) noexcept
 	return countsBytes(fd) || unixSocket(fd);
 }
 
+/*
+ * Kernel TLS receives decrypted records with recvmsg: bytes the shim queued before OpenSSL
+ * switched would be read as plaintext.
+ */
+bool usesKernelTls(const OpenSslApi &api, SSL *ssl) noexcept
+{
+#ifdef SSL_OP_ENABLE_KTLS
+	return api.SSL_set_options && (api.SSL_set_options(ssl, 0) & SSL_OP_ENABLE_KTLS);
+#else
+	(void)api;
+	(void)ssl;
+	return false;
+#endif
+}
+
 } /* namespace */
 
 bool ReadTuning::init(const OpenSslApi &api) noexcept
@@ -76,21 +88,23 @@ void ReadTuning::noteContextSetting(const OpenSslApi &api, SSL_CTX *ctx) const n
 		api.SSL_CTX_set_ex_data(ctx, contextIndex_, &programSetReadAhead);
 }
 
-std::size_t ReadTuning::turnOn(const OpenSslApi &api, const Config &config, SSL *ssl, bool connecting) noexcept
+std::size_t ReadTuning::readAheadSize(const OpenSslApi &api, const Config &config, SSL *ssl,
+				       bool connecting) noexcept
 {
 	/*
-	 * Four records, one recv, for a client: it downloads (64 reads per MiB with one). A
-	 * server keeps OpenSSL's own size, one record: it may hold thousands of connections,
-	 * and a burst then costs what it costs without the shim, while read-ahead still takes
-	 * what that buffer holds at once; unless TLSTUNE_READ_BUFFER names another size. A
-	 * client's four records are let go when it falls idle after a burst (letEmptyBufferGo).
+	 * Four records, one read, for a client: it downloads (64 reads per MiB with one). A
+	 * server takes what OpenSSL's own buffer would hold, a record: it may hold thousands
+	 * of connections, each with a burst queued; unless TLSTUNE_READ_BUFFER names another
+	 * size. A queue is freed as soon as it is read (SocketCache).
 	 */
 	const bool server = !connecting && api.SSL_is_server && api.SSL_is_server(ssl);
-	const bool sized = !server || config.readBufferSet;
-	if (sized)
-		api.SSL_set_default_read_buffer_len(ssl, config.readBuffer);
+	return !server || config.readBufferSet ? config.readBuffer : kOneRecordRead;
+}
+
+void ReadTuning::turnOnUnfollowed(const OpenSslApi &api, const Config &config, SSL *ssl) noexcept
+{
+	api.SSL_set_default_read_buffer_len(ssl, config.readBuffer);
 	api.SSL_set_read_ahead(ssl, 1);
-	return sized ? config.readBuffer : 0;
 }
 
 void ReadTuning::tuneConnection(const OpenSslApi &api, const Config &config,
@@ -106,8 +120,10 @@ void ReadTuning::tuneConnection(const OpenSslApi &api, const Config &config,
 	if (connection.programSetReadAhead() || (ctx && api.SSL_CTX_get_ex_data(ctx, contextIndex_)) ||
 	    api.SSL_get_read_ahead(ssl))
 		untuned = "the program set read-ahead itself";
-	else if (!retriesItself(api, ssl))
-		untuned = "the program cleared SSL_MODE_AUTO_RETRY";
+	else if (api.SSL_is_dtls && api.SSL_is_dtls(ssl))
+		untuned = "it is DTLS (datagrams)";
+	else if (usesKernelTls(api, ssl))
+		untuned = "it may read through kernel TLS (SSL_OP_ENABLE_KTLS)";
 	else if (!readsItsSource(api, ssl))
 		untuned = "its read BIO is a filter or a memory BIO";
 	else if (!followable(api, unseen, ssl, connection))
@@ -118,69 +134,10 @@ void ReadTuning::tuneConnection(const OpenSslApi &api, const Config &config,
 	}
 	/* A socket learnt later (a BIO of the program's own) is asked about once it is known. */
 	connection.setUnseenSeen(generation);
-	const std::size_t buffer = turnOn(api, config, ssl, connecting);
+	const std::size_t size = readAheadSize(api, config, ssl, connecting);
+	connection.setReadAheadSize(size);
 	connection.setReadAheadByShim(true);
-	if (buffer) {
-		connection.setEnlargedByShim();
-		logLimited(tunedLines, LogLevel::Info, "connection tuned: read-ahead on, read buffer %zu bytes", buffer);
-	} else {
-		logLimited(tunedLines, LogLevel::Info, "connection tuned: read-ahead on, OpenSSL's own read buffer "
-			   "(a server)");
-	}
-}
-
-void ReadTuning::letHandshakeBufferGo(const OpenSslApi &api, SSL *ssl, Connection &connection,
-				      bool progressed) noexcept
-{
-	if (!progressed || !api.SSL_is_init_finished || api.SSL_is_init_finished(ssl) != 1)
-		return;
-	/*
-	 * One try, at the call that ended the handshake (letGo says when it is safe): a
-	 * record read ahead with its end keeps the buffer until the end of the first burst.
-	 */
-	connection.handshakeBufferGone();
-	if (api.SSL_free_buffers && api.SSL_has_pending(ssl) == 0 && api.SSL_free_buffers(ssl) == 1)
-		connection.bufferLetGo();
-}
-
-void ReadTuning::letGo(const OpenSslApi &api, const UnseenWaits &unseen, SSL *ssl, Connection &connection,
-		       bool progressed) noexcept
-{
-	/*
-	 * Only after a call that returned a record, with nothing unread, outside a handshake:
-	 * a call that read a record's header alone leaves nothing "pending" yet points into
-	 * the buffer for the body (CVE-2024-4741, which 1.1.1 builds do not check
-	 * themselves). SSL_free_buffers also frees an empty write buffer, which the next
-	 * write makes again, and refuses while a write is pending (the next end of what the
-	 * peer sent tries again).
-	 */
-	if (!progressed || !api.SSL_free_buffers || !api.SSL_is_init_finished || api.SSL_has_pending(ssl) != 0 ||
-	    api.SSL_is_init_finished(ssl) != 1 || !peerSentAll(connection, unseen))
-		return;
-	if (api.SSL_free_buffers(ssl) == 1)
-		connection.bufferLetGo();
-}
-
-bool ReadTuning::peerSentAll(const Connection &connection, const UnseenWaits &unseen) noexcept
-{
-	if (connection.lastReadEmptied())
-		return true;
-	/*
-	 * The last read filled what it asked: a burst that ended there, read by a program that
-	 * then reads no more (it knew the length), is told by the socket's queue. One ioctl at
-	 * such an empty buffer (a download whose every read fills the buffer: one per four
-	 * records). Not in a confined process, whose filter may forbid it.
-	 */
-	if (unseen.confined())
-		return false;
-	int queued = -1;
-	RawSyscalls raw;
-	return connection.fd() >= 0 && syscall(SYS_ioctl, connection.fd(), FIONREAD, &queued) == 0 && queued == 0;
-}
-
-bool ReadTuning::retriesItself(const OpenSslApi &api, SSL *ssl) noexcept
-{
-	return api.SSL_ctrl && (api.SSL_ctrl(ssl, SSL_CTRL_MODE, 0, nullptr) & SSL_MODE_AUTO_RETRY) != 0;
+	logLimited(tunedLines, LogLevel::Info, "connection tuned: read-ahead on, %zu bytes a read", size);
 }
 
 bool ReadTuning::readsItsSource(const OpenSslApi &api, SSL *ssl) noexcept
@@ -220,72 +177,36 @@ bool ReadTuning::followable(const OpenSslApi &api, const UnseenWaits &unseen, SS
 			return false;
 		connection.noteSocket(fd, st.st_ino);
 	}
-	return !notFollowed(fd) && !oneShotFds().mayHave(fd) && !peekedFds().mayHave(fd) &&
+	return !notFollowed(fd) && !oneShotFds().mayHave(fd) &&
 	       unseen.follows(connection.ino());
 }
 
-void ReadTuning::turnOff(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept
+void ReadTuning::turnOff(Connection &connection) noexcept
 {
-	/* What OpenSSL holds already it still hands out; it reads no further ahead. */
-	api.SSL_set_read_ahead(ssl, 0);
+	/* What is queued is still read first; the shim reads no further ahead. */
 	connection.setReadAheadByShim(false);
 }
 
-void ReadTuning::renegotiationBegan(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept
-{
-	if (api.SSL_renegotiate_pending(ssl)) {
-		turnOff(api, ssl, connection);
-		logLimited(renegotiationLines, LogLevel::Info, "read-ahead off: the connection renegotiates");
-	}
-}
-
-void ReadTuning::unseenChanged(const OpenSslApi &api, const UnseenWaits &unseen, SSL *ssl,
-			       Connection &connection) noexcept
+void ReadTuning::unseenChanged(const UnseenWaits &unseen, Connection &connection) noexcept
 {
 	const unsigned generation = unseen.generation();
 	const bool justLearnt = connection.ownBio() == Connection::OwnBio::learnt;
 	const bool oneShot = oneShotFds().mayHave(connection.fd());
-	const bool peeked = peekedFds().mayHave(connection.fd());
-	if (oneShot || peeked || !unseen.follows(connection.ino()) ||
+	if (oneShot || !unseen.follows(connection.ino()) ||
 	    (justLearnt && (unseen.confined() || notFollowed(connection.fd())))) {
-		turnOff(api, ssl, connection);
+		turnOff(connection);
 		if (oneShot)
 			logLimited(oneShotLines, LogLevel::Info, "read-ahead off: the connection's fd is armed EPOLLONESHOT");
-		else if (peeked)
-			logLimited(peekedLines, LogLevel::Info,
-				   "read-ahead off: the program peeks at the connection's socket (MSG_PEEK)");
-	} else if (connection.ownBio() == Connection::OwnBio::settled || judgeOwnBio(api, ssl, connection)) {
-		connection.setUnseenSeen(generation);
+		return;
 	}
-}
-
-bool ReadTuning::judgeOwnBio(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept
-{
-	using Stage = Connection::OwnBio;
-	/* OpenSSL 3.5 reads a handshake a header at a time, whatever the BIO would take. */
-	if (api.SSL_is_init_finished(ssl) != 1) {
-		connection.setOwnBio(Stage::handshaking);
-		return false;
-	}
-	if (connection.ownBio() != Stage::measuring) {
-		connection.setOwnBio(Stage::measuring);
-		return false;
-	}
-	if (connection.largestAsk() == 0)
-		return false;
-	if (connection.largestAsk() < kOneRecord) {
-		turnOff(api, ssl, connection);
-		logLimited(chunkedLines, LogLevel::Info,
-			   "read-ahead off: the connection's own BIO reads in chunks under one record");
-	}
-	connection.setOwnBio(Stage::settled);
-	return true;
+	connection.setOwnBio(Connection::OwnBio::settled);
+	connection.setUnseenSeen(generation);
 }
 
 void ReadTuning::readBioChanged(const OpenSslApi &api, SSL *ssl, Connection &connection) noexcept
 {
 	if (connection.readAheadByShim() && !readsItsSource(api, ssl))
-		turnOff(api, ssl, connection);
+		turnOff(connection);
 }
 
 } /* namespace tlstune */

@@ -7,7 +7,6 @@
 namespace tlstune {
 
 FdBitmap g_oneShotFds;
-FdBitmap g_peekedFds;
 
 void UnseenWaits::noteRing() noexcept
 {
@@ -52,11 +51,6 @@ void UnseenWaits::noteNumber(FdBitmap &numbers, int fd) noexcept
 void UnseenWaits::noteOneShot(int fd) noexcept
 {
 	noteNumber(oneShotFds(), fd);
-}
-
-void UnseenWaits::notePeeked(int fd) noexcept
-{
-	noteNumber(peekedFds(), fd);
 }
 
 bool UnseenWaits::follows(ino_t ino) const noexcept

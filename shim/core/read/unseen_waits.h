@@ -17,12 +17,13 @@ namespace tlstune {
  * - a socket's file sent away with SCM_RIGHTS: another process waits on it there;
  * - a socket given SO_RCVLOWAT above 1: the kernel's answer counts its bytes, not records;
  * - an fd the program armed EPOLLONESHOT (oneShotFds): an arm goes to one waiter, and the
- *   kernel's report of what the socket has and the shim's of what OpenSSL holds cannot be
- *   made one hand-over;
- * - an fd the program peeks at more than a byte of (peekedFds): it reads the raw stream.
+ *   kernel's report of what the socket has and the shim's of what it queued cannot be
+ *   made one hand-over.
+ * (A program that reads or peeks at the raw stream itself is followed: it reads what the
+ * shim queued first, SocketCache.)
  * A connection asks at each of its calls whether anything changed since it last looked
- * (one load); when something did and it concerns it, it stops reading ahead. What
- * OpenSSL holds then it still hands out; it reads no further ahead.
+ * (one load); when something did and it concerns it, it stops reading ahead. What the
+ * shim queued then is still read first; it reads no further ahead.
  */
 class UnseenWaits {
 public:
@@ -45,15 +46,6 @@ public:
 	 * connections look (a pool re-arms after every event).
 	 */
 	void noteOneShot(int fd) noexcept;
-	/*
-	 * The program peeked at more than one of fd's bytes (MSG_PEEK): it reads the socket's
-	 * raw stream, which records read ahead would take out of it (a hunt: a loop that
-	 * peeks for a whole record header before each SSL_read was told 1 byte while OpenSSL
-	 * held records, and spun). A connection on fd stops reading ahead at its next call;
-	 * one made on fd after the peek (a server that sniffs the first bytes before its
-	 * handshake) reads ahead (Connection::noteSocket forgets the peek).
-	 */
-	void notePeeked(int fd) noexcept;
 
 	/* Whether the shim still follows every wait on the socket file ino (0: not known yet). */
 	bool follows(ino_t ino) const noexcept;
@@ -101,11 +93,5 @@ inline FdBitmap &oneShotFds() noexcept
 	return g_oneShotFds;
 }
 
-/* The fd numbers the program peeked at more than a byte of (UnseenWaits::notePeeked). */
-extern FdBitmap g_peekedFds;
-inline FdBitmap &peekedFds() noexcept
-{
-	return g_peekedFds;
-}
 
 } /* namespace tlstune */

@@ -131,39 +131,6 @@ int selectMerged(const BufferedFds &buffered, EpollSets &sets, int nfds, fd_set 
 }
 
 /*
- * FIONREAD (SIOCINQ) answered *bytes for fd. Programs use it to tell a peer that hung up
- * from one whose data is still queued (stunnel: POLLRDHUP and FIONREAD 0 means closed).
- * With read-ahead that data may sit in OpenSSL, not the kernel: then say at least one
- * byte is readable, as the kernel would have.
- */
-inline void countBufferedBytes(const BufferedFds &buffered, int fd, int *bytes) noexcept
-{
-	if (*bytes == 0 && buffered.holds(fd))
-		*bytes = 1;
-}
-
-/*
- * recv(MSG_PEEK) by the program (not OpenSSL) returned n on fd. Connection pools peek to
- * tell a dead keep-alive connection (0: closed) from a live one. When OpenSSL holds the
- * connection's records, the kernel would have had them queued: never say "closed" or
- * "nothing" then, but one byte, 0x17, which is what the next record begins with (TLS's
- * application_data type, the outer type of every TLS 1.3 record). Returns the answer.
- */
-inline ssize_t peekBuffered(const BufferedFds &buffered, int fd, void *buffer, size_t length,
-			    int flags, ssize_t n) noexcept
-{
-	/* MSG_ERRQUEUE: an empty error queue says EAGAIN, whatever the socket holds. */
-	if (!(flags & MSG_PEEK) || (flags & MSG_ERRQUEUE) || length == 0 || buffered.empty())
-		return n;
-	if (n > 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) || !buffered.holds(fd))
-		return n;
-	/* MSG_TRUNC: TCP copies nothing, and the buffer may be null (the peek only counts). */
-	if (!(flags & MSG_TRUNC))
-		static_cast<unsigned char *>(buffer)[0] = 0x17;
-	return 1;
-}
-
-/*
  * Adds the registration's event to the `ready` events the real epoll_wait returned (at
  * most maxevents in all), joining an event with the same data. Returns the new count;
  * *delivered says whether the event is among them.
