@@ -58,7 +58,8 @@ ssize_t forwardRead(Function LibcApi::*function, int fd, bool takes, Args... arg
  * urgent byte): *n set, true. Emptied by a read of the program's own, outside OpenSSL's
  * calls, its readiness goes at once (the connection's next call registers it again).
  */
-bool queueAnswers(int fd, const struct iovec *iov, int iovcnt, int flags, ssize_t *n) noexcept
+__attribute__((noinline)) bool queueAnswered(int fd, const struct iovec *iov, int iovcnt, int flags,
+					     ssize_t *n) noexcept
 {
 	Process *p = builtProcess();
 	if (!p || !p->cache.mayHave(fd) || (flags & (MSG_OOB | MSG_ERRQUEUE)))
@@ -71,6 +72,12 @@ bool queueAnswers(int fd, const struct iovec *iov, int iovcnt, int flags, ssize_
 	errno = savedErrno;
 	*n = static_cast<ssize_t>(moved);
 	return moved > 0;
+}
+
+/* Only a process with a connection the shim follows can have a queue: one load else (issue 24). */
+inline bool queueAnswers(int fd, const struct iovec *iov, int iovcnt, int flags, ssize_t *n) noexcept
+{
+	return ConnectionSlot::anyMade() && queueAnswered(fd, iov, iovcnt, flags, n);
 }
 
 /*
@@ -126,9 +133,10 @@ ssize_t fillRead(int fd, const struct iovec *iov, int iovcnt, void *context)
  * true; false where the read is not such a one (a peek, a flag that changes what a read
  * returns), and in a process that confined itself.
  */
-bool filled(int fd, void *buf, std::size_t len, int flags, bool socket, ssize_t *n)
+__attribute__((noinline)) bool fillIfAhead(int fd, void *buf, std::size_t len, int flags, bool socket,
+					   ssize_t *n)
 {
-	const std::size_t size = len > 0 ? CallScope::readAheadFor(fd) : 0;
+	const std::size_t size = CallScope::readAheadFor(fd);
 	if (size <= len || (flags & ~MSG_DONTWAIT))
 		return false;
 	/* A confined process (seccomp) may allow read and recv alone: OpenSSL's own reads, then. */
@@ -139,13 +147,19 @@ bool filled(int fd, void *buf, std::size_t len, int flags, bool socket, ssize_t 
 	return true;
 }
 
+/* A process without a connection the shim follows: one load (issue 24). */
+inline bool filled(int fd, void *buf, std::size_t len, int flags, bool socket, ssize_t *n)
+{
+	return len > 0 && ConnectionSlot::anyMade() && fillIfAhead(fd, buf, len, flags, socket, n);
+}
+
 /*
  * An ask of no bytes of the socket's data (not of its error queue) where the shim queued
  * bytes of it: the kernel, which would have had them, would not wait.
  */
 bool asksNothingOfQueued(int fd, int flags) noexcept
 {
-	Process *p = builtProcess();
+	Process *p = ConnectionSlot::anyMade() ? builtProcess() : nullptr;
 	return p && !(flags & MSG_ERRQUEUE) && p->cache.queued(fd) > 0;
 }
 

@@ -171,7 +171,7 @@ inline void settleConnection(Connection *connection) noexcept
 	const bool queued = p.cache.queued(fd) > 0;
 	connection->afterCall(p.buffered, queued);
 	/* A freed connection's readiness the queue took over (SSL_free) goes when it is read. */
-	if (!queued && !p.buffered.empty() && p.cache.mayHave(fd))
+	if (!queued && p.buffered.anyHandedOver() && !p.buffered.empty() && p.cache.mayHave(fd))
 		p.buffered.forget(p.cache.owner(fd));
 	errno = savedErrno;
 }

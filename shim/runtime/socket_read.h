@@ -12,7 +12,8 @@ namespace tlstune {
  */
 inline void noteRead(int fd, ssize_t n) noexcept
 {
-	if (!CallScope::noteSocketRead(fd, n) || n < 0)
+	/* Inside an OpenSSL call there is a connection: a process without one pays a load. */
+	if (!ConnectionSlot::anyMade() || !CallScope::noteSocketRead(fd, n) || n < 0)
 		return;
 	Process &p = process();
 	if (!p.config.stats)

@@ -125,8 +125,10 @@ void BufferedFds::handOver(const void *from, const void *to) noexcept
 	if (std::any_of(entries_.begin(), entries_.end(), [to](const Entry &e) { return e.owner == to; }))
 		return;
 	for (Entry &entry : entries_) {
-		if (entry.owner == from)
+		if (entry.owner == from) {
 			entry.owner = to;
+			handedOver_.store(true, std::memory_order_relaxed);
+		}
 	}
 }
 

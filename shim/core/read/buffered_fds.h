@@ -60,6 +60,8 @@ public:
 	void forget(const void *owner) noexcept;
 	/* from's entry is to's from now on (a freed connection's, to the queue its socket keeps). */
 	void handOver(const void *from, const void *to) noexcept;
+	/* A handOver was ever made: an entry may belong to a queue. One load. */
+	bool anyHandedOver() const noexcept { return handedOver_.load(std::memory_order_relaxed); }
 	/*
 	 * Called (outside the lock) with a socket's inode when an entry for it leaves by set()
 	 * or forget(): OpenSSL holds nothing the shim took for it any more (EpollSets::released).
@@ -188,6 +190,7 @@ private:
 	FdBitmap ownCopies_;
 	FdBitmap *const copies_;
 	std::atomic<unsigned> closings_{0};
+	std::atomic<bool> handedOver_{false};
 	Released released_ = nullptr;
 };
 

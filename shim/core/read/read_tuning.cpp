@@ -120,8 +120,6 @@ void ReadTuning::tuneConnection(const OpenSslApi &api, const Config &config,
 	if (connection.programSetReadAhead() || (ctx && api.SSL_CTX_get_ex_data(ctx, contextIndex_)) ||
 	    api.SSL_get_read_ahead(ssl))
 		untuned = "the program set read-ahead itself";
-	else if (api.SSL_is_dtls && api.SSL_is_dtls(ssl))
-		untuned = "it is DTLS (datagrams)";
 	else if (usesKernelTls(api, ssl))
 		untuned = "it may read through kernel TLS (SSL_OP_ENABLE_KTLS)";
 	else if (!readsItsSource(api, ssl))

@@ -189,16 +189,32 @@ void SocketCache::unname(Slot &slot) noexcept
 	if (!q || q->names.fetch_sub(1, std::memory_order_acq_rel) != 1)
 		return;
 	q->lives.fetch_add(1, std::memory_order_acq_rel);
-	/* A handler's close inside this thread's take or free-list hold: the queue is left, unnamed. */
-	if (q->lock.heldHere() || freeLock_.heldHere())
+	/* A handler's close inside this thread's take: the queue is left, unnamed. */
+	if (q->lock.heldHere())
 		return;
 	{
 		std::lock_guard<OwnedLock> lock(q->lock);
 		drop(*q);
 	}
+	recycle(q);
+}
+
+void SocketCache::recycle(Queue *q) noexcept
+{
+	/* A handler that interrupted this thread's hold of the list: the queue is left out of it. */
+	if (freeLock_.heldHere())
+		return;
 	std::lock_guard<OwnedLock> lock(freeLock_);
 	q->nextFree = free_;
 	free_ = q;
+}
+
+void SocketCache::note(int fd) noexcept
+{
+	if (!used_.load(std::memory_order_relaxed))
+		used_.store(true, std::memory_order_relaxed);
+	knownFds().note(fd);
+	fds_.note(fd);
 }
 
 ssize_t SocketCache::fill(int fd, void *buf, std::size_t len, std::size_t size, Read read, void *context)
@@ -210,21 +226,14 @@ ssize_t SocketCache::fill(int fd, void *buf, std::size_t len, std::size_t size, 
 		 * Named before the read: a close that comes while it is in the kernel unnames the
 		 * queue, and the bytes of the closed file are not queued for the number's next one.
 		 */
-		if (!used_.load(std::memory_order_relaxed))
-			used_.store(true, std::memory_order_relaxed);
-		knownFds().note(fd);
-		fds_.note(fd);
+		note(fd);
 		if ((q = made())) {
 			q->names.store(1, std::memory_order_relaxed);
 			Queue *none = nullptr;
 			if (!s->compare_exchange_strong(none, q, std::memory_order_acq_rel)) {
-				/* Another thread named one first: this one goes back (or, in a handler, is left). */
+				/* Another thread named one first: this one goes back. */
 				q->names.store(0, std::memory_order_relaxed);
-				if (!freeLock_.heldHere()) {
-					std::lock_guard<OwnedLock> lock(freeLock_);
-					q->nextFree = free_;
-					free_ = q;
-				}
+				recycle(q);
 				q = none;
 			}
 		}
@@ -244,7 +253,7 @@ ssize_t SocketCache::fill(int fd, void *buf, std::size_t len, std::size_t size, 
 	if (s->load(std::memory_order_acquire) != q || q->lives.load(std::memory_order_acquire) != life) {
 		/* The number was closed meanwhile: the bytes went with its file. */
 	} else if (q->size.load(std::memory_order_relaxed) == 0) {
-		std::free(q->bytes);
+		/* Read empty, it holds no buffer (drop). */
 		spareTaken();
 		q->bytes = more;
 		q->capacity = size - len;
@@ -292,8 +301,7 @@ void SocketCache::duplicated(int from, int to) noexcept
 		unname(undo);
 		return;
 	}
-	knownFds().note(to);
-	fds_.note(to);
+	note(to);
 	if (Queue *before = target->exchange(q, std::memory_order_acq_rel)) {
 		/* to named another queue and its close went unseen: that name goes now. */
 		Slot gone(before);

@@ -113,6 +113,10 @@ private:
 	Queue *made() noexcept;
 	/* slot names no queue any more; the last name lets it go to the free list. */
 	void unname(Slot &slot) noexcept;
+	/* q, named by nothing, goes to the free list. */
+	void recycle(Queue *q) noexcept;
+	/* fd may name a queue from now on: the close family and take look for it. */
+	void note(int fd) noexcept;
 	/* Under q's lock: drops what q holds. */
 	static void drop(Queue &q) noexcept;
 
