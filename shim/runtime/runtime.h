@@ -111,7 +111,7 @@ struct Process {
 	BufferedFds buffered{ &copiedFds() };
 	SocketCache cache; /* what the shim read ahead of its connections' sockets */
 	ReadState read{ &buffered, &cache }; /* for a connection's end (ConnectionSlot) */
-	EpollSets epoll;
+	EpollSets epoll{ &copiedFds() };
 	UnseenWaits unseen;
 	CaCache caCache;
 	Coalescer coalescer;

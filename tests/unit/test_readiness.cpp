@@ -721,9 +721,23 @@ protected:
 		}
 	}
 
+	/* dup(fd), noted as the shim's dup wrappers note it (copiedFds). */
+	int copyOf(int fd)
+	{
+		const int copy = dup(fd);
+		noteCopy(fd, copy);
+		return copy;
+	}
+	void noteCopy(int from, int to)
+	{
+		copies_.note(from);
+		copies_.note(to);
+	}
+
 	int epfd_ = -1;
-	BufferedFds buffered_;
-	EpollSets sets_;
+	FdBitmap copies_; /* the process's copiedFds() */
+	BufferedFds buffered_{ &copies_ };
+	EpollSets sets_{ &copies_ };
 	SocketPair pair_;
 	std::vector<std::unique_ptr<SocketPair>> held_;
 	std::deque<int> owners_; /* the held connections' owners: addresses that stay put */
@@ -1296,7 +1310,7 @@ TEST_F(EpollMerged, ManyRegistrationsAddedAndDeletedLeaveOnlyTheLiveOnes)
 {
 	std::vector<int> copies;
 	for (int i = 0; i < 200; i++) {
-		copies.push_back(dup(pair_.fds[0]));
+		copies.push_back(copyOf(pair_.fds[0]));
 		ASSERT_GE(copies.back(), 0);
 		add(copies.back(), EPOLLIN, 100 + i);
 	}
@@ -1330,7 +1344,7 @@ TEST_F(EpollMerged, ARegistrationWhoseNumberNamesItsFileAgainIsDeletedAndModifie
 			ASSERT_EQ(wait(events, 4), 1);
 			buffered_.set(&kOwner, number, inodeOf(number), false);
 		}
-		const int copy = dup(number);
+		const int copy = copyOf(number);
 		ASSERT_GE(copy, 0);
 		/* dup2(copy, number): the number is closed and made the same file again. */
 		sets_.closing(number, number);
@@ -1352,7 +1366,7 @@ TEST_F(EpollMerged, ARegistrationWhoseNumberNamesItsFileAgainIsDeletedAndModifie
 
 TEST_F(EpollMerged, TableFollowsADupRegisteredToo)
 {
-	int copy = dup(pair_.fds[0]);
+	int copy = copyOf(pair_.fds[0]);
 	ASSERT_GE(copy, 0);
 	add(pair_.fds[0], EPOLLIN, 1);
 	add(copy, EPOLLIN, 2);
@@ -1365,7 +1379,7 @@ TEST_F(EpollMerged, TableFollowsADupRegisteredToo)
 
 TEST_F(EpollMerged, ARegistrationLivesOnThroughADupAfterItsFdCloses)
 {
-	const int original = dup(pair_.fds[0]);
+	const int original = copyOf(pair_.fds[0]);
 	ASSERT_GE(original, 0);
 	add(original, EPOLLIN, 3);
 	closeFd(original); /* the file stays open through pair_.fds[0]: the kernel keeps it */
@@ -1377,6 +1391,7 @@ TEST_F(EpollMerged, ARegistrationLivesOnThroughADupAfterAWideCloseRange)
 	/* Added with no syscall; the wide close learns its file from the set's side first. */
 	const int original = fcntl(pair_.fds[0], F_DUPFD_CLOEXEC, 500);
 	ASSERT_GE(original, 500);
+	noteCopy(pair_.fds[0], original);
 	add(original, EPOLLIN, 5);
 	sets_.closing(400, 1000);
 	ASSERT_EQ(syscall(SYS_close_range, 400u, 1000u, 0u), 0);
@@ -1516,7 +1531,7 @@ TEST_F(EpollMerged, AClosedFileThatCanBeNoConnectionsLeavesNoRegistration)
 
 	int pipeFds[2];
 	ASSERT_EQ(pipe(pipeFds), 0);
-	const int copy = dup(pipeFds[0]);
+	const int copy = copyOf(pipeFds[0]);
 	ASSERT_GE(copy, 0);
 	add(pipeFds[0], EPOLLIN, 9);
 	closeFd(pipeFds[0]);

@@ -574,6 +574,11 @@ void EpollSets::resolve(Set &set, int fd, bool closing) noexcept
 	Stored *stored = live(set, fd);
 	if (!stored || !(stored->registration.ino & kUnresolvedInode))
 		return;
+	/* The file's only name closes, and its registration with it (issue 24: an fstat per close). */
+	if (closing && stored->innerSet < 0 && !mayBeCopy(fd)) {
+		erase(set, stored);
+		return;
+	}
 	struct stat st;
 	const int savedErrno = errno;
 	const bool open = fstat(fd, &st) == 0;
@@ -607,6 +612,8 @@ void EpollSets::resolvePending(Set &set, int fd, const Pending &pending, bool cl
 {
 	const Pending copy = pending;
 	dropPending(set, fd);
+	if (closing && !mayBeCopy(fd))
+		return; /* as above: the registration goes with the file's only name */
 	struct stat st;
 	const int savedErrno = errno;
 	const bool open = fstat(fd, &st) == 0;

@@ -79,6 +79,13 @@ inline bool armsOneShot(int op, const struct epoll_event *event) noexcept
 class EpollSets {
 public:
 	/*
+	 * copies: the numbers the process ever copied or received (copiedFds()). A registration
+	 * at a number outside them goes with the number's close, the file's only name here:
+	 * no fstat to learn which file it was. Null: any number may have a copy.
+	 */
+	explicit EpollSets(const FdBitmap *copies = nullptr) noexcept : copies_(copies) {}
+
+	/*
 	 * epoll_create/epoll_create1 returned epfd: a set the shim sees every change of.
 	 * following: changes are recorded from now on; false (no connection yet, issue 24),
 	 * the set's list is read from the kernel once, when it first matters.
@@ -357,6 +364,9 @@ private:
 	/* Under the lock: a live registration of set that is no one-shot has that data (a walk). */
 	static bool othersCarry(const Set &set, unsigned long long data) noexcept;
 
+	/* fd's file may have another name in this process, which keeps its registrations. */
+	bool mayBeCopy(int fd) const noexcept { return !copies_ || copies_->mayHave(fd); }
+
 	/* changed() with the lock held. */
 	void changedLocked(int epfd, int op, int fd, const struct epoll_event *event) noexcept;
 
@@ -372,6 +382,7 @@ private:
 	std::atomic<size_t> restricted_{0};   /* Set::restricted, over all sets: released() skips at 0 */
 	EpollCtl realCtl_ = nullptr;          /* the kernel's epoll_ctl, as control() was given it */
 	unsigned long long closings_ = 0;
+	const FdBitmap *const copies_;
 };
 
 /*
