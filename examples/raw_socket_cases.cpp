@@ -54,6 +54,19 @@
  *                     pipe, and with a signal mask size the kernel refuses: prints "ppoll 0
  *                     time left 0.000000000" (the kernel writes the time left back) and
  *                     "bad mask size -1 EINVAL"
+ *   after-notify reset|waitall --cert C --key K
+ *                     a forked server writes a record, close_notify and "HELLO" as plaintext,
+ *                     all in the client's socket before its first SSL_read (which reads
+ *                     "HELLO" ahead into the shim's queue). Then the client reads the
+ *                     socket itself. reset: the server closes with SO_LINGER 0 (a reset)
+ *                     and the client asks for 0 bytes, peeks, reads, then reads twice more
+ *                     ("empty 0", "peek 5 HELLO", "read 5 HELLO", "then -1 ECONNRESET",
+ *                     "then 0": the reset comes after the bytes, once). waitall: the server
+ *                     writes "WORLD" and "AGAIN" as the client asks, which peeks 7 bytes
+ *                     with MSG_PEEK|MSG_WAITALL, reads 7 with readv into parts of 3, 0 and
+ *                     4 (the kernel's read takes what it holds behind), then 6 with recvmsg
+ *                     and MSG_WAITALL (it waits for "AGAIN"): "peek 7 HELLOWO",
+ *                     "readv 7 HELLOWO", "waitall 6 RLDAGA".
  *   unix-close --cert C --key K
  *                     over a UNIX socketpair: a forked server reads 10 bytes of the three
  *                     full records the client writes, then closes its socket unread; the
@@ -72,6 +85,7 @@
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -339,6 +353,103 @@ int lingeringClose(SSL_CTX *server)
 	return 0;
 }
 
+/* One byte from the other process's pipe, or the case fails. */
+void awaitSignal(int fd)
+{
+	char byte;
+	if (read(fd, &byte, 1) != 1)
+		fail("the other side ended");
+}
+
+void signalOther(int fd)
+{
+	if (write(fd, "x", 1) != 1)
+		fail("write");
+}
+
+/* after-notify's server: a record, close_notify and HELLO, then what the case asks. */
+[[noreturn]] void afterNotifyServer(SSL_CTX *server, int listener, bool reset, int go, int done)
+{
+	const int fd = accept(listener, nullptr, nullptr);
+	SSL *ssl = SSL_new(server);
+	SSL_set_fd(ssl, fd);
+	if (SSL_accept(ssl) != 1 || SSL_write(ssl, "REC1", 4) != 4 || SSL_shutdown(ssl) < 0 ||
+	    write(fd, "HELLO", 5) != 5)
+		fail("the server's first bytes");
+	signalOther(done);
+	awaitSignal(go);
+	if (reset) {
+		const struct linger abortive = { 1, 0 };
+		setsockopt(fd, SOL_SOCKET, SO_LINGER, &abortive, sizeof(abortive));
+		close(fd);
+		signalOther(done);
+	} else {
+		if (write(fd, "WORLD", 5) != 5)
+			fail("write");
+		awaitSignal(go);
+		if (write(fd, "AGAIN", 5) != 5)
+			fail("write");
+		awaitSignal(go);
+	}
+	_exit(0);
+}
+
+void printRead(const char *what, ssize_t n, const char *bytes)
+{
+	if (n < 0)
+		std::printf("%s -1 %s\n", what, strerrorname_np(errno));
+	else
+		std::printf("%s %zd %.*s\n", what, n, static_cast<int>(n), bytes);
+}
+
+int afterNotify(SSL_CTX *server, bool reset)
+{
+	int port = 0;
+	const int listener = listenOn(0, &port);
+	int go[2], done[2];
+	if (pipe(go) != 0 || pipe(done) != 0)
+		fail("pipe");
+	std::fflush(stdout);
+	const pid_t child = fork();
+	if (child == 0)
+		afterNotifyServer(server, listener, reset, go[0], done[1]);
+	close(listener);
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	const int fd = connectTo("127.0.0.1", std::to_string(port));
+	SSL *ssl = connectTls(ctx, fd);
+	awaitSignal(done[0]); /* all of it is in this socket: the first read takes it */
+	char buffer[64];
+	if (SSL_read(ssl, buffer, sizeof(buffer)) != 4 || SSL_read(ssl, buffer, sizeof(buffer)) != 0)
+		fail("the record, then close_notify");
+	signalOther(go[1]);
+	if (reset) {
+		awaitSignal(done[0]);
+		printRead("empty", recv(fd, buffer, 0, 0), buffer);
+		printRead("peek", recv(fd, buffer, sizeof(buffer), MSG_PEEK | MSG_DONTWAIT), buffer);
+		printRead("read", recv(fd, buffer, sizeof(buffer), 0), buffer);
+		printRead("then", recv(fd, buffer, sizeof(buffer), 0), buffer);
+		printRead("then", recv(fd, buffer, sizeof(buffer), 0), buffer);
+	} else {
+		alarm(30); /* a wait that never ends fails the case */
+		printRead("peek", recv(fd, buffer, 7, MSG_PEEK | MSG_WAITALL), buffer);
+		struct iovec parts[3] = { { buffer, 3 }, { buffer + 3, 0 }, { buffer + 3, 4 } };
+		printRead("readv", readv(fd, parts, 3), buffer);
+		signalOther(go[1]);
+		struct iovec whole = { buffer, 6 };
+		struct msghdr message = {};
+		message.msg_iov = &whole;
+		message.msg_iovlen = 1;
+		printRead("waitall", recvmsg(fd, &message, MSG_WAITALL), buffer);
+		alarm(0);
+		signalOther(go[1]);
+	}
+	waitpid(child, nullptr, 0);
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 } /* namespace */
 
 int unixClose(SSL_CTX *server)
@@ -549,12 +660,14 @@ int main(int argc, char **argv)
 		return rawPpoll();
 	if (which == "failed-closes" && argc > 2)
 		return failedCloses(argv[2]);
-	if (which == "lingering-close" || which == "unix-close") {
+	if (which == "lingering-close" || which == "unix-close" || which == "after-notify") {
 		SSL_CTX *server = serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", ""));
-		const int result = which == "unix-close" ? unixClose(server) : lingeringClose(server);
+		const int result = which == "unix-close"     ? unixClose(server)
+				   : which == "after-notify" ? afterNotify(server, argc > 2 && std::string(argv[2]) == "reset")
+							     : lingeringClose(server);
 		SSL_CTX_free(server);
 		return result;
 	}
-	std::fprintf(stderr, "usage: raw_socket_cases empty-recv|callback-read|bio-pair|proc-list-reuse|close-int-max|sendmsg-refused|raw-ppoll|failed-closes|lingering-close|unix-close ...\n");
+	std::fprintf(stderr, "usage: raw_socket_cases empty-recv|callback-read|bio-pair|proc-list-reuse|close-int-max|sendmsg-refused|raw-ppoll|failed-closes|lingering-close|unix-close|after-notify ...\n");
 	return 2;
 }

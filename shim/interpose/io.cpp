@@ -7,7 +7,9 @@
  */
 
 #include <cerrno>
+#include <climits>
 
+#include "core/read/read_on.h"
 #include "interpose/export.h"
 #include "runtime/duplicates.h"
 #include "runtime/socket_read.h"
@@ -81,27 +83,33 @@ inline bool queueAnswers(int fd, const struct iovec *iov, int iovcnt, int flags,
 }
 
 /*
- * A read of len bytes into buf answered by the queue, then, where the kernel would have
- * gone on (MSG_WAITALL; a peek, which sees what is queued behind), by the kernel: more(buf,
- * len, flags) makes its call.
+ * A read the queue answered in part (*n of iov's bytes) goes on in the kernel where the
+ * kernel's one read would have: a read of the program's own takes what the kernel holds
+ * behind (and with MSG_WAITALL waits for the rest), and so does a peek (read_on.h).
+ * OpenSSL's reads stop there: their next read fills the queue.
  */
-template <typename More>
-bool queueAnswers(int fd, void *buf, std::size_t len, int flags, ssize_t *n, More more)
+void readOn(int fd, const struct iovec *iov, int iovcnt, int flags, ssize_t *n)
+{
+	if (CallScope::active() && !(flags & (MSG_PEEK | MSG_WAITALL)))
+		return;
+	static const KernelReads kernel = { libc().ioctl, libc().poll, libc().recvmsg, libc().fcntl };
+	*n += static_cast<ssize_t>(readOnInKernel(fd, iov, iovcnt, static_cast<std::size_t>(*n), flags, kernel));
+}
+
+/* The queue's answer to a read of iov, gone on with in the kernel (readOn). */
+bool queueAnswersAll(int fd, const struct iovec *iov, int iovcnt, int flags, ssize_t *n)
+{
+	if (!queueAnswers(fd, iov, iovcnt, flags, n))
+		return false;
+	readOn(fd, iov, iovcnt, flags, n);
+	return true;
+}
+
+/* The same for len bytes into buf. */
+bool queueAnswers(int fd, void *buf, std::size_t len, int flags, ssize_t *n)
 {
 	struct iovec one = { buf, len };
-	if (len == 0 || !queueAnswers(fd, &one, 1, flags, n))
-		return false;
-	const std::size_t got = static_cast<std::size_t>(*n);
-	const bool goesOn = (flags & MSG_PEEK) || (flags & MSG_WAITALL);
-	if (got < len && goesOn) {
-		const int savedErrno = errno;
-		const int moreFlags = (flags & MSG_PEEK) ? flags | MSG_DONTWAIT : flags;
-		const ssize_t added = more(buf ? static_cast<char *>(buf) + got : nullptr, len - got, moreFlags);
-		if (added > 0)
-			*n += added;
-		errno = savedErrno;
-	}
-	return true;
+	return len > 0 && queueAnswersAll(fd, &one, 1, flags, n);
 }
 
 /* The kernel's read of a fill: readv for read(2), which a pipe takes too; recvmsg for recv(2), with its flags. */
@@ -164,15 +172,22 @@ bool asksNothingOfQueued(int fd, int flags) noexcept
 }
 
 /*
- * The kernel's answer, without waiting, to an ask of no bytes of a socket whose bytes
- * the shim queued: what it says stands (a pipe's ENOTSOCK), except that the socket is
- * empty. ask(flags) makes the real call.
+ * The answer to a recv family's ask of no bytes of a socket whose bytes the shim queued
+ * is 0, the kernel's from bytes it holds, which leaves an error come after them (a reset)
+ * for the next read: asking the kernel took that error (a hunt). What is no socket (a
+ * pipe's queue) is refused as the kernel refuses it: true then, *n -1 and errno ENOTSOCK.
  */
-template <typename Ask>
-bool kernelAnswered(Ask ask, int flags, ssize_t *n) noexcept
+bool refusedAsNoSocket(int fd, ssize_t *n) noexcept
 {
-	*n = ask(flags | MSG_DONTWAIT);
-	return *n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+	const int savedErrno = errno;
+	int type;
+	socklen_t length = sizeof type;
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length) != 0 && errno == ENOTSOCK) {
+		*n = -1;
+		return true;
+	}
+	errno = savedErrno;
+	return false;
 }
 
 /*
@@ -195,14 +210,13 @@ ssize_t forwardRecv(Function LibcApi::*function, int fd, void *buf, size_t len, 
 		    struct sockaddr *from, socklen_t *fromlen, Args... args)
 {
 	ssize_t n;
-	auto more = [fd](void *at, std::size_t rest, int moreFlags) { return libc().recv(fd, at, rest, moreFlags); };
-	if (queueAnswers(fd, buf, len, flags, &n, more))
+	if (queueAnswers(fd, buf, len, flags, &n))
 		return answered(n, from, fromlen);
 	/* curl's BIO and OpenSSL's read with recv: a fill there names no source address. */
 	if (!from && filled(fd, buf, len, flags, true, &n))
 		return n;
 	if (len == 0 && asksNothingOfQueued(fd, flags)) {
-		if (!kernelAnswered([&](int asked) { return libc().recv(fd, buf, len, asked); }, flags, &n))
+		if (!refusedAsNoSocket(fd, &n))
 			n = 0;
 		return answered(n, from, fromlen);
 	}
@@ -214,8 +228,7 @@ template <typename Function, typename... Args>
 ssize_t readThrough(Function LibcApi::*function, int fd, void *buf, size_t count, Args... args)
 {
 	ssize_t n;
-	struct iovec one = { buf, count };
-	if ((count > 0 && queueAnswers(fd, &one, 1, 0, &n)) || filled(fd, buf, count, 0, false, &n))
+	if (queueAnswers(fd, buf, count, 0, &n) || filled(fd, buf, count, 0, false, &n))
 		return n;
 	/* Of no bytes, with bytes queued: the kernel, which would have them, would not wait. */
 	if (count == 0 && asksNothingOfQueued(fd, 0))
@@ -241,7 +254,8 @@ TLSTUNE_EXPORT ssize_t __read_chk(int fd, void *buf, size_t count, size_t buflen
 TLSTUNE_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 {
 	ssize_t n;
-	if (iovcnt > 0 && iov && queueAnswers(fd, iov, iovcnt, 0, &n))
+	/* More parts than IOV_MAX: the kernel's EINVAL, the queue kept. */
+	if (iovcnt > 0 && iovcnt <= IOV_MAX && iov && queueAnswersAll(fd, iov, iovcnt, 0, &n))
 		return n;
 	return forwardRead(&LibcApi::readv, fd, true, iov, iovcnt);
 }
@@ -300,11 +314,11 @@ void answerNoBytes(struct msghdr *msg) noexcept
  * A recvmsg of no bytes of a socket whose bytes the shim queued, as forwardRecv
  * answers one: true when it is answered, *n set. No control message comes with it.
  */
-bool answeredNoBytes(Process &p, int fd, struct msghdr *msg, int flags, ssize_t *n)
+bool answeredNoBytes(int fd, struct msghdr *msg, int flags, ssize_t *n)
 {
 	if (!asksNothingOfQueued(fd, flags) || !asksNoBytes(msg))
 		return false;
-	if (kernelAnswered([&](int flagsNow) { return p.libc.recvmsg(fd, msg, flagsNow); }, flags, n))
+	if (refusedAsNoSocket(fd, n))
 		return true;
 	*n = 0;
 	answerNoBytes(msg);
@@ -312,8 +326,7 @@ bool answeredNoBytes(Process &p, int fd, struct msghdr *msg, int flags, ssize_t 
 }
 
 /* recvmmsg's: each of the messages asks for no bytes (a hunt: it waited for the peer). */
-bool answeredNoBytes(Process &p, int fd, struct mmsghdr *vector, unsigned int length, int flags,
-		     struct timespec *timeout, int *n)
+bool answeredNoBytes(int fd, struct mmsghdr *vector, unsigned int length, int flags, int *n)
 {
 	if (!asksNothingOfQueued(fd, flags) || !vector || length == 0 || length > 1024)
 		return false;
@@ -321,10 +334,9 @@ bool answeredNoBytes(Process &p, int fd, struct mmsghdr *vector, unsigned int le
 		if (!asksNoBytes(&vector[i].msg_hdr))
 			return false;
 	}
-	ssize_t answered;
-	if (kernelAnswered([&](int flagsNow) { return p.libc.recvmmsg(fd, vector, length, flagsNow, timeout); },
-			   flags, &answered)) {
-		*n = static_cast<int>(answered);
+	ssize_t refused;
+	if (refusedAsNoSocket(fd, &refused)) {
+		*n = -1;
 		return true;
 	}
 	for (unsigned int i = 0; i < length; i++) {
@@ -343,9 +355,9 @@ TLSTUNE_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 	ssize_t n;
 	/* The program's msg is looked at only where bytes are queued: else the kernel sees it first. */
 	if (p.cache.mayHave(fd) && msg && msg->msg_iovlen > 0 && msg->msg_iovlen <= 1024 &&
-	    queueAnswers(fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags, &n)) {
+	    queueAnswersAll(fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags, &n)) {
 		answerNoBytes(msg); /* a stream's bytes: no flags, control data or address */
-	} else if (!answeredNoBytes(p, fd, msg, flags, &n)) {
+	} else if (!answeredNoBytes(fd, msg, flags, &n)) {
 		n = forwardRead(&LibcApi::recvmsg, fd, takesBytes(flags), msg, flags);
 	}
 	/* A copy of a socket received with SCM_RIGHTS is a duplicate, as a dup's is. */
@@ -363,7 +375,7 @@ TLSTUNE_EXPORT int recvmmsg(int fd, struct mmsghdr *vector, unsigned int length,
 		return -1;
 	}
 	int received;
-	if (!answeredNoBytes(p, fd, vector, length, flags, timeout, &received))
+	if (!answeredNoBytes(fd, vector, length, flags, &received))
 		received = static_cast<int>(forwardRead(&LibcApi::recvmmsg, fd, takesBytes(flags), vector, length,
 							flags, timeout));
 	for (int i = 0; i < received; i++) {

@@ -45,9 +45,12 @@ std::vector<Captured> bothWays(const std::vector<std::string> &arguments,
 }
 
 /* A case whose server is a forked child of the program: it needs the certificate. */
-std::vector<std::string> withIdentity(const char *which)
+std::vector<std::string> withIdentity(const char *which, const std::vector<std::string> &more = {})
 {
-	return { which, "--cert", certificate().cert, "--key", certificate().key };
+	std::vector<std::string> arguments = { which };
+	arguments.insert(arguments.end(), more.begin(), more.end());
+	arguments.insert(arguments.end(), { "--cert", certificate().cert, "--key", certificate().key });
+	return arguments;
 }
 
 /* Both runs end well and print what is expected. */
@@ -663,6 +666,23 @@ TEST(RawSocket, AUnixSocketClosedWithRecordsUnreadResetsThePeer)
 	RecordProperty("fault", "a server over a UNIX socketpair reads 10 bytes of three records and closes: "
 				"read ahead, the close was an end of file and the client died by SIGPIPE");
 	expectBothWays(bothWaysOf("raw_socket_cases", withIdentity("unix-close")), "read -1 error 5 errno 104\n");
+}
+
+TEST(RawSocket, AResetAfterQueuedBytesComesAfterThemOnce)
+{
+	RecordProperty("fault", "plaintext after close_notify read ahead, then the peer's reset: a read of no "
+				"bytes and a peek that went on in the kernel took the reset, and the reads after "
+				"saw an end of stream");
+	expectBothWays(bothWaysOf("raw_socket_cases", withIdentity("after-notify", { "reset" })),
+		       "empty 0 \npeek 5 HELLO\nread 5 HELLO\nthen -1 ECONNRESET\nthen 0 \n");
+}
+
+TEST(RawSocket, AReadPartlyQueuedGoesOnInTheKernelAsOneRead)
+{
+	RecordProperty("fault", "plaintext after close_notify read ahead, then MSG_PEEK|MSG_WAITALL, readv and "
+				"recvmsg with MSG_WAITALL: each stopped at the end of the queue");
+	expectBothWays(bothWaysOf("raw_socket_cases", withIdentity("after-notify", { "waitall" })),
+		       "peek 7 HELLOWO\nreadv 7 HELLOWO\nwaitall 6 RLDAGA\n");
 }
 
 TEST(RawSocket, ALingeringCloseAfterSslFreeDeliversTheWholeResponse)
