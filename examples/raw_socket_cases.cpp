@@ -59,9 +59,10 @@
  *                     all in the client's socket before its first SSL_read (which reads
  *                     "HELLO" ahead into the shim's queue). Then the client reads the
  *                     socket itself. reset: the server closes with SO_LINGER 0 (a reset)
- *                     and the client asks for 0 bytes, peeks, reads, then reads twice more
- *                     ("empty 0", "peek 5 HELLO", "read 5 HELLO", "then -1 ECONNRESET",
- *                     "then 0": the reset comes after the bytes, once). waitall: the server
+ *                     and the client reads into memory it may not write, asks for 0 bytes,
+ *                     peeks, reads, then reads twice more ("unwritable -1 EFAULT", "empty
+ *                     0", "peek 5 HELLO", "read 5 HELLO", "then -1 ECONNRESET", "then 0":
+ *                     the reset comes after the bytes, once). waitall: the server
  *                     writes "WORLD" and "AGAIN" as the client asks, which peeks 7 bytes
  *                     with MSG_PEEK|MSG_WAITALL, reads 7 with readv into parts of 3, 0 and
  *                     4 (the kernel's read takes what it holds behind), then 6 with recvmsg
@@ -84,6 +85,7 @@
 #include <linux/close_range.h>
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/syscall.h>
@@ -424,6 +426,10 @@ int afterNotify(SSL_CTX *server, bool reset)
 	signalOther(go[1]);
 	if (reset) {
 		awaitSignal(done[0]);
+		void *readOnly = mmap(nullptr, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (readOnly == MAP_FAILED)
+			fail("mmap");
+		printRead("unwritable", read(fd, readOnly, 16), buffer);
 		printRead("empty", recv(fd, buffer, 0, 0), buffer);
 		printRead("peek", recv(fd, buffer, sizeof(buffer), MSG_PEEK | MSG_DONTWAIT), buffer);
 		printRead("read", recv(fd, buffer, sizeof(buffer), 0), buffer);

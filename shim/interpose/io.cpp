@@ -6,8 +6,12 @@
  * queue, this is a load and a thread-local load.
  */
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstring>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include "core/read/read_on.h"
 #include "interpose/export.h"
@@ -56,6 +60,27 @@ ssize_t forwardRead(Function LibcApi::*function, int fd, bool takes, Args... arg
 }
 
 /*
+ * A copy into a buffer of the program's own, which may be one the kernel would refuse
+ * (EFAULT, a hunt's read into a read-only mapping faulted in the shim): made by the
+ * kernel, process_vm_writev to this process; where that is not allowed (a sandbox), a
+ * plain copy.
+ */
+ssize_t copyAsTheKernel(const struct iovec *to, int count, const char *from, std::size_t length)
+{
+	struct iovec local = { const_cast<char *>(from), length };
+	const ssize_t copied = process_vm_writev(getpid(), &local, 1, to, static_cast<unsigned long>(count), 0);
+	if (copied >= 0 || errno == EFAULT)
+		return copied;
+	for (int i = 0; i < count && length > 0; i++) {
+		const std::size_t part = std::min(to[i].iov_len, length);
+		std::memcpy(to[i].iov_base, from, part);
+		from += part;
+		length -= part;
+	}
+	return static_cast<ssize_t>(local.iov_len);
+}
+
+/*
  * fd's queue of bytes read ahead answers a read of them (not of the error queue or the
  * urgent byte): *n set, true. Emptied by a read of the program's own, outside OpenSSL's
  * calls, its readiness goes at once (the connection's next call registers it again).
@@ -67,12 +92,22 @@ __attribute__((noinline)) bool queueAnswered(int fd, const struct iovec *iov, in
 	if (!p || !p->cache.mayHave(fd) || (flags & (MSG_OOB | MSG_ERRQUEUE)))
 		return false;
 	const int savedErrno = errno;
+	/*
+	 * OpenSSL's reads are into its own buffers; the program's may be any (copyAsTheKernel),
+	 * unless it confined itself (seccomp), which may kill it for a system call it did not list.
+	 */
+	const bool programs = !CallScope::active();
+	const SocketCache::Copy copy = programs && !p->unseen.confined() ? copyAsTheKernel : nullptr;
 	/* TCP's MSG_TRUNC counts the bytes and copies none (the buffer may be null). */
-	const std::size_t moved = p->cache.take(fd, iov, iovcnt, flags & MSG_PEEK, flags & MSG_TRUNC);
-	if (moved > 0 && !(flags & MSG_PEEK) && p->cache.queued(fd) == 0 && !CallScope::active())
+	const ssize_t moved = p->cache.take(fd, iov, iovcnt, flags & MSG_PEEK, flags & MSG_TRUNC, copy);
+	if (moved < 0) {
+		*n = -1; /* errno EFAULT */
+		return true;
+	}
+	if (moved > 0 && !(flags & MSG_PEEK) && p->cache.queued(fd) == 0 && programs)
 		p->buffered.quieted(fd);
 	errno = savedErrno;
-	*n = static_cast<ssize_t>(moved);
+	*n = moved;
 	return moved > 0;
 }
 
@@ -101,7 +136,8 @@ bool queueAnswersAll(int fd, const struct iovec *iov, int iovcnt, int flags, ssi
 {
 	if (!queueAnswers(fd, iov, iovcnt, flags, n))
 		return false;
-	readOn(fd, iov, iovcnt, flags, n);
+	if (*n > 0)
+		readOn(fd, iov, iovcnt, flags, n);
 	return true;
 }
 

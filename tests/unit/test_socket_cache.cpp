@@ -49,7 +49,7 @@ ssize_t kernelRead(int fd, const struct iovec *iov, int iovcnt, void * /*context
 std::string take(SocketCache &cache, int fd, std::size_t len, bool peek = false)
 {
 	std::string out(len, '\0');
-	out.resize(cache.take(fd, &out[0], len, peek));
+	out.resize(static_cast<std::size_t>(cache.take(fd, &out[0], len, peek)));
 	return out;
 }
 
@@ -87,8 +87,34 @@ TEST(SocketCache, APeekLeavesTheBytesAndAnIovecTakesAcrossItsParts)
 
 	char a[2], b[10];
 	struct iovec parts[2] = { { a, sizeof(a) }, { b, sizeof(b) } };
-	EXPECT_EQ(cache.take(pair.fds[0], parts, 2), 7u);
+	EXPECT_EQ(cache.take(pair.fds[0], parts, 2), 7);
 	EXPECT_EQ(std::string(a, 2) + std::string(b, 5), "bcdefgh");
+}
+
+TEST(SocketCache, ACopyTheKernelWouldRefuseTakesNothingAndAPartialOneTakesItsPart)
+{
+	Pair pair;
+	SocketCache cache;
+	pair.send("abcdefgh");
+	char first;
+	ASSERT_EQ(cache.fill(pair.fds[0], &first, 1, 64, kernelRead, nullptr), 1);
+	char out[8];
+	struct iovec part = { out, sizeof(out) };
+	auto refused = [](const struct iovec *, int, const char *, std::size_t) -> ssize_t {
+		errno = EFAULT;
+		return -1;
+	};
+	errno = 0;
+	EXPECT_EQ(cache.take(pair.fds[0], &part, 1, false, false, refused), -1);
+	EXPECT_EQ(errno, EFAULT);
+	EXPECT_EQ(cache.queued(pair.fds[0]), 7u) << "the queue as it was";
+	auto threeOnly = [](const struct iovec *to, int, const char *from, std::size_t) -> ssize_t {
+		std::memcpy(to[0].iov_base, from, 3);
+		return 3;
+	};
+	EXPECT_EQ(cache.take(pair.fds[0], &part, 1, false, false, threeOnly), 3);
+	EXPECT_EQ(std::string(out, 3), "bcd");
+	EXPECT_EQ(take(cache, pair.fds[0], 100), "efgh") << "what the copy did not take is next";
 }
 
 TEST(SocketCache, AFillThatGetsNoMoreThanItsAskQueuesNothing)

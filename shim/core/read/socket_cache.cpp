@@ -143,29 +143,40 @@ void SocketCache::drop(Queue &q) noexcept
 	q.size.store(0, std::memory_order_release);
 }
 
-std::size_t SocketCache::take(int fd, const struct iovec *iov, int iovcnt, bool peek, bool discard) noexcept
+ssize_t SocketCache::take(int fd, const struct iovec *iov, int iovcnt, bool peek, bool discard, Copy copy) noexcept
 {
 	Queue *q = locked(fd);
 	if (!q)
 		return 0;
 	std::size_t moved = 0;
-	std::size_t at = q->begin;
-	for (int i = 0; i < iovcnt && at < q->end; i++) {
-		const std::size_t part = std::min(iov[i].iov_len, q->end - at);
-		if (!discard)
+	for (int i = 0; i < iovcnt && moved < q->end - q->begin; i++)
+		moved += std::min(iov[i].iov_len, q->end - q->begin - moved);
+	if (copy && !discard && moved > 0) {
+		const ssize_t copied = copy(iov, iovcnt, q->bytes + q->begin, moved);
+		if (copied <= 0) {
+			q->lock.unlock();
+			if (copied == 0)
+				errno = EFAULT;
+			return -1;
+		}
+		moved = static_cast<std::size_t>(copied);
+	} else if (!discard) {
+		std::size_t at = q->begin;
+		for (int i = 0; i < iovcnt && at < q->begin + moved; i++) {
+			const std::size_t part = std::min(iov[i].iov_len, q->begin + moved - at);
 			std::memcpy(iov[i].iov_base, q->bytes + at, part);
-		at += part;
-		moved += part;
+			at += part;
+		}
 	}
 	if (!peek) {
-		q->begin = at;
+		q->begin += moved;
 		if (q->begin == q->end)
 			drop(*q); /* an idle connection keeps no buffer (issue 24) */
 		else
 			q->size.store(q->end - q->begin, std::memory_order_release);
 	}
 	q->lock.unlock();
-	return moved;
+	return static_cast<ssize_t>(moved);
 }
 
 SocketCache::Queue *SocketCache::made() noexcept

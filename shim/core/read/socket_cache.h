@@ -50,14 +50,20 @@ public:
 	std::size_t queued(int fd) const noexcept;
 
 	/*
-	 * Moves up to the iovec's length of fd's queue into it (copies, with peek; counts
-	 * without copying, with discard: TCP's MSG_TRUNC). Returns the bytes moved: 0 when the
-	 * queue is empty or this thread holds its lock (a signal handler that interrupted
-	 * it), the read then being the kernel's.
+	 * A copy of length bytes at from into the parts of to that reports a buffer the
+	 * process may not write as the kernel does: the bytes copied, or -1 (EFAULT).
 	 */
-	std::size_t take(int fd, const struct iovec *iov, int iovcnt, bool peek = false,
-			 bool discard = false) noexcept;
-	std::size_t take(int fd, void *buf, std::size_t len, bool peek = false) noexcept
+	using Copy = ssize_t (*)(const struct iovec *to, int count, const char *from, std::size_t length);
+	/*
+	 * Moves up to the iovec's length of fd's queue into it (copies, with peek; counts
+	 * without copying, with discard: TCP's MSG_TRUNC), by copy where given. Returns the
+	 * bytes moved: 0 when the queue is empty or this thread holds its lock (a signal
+	 * handler that interrupted it), the read then being the kernel's; -1 when copy
+	 * failed at the first byte, the queue as it was.
+	 */
+	ssize_t take(int fd, const struct iovec *iov, int iovcnt, bool peek = false, bool discard = false,
+		     Copy copy = nullptr) noexcept;
+	ssize_t take(int fd, void *buf, std::size_t len, bool peek = false) noexcept
 	{
 		struct iovec one = { buf, len };
 		return take(fd, &one, 1, peek);
