@@ -35,9 +35,10 @@
  *                     prints "application records N" (what the callback saw written)
  *   quiet-shutdown    ten short lines, SSL_set_shutdown(SENT | RECEIVED), SSL_shutdown
  *                     (prints "SSL_shutdown R"), SSL_free, close
- *   wbio-hook         ten short lines, then SSL_get_wbio and a BIO_set_callback_ex on it
- *                     counting writes, twenty lines more and close_notify: prints what the
- *                     callback saw
+ *   wbio-hook         ten short lines, SSL_set_rfd of the fd it writes to (OpenSSL makes
+ *                     its write BIO the read BIO: prints "read BIO is the write BIO: yes"),
+ *                     then SSL_get_wbio and a BIO_set_callback_ex on it counting writes,
+ *                     twenty lines more and close_notify: prints what the callback saw
  *   set-mode          20 times: 100 short lines, a 2 ms sleep, then SSL_set_mode,
  *                     SSL_set_max_send_fragment (SSL_ctrl), SSL_set_options,
  *                     SSL_clear_options and SSL_set_block_padding on the connection;
@@ -58,6 +59,7 @@
  *                     "threads done"
  *   fclose            20 short lines, then the socket closed by fclose(fdopen(fd)) (glibc
  *                     closes the stream's fd itself): prints "closed"
+ *   freopen           the same by freopen("/dev/null", "w", fdopen(fd)): prints "closed"
  *   daemon            20 short lines, daemon(1, 1), then 20 more from the child
  *   shut-write        SIGPIPE ignored; 5 short lines, shutdown(fd, SHUT_WR), then 3 more:
  *                     prints each write's result, SSL_get_error and errno
@@ -518,15 +520,17 @@ int timerCloseCase(const char *ports)
 	return 0;
 }
 
-int fcloseCase(const char *port)
+int fcloseCase(const char *port, bool reopen)
 {
 	SSL_CTX *ctx = client();
 	int fd = -1;
 	SSL *ssl = connectSsl(ctx, port, &fd);
 	writeLines(ssl, 0, 20);
 	FILE *stream = fdopen(fd, "r+");
-	if (!stream || fclose(stream) != 0)
+	if (!stream || (reopen ? !(stream = freopen("/dev/null", "w", stream)) : fclose(stream) != 0))
 		fail("fclose");
+	if (reopen)
+		fclose(stream);
 	std::printf("closed\n");
 	SSL_free(ssl);
 	SSL_CTX_free(ctx);
@@ -944,7 +948,10 @@ int wbioHookCase(const char *port)
 	int fd = -1;
 	SSL *ssl = connectSsl(ctx, port, &fd);
 	writeLines(ssl, 0, 10);
+	if (SSL_set_rfd(ssl, fd) != 1)
+		fail("SSL_set_rfd");
 	BIO *wbio = SSL_get_wbio(ssl);
+	std::printf("read BIO is the write BIO: %s\n", SSL_get_rbio(ssl) == wbio ? "yes" : "no");
 	std::printf("write BIO is a socket BIO: %s\n", BIO_method_type(wbio) == BIO_TYPE_SOCKET ? "yes" : "no");
 	BIO_set_callback_ex(wbio, countWrites);
 	writeLines(ssl, 10, 20);
@@ -1087,8 +1094,8 @@ int main(int argc, char **argv)
 		return daemonCase(argv[1]);
 	if (how == "closefrom" || how == "raw-close")
 		return closefromCase(argv[1], how == "raw-close");
-	if (how == "fclose")
-		return fcloseCase(argv[1]);
+	if (how == "fclose" || how == "freopen")
+		return fcloseCase(argv[1], how == "freopen");
 	if (how == "mid-flush")
 		return midFlushCase(argv[1]);
 	if (how == "shut-rest")

@@ -226,6 +226,23 @@ TLSTUNE_EXPORT int fclose(FILE *stream)
 	return result;
 }
 
+/* freopen and freopen64 (interpose/reopen.cpp): fclose's hand-over around the real call. */
+FILE *reopenStream(bool large, const char *path, const char *mode, FILE *stream)
+{
+	if (!builtProcess())
+		return (large ? libc().freopen64 : libc().freopen)(path, mode, stream);
+	Process &p = process();
+	FILE *(*const real)(const char *, const char *, FILE *) = large ? p.libc.freopen64 : p.libc.freopen;
+	const int fd = stream ? fileno_unlocked(stream) : -1;
+	if (fd < 0 || !closingKnown(p, fd))
+		return real(path, mode, stream);
+	beforeClose(p, fd, fd);
+	FILE *result = real(path, mode, stream);
+	/* The old fd is closed whether or not the new file opened (glibc closes it first). */
+	afterClose(p, true, fd, fd);
+	return result;
+}
+
 /*
  * Shutting down the sending side before bytes the shim still holds would lose them. A
  * vfork child's shutdown too, unlike its close: the socket is the parent's, and what

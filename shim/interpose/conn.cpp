@@ -183,9 +183,28 @@ TLSTUNE_EXPORT int SSL_set_fd(SSL *s, int fd)
 	return settingFd(openssl().api.SSL_set_fd, s, fd);
 }
 
+/*
+ * Of the fd the SSL writes to, OpenSSL makes the write BIO the read BIO too (SSL_get_rbio
+ * is SSL_get_wbio). Asked from inside libssl, SSL_get_wbio answers the shim's filter, no
+ * socket BIO, and libssl made a second one (a hunt): the program's socket BIO is shared
+ * as OpenSSL shares it.
+ */
 TLSTUNE_EXPORT int SSL_set_rfd(SSL *s, int fd)
 {
-	return settingFd(openssl().api.SSL_set_rfd, s, fd);
+	const OpenSsl &o = openssl();
+	BIO *socket = o.coalescing && s && o.api.SSL_get_wbio ? o.filter.programsWriteBio(o.api, s) : nullptr;
+	if (!socket || socket == o.api.SSL_get_wbio(s) || o.api.BIO_method_type(socket) != BIO_TYPE_SOCKET ||
+	    o.api.BIO_ctrl(socket, BIO_C_GET_FD, 0, nullptr) != fd)
+		return settingFd(o.api.SSL_set_rfd, s, fd);
+	BioChange change;
+	flushWrites(s);
+	{
+		HeldCall call(s, HeldPlaintext::Entering::Keep);
+		o.api.BIO_up_ref(socket);
+		o.api.SSL_set0_rbio(s, socket);
+	}
+	change.done(s);
+	return 1;
 }
 
 TLSTUNE_EXPORT void SSL_set_bio(SSL *s, BIO *rbio, BIO *wbio)

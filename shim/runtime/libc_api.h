@@ -52,6 +52,8 @@ struct LibcApi {
 	int (*close_range)(unsigned, unsigned, int) = nullptr; /* glibc 2.34+ */
 	void (*closefrom)(int) = nullptr;                       /* glibc 2.34+ */
 	int (*fclose)(FILE *) = nullptr;
+	FILE *(*freopen)(const char *, const char *, FILE *) = nullptr;
+	FILE *(*freopen64)(const char *, const char *, FILE *) = nullptr;
 	int (*shutdown)(int, int) = nullptr;
 	int (*fcntl)(int, int, ...) = nullptr;
 	int (*fcntl64)(int, int, ...) = nullptr; /* glibc 2.28+ */

@@ -143,6 +143,8 @@ void resolveLibc(LibcApi *libc) noexcept
 	next(&libc->close_range, "close_range");
 	next(&libc->closefrom, "closefrom");
 	next(&libc->fclose, "fclose");
+	next(&libc->freopen, "freopen");
+	next(&libc->freopen64, "freopen64");
 	next(&libc->shutdown, "shutdown");
 	next(&libc->fcntl, "fcntl");
 	next(&libc->fcntl64, "fcntl64");

@@ -234,8 +234,11 @@ bool Coalescer::startFlusher()
 	if (started) {
 		flusherRunning_.store(true, std::memory_order_release);
 	} else if (holding_.exchange(false, std::memory_order_relaxed)) {
-		/* EAGAIN, EPERM or ENOSYS (a sandbox): nothing would bound the delay. */
-		logLimited(threadLines, LogLevel::Warn,
+		/*
+		 * EAGAIN, EPERM or ENOSYS (a sandbox, RLIMIT_AS): nothing would bound the delay.
+		 * Said at info: the program's stderr is as without tlstune (a hunt).
+		 */
+		logLimited(threadLines, LogLevel::Info,
 			   "no thread could be started: small writes are no longer held in this process");
 	}
 	return started;
