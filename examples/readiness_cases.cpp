@@ -1031,6 +1031,18 @@ int waitArguments(const char *port)
 	printWait("ppoll unreadable", ready, errno);
 	munmap(page, 4096);
 
+	/* A read set of nfds bits alone, (nfds + 7) / 8 bytes, ending where the process may not read. */
+	char *pages = static_cast<char *>(mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+	if (pages == MAP_FAILED || mprotect(pages + 4096, 4096, PROT_NONE) != 0)
+		fail("mmap");
+	const std::size_t bytes = (static_cast<std::size_t>(client.fd) + 8) / 8;
+	unsigned char *shortSet = reinterpret_cast<unsigned char *>(pages + 4096 - bytes);
+	shortSet[client.fd / 8] = static_cast<unsigned char>(1u << (client.fd % 8));
+	struct timeval second = { 1, 0 };
+	ready = select(client.fd + 1, reinterpret_cast<fd_set *>(shortSet), nullptr, nullptr, &second);
+	printWait("select short set", ready, errno);
+	munmap(pages, 8192);
+
 	ready = poll(&watched, 1, 5000);
 	std::printf("poll %d\n", ready);
 	return 0;

@@ -203,7 +203,9 @@ TEST(Readiness, ABlockingPeekAnswersAtOnceWhileOpenSslHoldsRecords)
  */
 TEST(Readiness, WaitsJudgeTheirArgumentsAsTheKernelDoes)
 {
-	RecordProperty("fault", "select's time left, invalid timeouts, an unreadable pollfd array, records unread");
+	RecordProperty("fault", "select's time left, invalid timeouts, an unreadable pollfd array, a read set of "
+				"nfds bits ending at an unreadable page (the shim read its whole word: SIGSEGV), "
+				"records unread");
 	std::vector<Captured> runs = bothWays({ "wait-arguments" }, { "--burst", "3" });
 	/* A kernel before 5.11 has no epoll_pwait2: ENOSYS both ways, the same answer. */
 	const std::string noCall = "epoll_pwait2 invalid -1 ENOSYS";
@@ -221,6 +223,7 @@ TEST(Readiness, WaitsJudgeTheirArgumentsAsTheKernelDoes)
 		       "epoll_pwait2 invalid -1 EINVAL\n"
 		       "poll unreadable -1 EFAULT\n"
 		       "ppoll unreadable -1 EFAULT\n"
+		       "select short set -1 EFAULT\n"
 		       "poll 1\n");
 }
 

@@ -82,13 +82,30 @@ inline bool refusedTimeout(const struct timeval *timeout) noexcept
 struct timeval timeLeft(struct timeval asked, std::chrono::nanoseconds elapsed) noexcept;
 
 /* fd's bit in a set the program may have allocated past FD_SETSIZE (FD_ISSET checks the size). */
+/*
+ * fd's bit of an fd_set, read and set through its byte: a set the program allocated for
+ * nfds bits alone ((nfds + 7) / 8 bytes at the end of a page) is read no further than its
+ * last byte, and the kernel's probe, which reads whole words, answers EFAULT there, as
+ * without tlstune (a hunt: a SIGSEGV in the shim's read of the word).
+ */
+inline unsigned char *fdSetByte(const fd_set *set, int fd) noexcept
+{
+	const std::size_t bit = static_cast<std::size_t>(fd % __NFDBITS);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	const std::size_t byte = bit / 8;
+#else
+	const std::size_t byte = sizeof(__fd_mask) - 1 - bit / 8;
+#endif
+	return reinterpret_cast<unsigned char *>(const_cast<fd_set *>(set)) +
+	       static_cast<std::size_t>(fd / __NFDBITS) * sizeof(__fd_mask) + byte;
+}
 inline bool inFdSet(const fd_set *set, int fd) noexcept
 {
-	return (__FDS_BITS(set)[fd / __NFDBITS] & (static_cast<__fd_mask>(1) << (fd % __NFDBITS))) != 0;
+	return (*fdSetByte(set, fd) >> (fd % 8)) & 1;
 }
 inline void addToFdSet(fd_set *set, int fd) noexcept
 {
-	__FDS_BITS(set)[fd / __NFDBITS] |= static_cast<__fd_mask>(1) << (fd % __NFDBITS);
+	*fdSetByte(set, fd) = static_cast<unsigned char>(*fdSetByte(set, fd) | (1u << (fd % 8)));
 }
 
 /* realSelect(zeroTimeout) runs the real select/pselect over the same sets (the mask as for ppoll). */
@@ -116,8 +133,7 @@ int selectMerged(const BufferedFds &buffered, EpollSets &sets, int nfds, fd_set 
 
 	__fd_mask words[kSelectBits / __NFDBITS];
 	fd_set *wanted = reinterpret_cast<fd_set *>(words);
-	const std::size_t copied = (static_cast<std::size_t>(limit) + __NFDBITS - 1) / __NFDBITS;
-	std::memcpy(words, readfds, copied * sizeof(__fd_mask));
+	std::memcpy(words, readfds, (static_cast<std::size_t>(limit) + 7) / 8);
 	int ready = realSelect(true);
 	if (ready < 0)
 		return ready;
