@@ -81,9 +81,9 @@ inline bool refusedTimeout(const struct timeval *timeout) noexcept
  */
 struct timeval timeLeft(struct timeval asked, std::chrono::nanoseconds elapsed) noexcept;
 
-/* fd's bit in a set the program may have allocated past FD_SETSIZE (FD_ISSET checks the size). */
 /*
- * fd's bit of an fd_set, read and set through its byte: a set the program allocated for
+ * fd's bit in a set the program may have allocated past FD_SETSIZE (FD_ISSET checks the
+ * size), read and set through its byte: a set the program allocated for
  * nfds bits alone ((nfds + 7) / 8 bytes at the end of a page) is read no further than its
  * last byte, and the kernel's probe, which reads whole words, answers EFAULT there, as
  * without tlstune (a hunt: a SIGSEGV in the shim's read of the word).
