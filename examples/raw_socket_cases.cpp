@@ -68,6 +68,12 @@
  *                     4 (the kernel's read takes what it holds behind), then 6 with recvmsg
  *                     and MSG_WAITALL (it waits for "AGAIN"): "peek 7 HELLOWO",
  *                     "readv 7 HELLOWO", "waitall 6 RLDAGA".
+ *   reconnecting-threads --cert C --key K
+ *                     four client threads make 100 connections each to a forked server
+ *                     (a thread per connection, which writes 3 lines): connect, handshake,
+ *                     read the lines, SSL_free, close; a number one thread closes is
+ *                     taken at once by another's next socket. A 10 s receive timeout
+ *                     makes a stall an error. Prints "connections 400 failed 0".
  *   unix-close --cert C --key K
  *                     over a UNIX socketpair: a forked server reads 10 bytes of the three
  *                     full records the client writes, then closes its socket unread; the
@@ -77,6 +83,7 @@
  */
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <csignal>
@@ -90,7 +97,9 @@
 #include <sys/uio.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <thread>
 #include <unistd.h>
+#include <vector>
 
 #include "common/example.h"
 #include "common/waits.h"
@@ -456,6 +465,77 @@ int afterNotify(SSL_CTX *server, bool reset)
 	return 0;
 }
 
+/* reconnecting-threads' server: a thread per connection, 3 lines each, until the listener closes. */
+[[noreturn]] void linesServer(SSL_CTX *server, int listener)
+{
+	for (;;) {
+		const int fd = accept(listener, nullptr, nullptr);
+		if (fd < 0)
+			_exit(0);
+		std::thread([server, fd] {
+			SSL *ssl = SSL_new(server);
+			SSL_set_fd(ssl, fd);
+			if (SSL_accept(ssl) == 1) {
+				for (int i = 0; i < 3; i++)
+					SSL_write(ssl, "a line\n", 7);
+				char byte;
+				SSL_read(ssl, &byte, 1); /* until the client closes */
+			}
+			SSL_free(ssl);
+			close(fd);
+		}).detach();
+	}
+}
+
+/* One client's connection: true when its 3 lines came. */
+bool threeLines(SSL_CTX *ctx, int port)
+{
+	const int fd = connectTo("127.0.0.1", std::to_string(port));
+	const struct timeval limit = { 10, 0 };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+	SSL *ssl = SSL_new(ctx);
+	SSL_set_fd(ssl, fd);
+	int got = 0;
+	if (SSL_connect(ssl) == 1) {
+		char buffer[64];
+		int n;
+		while (got < 21 && (n = SSL_read(ssl, buffer, sizeof(buffer))) > 0)
+			got += n;
+	}
+	SSL_free(ssl);
+	close(fd);
+	return got == 21;
+}
+
+int reconnectingThreads(SSL_CTX *server)
+{
+	int port = 0;
+	const int listener = listenOn(0, &port);
+	std::fflush(stdout);
+	const pid_t child = fork();
+	if (child == 0)
+		linesServer(server, listener);
+	close(listener);
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	std::atomic<int> made{ 0 }, failed{ 0 };
+	std::vector<std::thread> clients;
+	for (int t = 0; t < 4; t++) {
+		clients.emplace_back([&] {
+			for (int i = 0; i < 100; i++) {
+				made++;
+				failed += threeLines(ctx, port) ? 0 : 1;
+			}
+		});
+	}
+	for (std::thread &client : clients)
+		client.join();
+	std::printf("connections %d failed %d\n", made.load(), failed.load());
+	kill(child, SIGTERM);
+	waitpid(child, nullptr, 0);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 } /* namespace */
 
 int unixClose(SSL_CTX *server)
@@ -666,14 +746,16 @@ int main(int argc, char **argv)
 		return rawPpoll();
 	if (which == "failed-closes" && argc > 2)
 		return failedCloses(argv[2]);
-	if (which == "lingering-close" || which == "unix-close" || which == "after-notify") {
+	if (which == "lingering-close" || which == "unix-close" || which == "after-notify" ||
+	    which == "reconnecting-threads") {
 		SSL_CTX *server = serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", ""));
-		const int result = which == "unix-close"     ? unixClose(server)
-				   : which == "after-notify" ? afterNotify(server, argc > 2 && std::string(argv[2]) == "reset")
-							     : lingeringClose(server);
+		const int result = which == "unix-close"             ? unixClose(server)
+				   : which == "after-notify"         ? afterNotify(server, argc > 2 && std::string(argv[2]) == "reset")
+				   : which == "reconnecting-threads" ? reconnectingThreads(server)
+								     : lingeringClose(server);
 		SSL_CTX_free(server);
 		return result;
 	}
-	std::fprintf(stderr, "usage: raw_socket_cases empty-recv|callback-read|bio-pair|proc-list-reuse|close-int-max|sendmsg-refused|raw-ppoll|failed-closes|lingering-close|unix-close|after-notify ...\n");
+	std::fprintf(stderr, "usage: raw_socket_cases empty-recv|callback-read|bio-pair|proc-list-reuse|close-int-max|sendmsg-refused|raw-ppoll|failed-closes|lingering-close|unix-close|after-notify|reconnecting-threads ...\n");
 	return 2;
 }

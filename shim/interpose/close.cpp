@@ -46,11 +46,9 @@ void beforeClose(Process &p, int first, int last, AbortiveCloses *made = nullptr
 	p.epoll.closing(first, last);
 }
 
-/* After the real call: fds first..last no longer name what they did (unless it failed). */
-void forgetClosed(Process &p, bool closed, int first, int last)
+/* fds first..last no longer name what they did: their state goes. */
+void forgetClosed(Process &p, int first, int last)
 {
-	if (!closed)
-		return;
 	int savedErrno = errno;
 	p.held.closed(first, last);
 	if (!p.buffered.empty())
@@ -60,11 +58,31 @@ void forgetClosed(Process &p, bool closed, int first, int last)
 	errno = savedErrno;
 }
 
-/* After the real call that beforeClose(first, last) began. */
-void afterClose(Process &p, bool closed, int first, int last)
+/*
+ * Before a call that frees the numbers first..last (close, close_range, closefrom,
+ * fclose, freopen): the hand-over, then their state goes while they are still this
+ * process's. Once they are free another thread may take one (socket, accept) and begin a
+ * connection there, whose state a forgetting after the call dropped (a hunt: four threads
+ * dialling and closing; a handshake's bytes read ahead for a new socket went with the old
+ * one's close, and the handshake hung, 9 runs in 10). A close that fails frees nothing
+ * only for a number that was not open (EBADF), whose state was stale.
+ */
+void beforeFreeing(Process &p, int first, int last, AbortiveCloses *made = nullptr)
+{
+	beforeClose(p, first, last, made);
+	forgetClosed(p, first, last);
+}
+
+/*
+ * After a dup2 or dup3 that beforeClose(first, last) began: it replaces the file at the
+ * number in one step, so nobody takes the number between, and it may fail having closed
+ * nothing (a bad oldfd): the state goes after, if it closed.
+ */
+void afterReplacing(Process &p, bool closed, int first, int last)
 {
 	p.held.socketsLeft(first, last);
-	forgetClosed(p, closed, first, last);
+	if (closed)
+		forgetClosed(p, first, last);
 }
 
 /*
@@ -93,12 +111,11 @@ static __attribute__((noinline)) int closeKnown(int fd)
 	Process &p = process();
 	if (!closingKnown(p, fd))
 		return p.libc.close(fd);
-	beforeClose(p, fd, fd);
+	beforeFreeing(p, fd, fd);
 	int result = p.libc.close(fd);
 	/* Linux frees the number even when close reports an error (EINTR, EIO), not for EBADF. */
-	const bool closed = result == 0 || errno != EBADF;
-	closeFailed(!closed, fd);
-	afterClose(p, closed, fd, fd);
+	closeFailed(result != 0 && errno == EBADF, fd);
+	p.held.socketsLeft(fd, fd);
 	return result;
 }
 
@@ -130,7 +147,7 @@ TLSTUNE_EXPORT int dup2(int oldfd, int newfd)
 	if (result < 0)
 		p.buffered.closeFailed(made);
 	closeFailed(result < 0, newfd);
-	afterClose(p, result >= 0, newfd, newfd);
+	afterReplacing(p, result >= 0, newfd, newfd);
 	if (oldfd != newfd)
 		noteDuplicate(&p, oldfd, result);
 	return result;
@@ -155,7 +172,7 @@ TLSTUNE_EXPORT int dup3(int oldfd, int newfd, int flags)
 	if (result < 0)
 		p.buffered.closeFailed(made);
 	closeFailed(result < 0, newfd);
-	afterClose(p, result >= 0, newfd, newfd);
+	afterReplacing(p, result >= 0, newfd, newfd);
 	noteDuplicate(&p, oldfd, result);
 	return result;
 }
@@ -171,17 +188,20 @@ TLSTUNE_EXPORT int close_range(unsigned first, unsigned last, int flags)
 		return libc().close_range(first, last, flags);
 	Process &p = *built;
 	const int from = static_cast<int>(first), to = last > INT_MAX ? INT_MAX : static_cast<int>(last);
-	/* CLOSE_RANGE_CLOEXEC only marks them; they stay open. */
-	const bool closes = !(flags & CLOSE_RANGE_CLOEXEC) && first <= INT_MAX;
+	/*
+	 * CLOSE_RANGE_CLOEXEC only marks them; they stay open. A range or a flag the kernel
+	 * refuses (EINVAL) closes nothing, and it says so before closing anything.
+	 */
+	const bool refused = first > last || (flags & ~(CLOSE_RANGE_UNSHARE | CLOSE_RANGE_CLOEXEC));
+	const bool closes = !refused && !(flags & CLOSE_RANGE_CLOEXEC) && first <= INT_MAX;
 	AbortiveCloses made;
 	if (closes)
-		beforeClose(p, from, to, &made);
+		beforeFreeing(p, from, to, &made);
 	int result = p.libc.close_range(first, last, flags);
 	if (result != 0)
 		p.buffered.closeFailed(made);
 	if (closes)
 		p.held.socketsLeft(from, to);
-	forgetClosed(p, result == 0 && closes, from, to);
 	return result;
 }
 
@@ -200,11 +220,10 @@ TLSTUNE_EXPORT void closefrom(int lowfd)
 	Process &p = process();
 	const bool closes = lowfd >= 0 && tracking(p);
 	if (closes)
-		beforeClose(p, lowfd, INT_MAX);
+		beforeFreeing(p, lowfd, INT_MAX);
 	p.libc.closefrom(lowfd);
 	if (closes)
 		p.held.socketsLeft(lowfd, INT_MAX);
-	forgetClosed(p, closes, lowfd, INT_MAX);
 }
 
 /*
@@ -219,10 +238,10 @@ TLSTUNE_EXPORT int fclose(FILE *stream)
 	const int fd = stream ? fileno_unlocked(stream) : -1;
 	if (fd < 0 || !closingKnown(p, fd))
 		return p.libc.fclose(stream);
-	beforeClose(p, fd, fd);
-	const int result = p.libc.fclose(stream);
 	/* The stream's fd is closed whatever fclose reports (a failed flush, EINTR). */
-	afterClose(p, true, fd, fd);
+	beforeFreeing(p, fd, fd);
+	const int result = p.libc.fclose(stream);
+	p.held.socketsLeft(fd, fd);
 	return result;
 }
 
@@ -236,10 +255,10 @@ FILE *reopenStream(bool large, const char *path, const char *mode, FILE *stream)
 	const int fd = stream ? fileno_unlocked(stream) : -1;
 	if (fd < 0 || !closingKnown(p, fd))
 		return real(path, mode, stream);
-	beforeClose(p, fd, fd);
-	FILE *result = real(path, mode, stream);
 	/* The old fd is closed whether or not the new file opened (glibc closes it first). */
-	afterClose(p, true, fd, fd);
+	beforeFreeing(p, fd, fd);
+	FILE *result = real(path, mode, stream);
+	p.held.socketsLeft(fd, fd);
 	return result;
 }
 

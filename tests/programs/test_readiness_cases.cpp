@@ -689,6 +689,16 @@ TEST(RawSocket, AReadPartlyQueuedGoesOnInTheKernelAsOneRead)
 		       "peek 7 HELLOWO\nreadv 7 HELLOWO\nwaitall 6 RLDAGA\n");
 }
 
+TEST(RawSocket, ANumberClosedByOneThreadAndTakenByAnothersSocketKeepsTheNewConnections)
+{
+	RecordProperty("fault", "four threads dialling, reading 3 lines, freeing and closing, 400 connections: the "
+				"old connection's close dropped what the shim had read ahead for a new socket "
+				"that took the number meanwhile, and its handshake or read stalled (1 to 3 in "
+				"every run)");
+	expectBothWays(bothWaysOf("raw_socket_cases", withIdentity("reconnecting-threads")),
+		       "connections 400 failed 0\n");
+}
+
 TEST(RawSocket, ALingeringCloseAfterSslFreeDeliversTheWholeResponse)
 {
 	RecordProperty("fault", "20 pipelined requests, one read, 200 KiB to a client that reads later, SSL_free, "
