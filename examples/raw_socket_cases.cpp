@@ -318,16 +318,12 @@ constexpr int kResponse = 200 * 1024;
 
 int lingeringClose(SSL_CTX *server)
 {
-	int port = 0;
-	const int listener = listenOn(0, &port);
 	int closed[2], sent[2];
 	if (pipe(closed) != 0 || pipe(sent) != 0)
 		fail("pipe");
-	std::fflush(stdout);
-	const pid_t child = fork();
-	if (child == 0)
-		lingeringServer(server, listener, sent[0], closed[1]);
-	close(listener);
+	int port = 0;
+	const pid_t child =
+		forkServer(&port, [&](int listener) { lingeringServer(server, listener, sent[0], closed[1]); });
 	close(closed[1]);
 	close(sent[0]);
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
@@ -415,16 +411,12 @@ void printRead(const char *what, ssize_t n, const char *bytes)
 
 int afterNotify(SSL_CTX *server, bool reset)
 {
-	int port = 0;
-	const int listener = listenOn(0, &port);
 	int go[2], done[2];
 	if (pipe(go) != 0 || pipe(done) != 0)
 		fail("pipe");
-	std::fflush(stdout);
-	const pid_t child = fork();
-	if (child == 0)
-		afterNotifyServer(server, listener, reset, go[0], done[1]);
-	close(listener);
+	int port = 0;
+	const pid_t child =
+		forkServer(&port, [&](int listener) { afterNotifyServer(server, listener, reset, go[0], done[1]); });
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	const int fd = connectTo("127.0.0.1", std::to_string(port));
 	SSL *ssl = connectTls(ctx, fd);
@@ -510,12 +502,7 @@ bool threeLines(SSL_CTX *ctx, int port)
 int reconnectingThreads(SSL_CTX *server)
 {
 	int port = 0;
-	const int listener = listenOn(0, &port);
-	std::fflush(stdout);
-	const pid_t child = fork();
-	if (child == 0)
-		linesServer(server, listener);
-	close(listener);
+	const pid_t child = forkServer(&port, [server](int listener) { linesServer(server, listener); });
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	std::atomic<int> made{ 0 }, failed{ 0 };
 	std::vector<std::thread> clients;

@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/ssl.h>
@@ -100,6 +102,22 @@ int connectTo(const std::string &host, const std::string &port, int receiveBuffe
 /* Listens on 127.0.0.1:port (0: any free port); returns the fd and the port chosen. */
 int listenOn(int port, int *chosen);
 void setNonBlocking(int fd);
+
+/*
+ * A server in a forked child on a free port of 127.0.0.1 (*port): serve(listener) runs
+ * there and must not return. Returns the child's pid; the parent keeps no listener.
+ */
+template <typename Serve>
+pid_t forkServer(int *port, Serve serve)
+{
+	const int listener = listenOn(0, port);
+	std::fflush(stdout);
+	const pid_t child = fork();
+	if (child == 0)
+		serve(listener);
+	close(listener);
+	return child;
+}
 
 /* A TLS client connection to 127.0.0.1:port over ctx, handshake done; its socket in *fd. */
 inline SSL *connectSsl(SSL_CTX *ctx, const char *port, int *fd)
