@@ -281,12 +281,8 @@ TLSTUNE_EXPORT int shutdown(int fd, int how)
 		 * sends for it goes out from there: what is held goes first, as it went before
 		 * the shutdown without tlstune (a hunt: the alert overtook 27 of 45 bytes).
 		 */
-		if (how == SHUT_RD && !p.inVforkChild()) {
-			const int savedErrno = errno;
-			p.held.pushing(fd);
-			p.coalescer.pushing(fd);
-			errno = savedErrno;
-		}
+		if (how == SHUT_RD)
+			p.pushHeld(fd);
 		return p.libc.shutdown(fd, how);
 	}
 	p.held.socketsLeaving(fd, fd);

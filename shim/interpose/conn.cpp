@@ -196,14 +196,8 @@ TLSTUNE_EXPORT int SSL_set_rfd(SSL *s, int fd)
 	if (!socket || socket == o.api.SSL_get_wbio(s) || o.api.BIO_method_type(socket) != BIO_TYPE_SOCKET ||
 	    o.api.BIO_ctrl(socket, BIO_C_GET_FD, 0, nullptr) != fd)
 		return settingFd(o.api.SSL_set_rfd, s, fd);
-	BioChange change;
-	flushWrites(s);
-	{
-		HeldCall call(s, HeldPlaintext::Entering::Keep);
-		o.api.BIO_up_ref(socket);
-		o.api.SSL_set0_rbio(s, socket);
-	}
-	change.done(s);
+	o.api.BIO_up_ref(socket);
+	SSL_set0_rbio(s, socket); /* the shim's: the readiness follows the BIO */
 	return 1;
 }
 

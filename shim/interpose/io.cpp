@@ -6,12 +6,9 @@
  * queue, this is a load and a thread-local load.
  */
 
-#include <algorithm>
 #include <cerrno>
 #include <climits>
-#include <cstring>
 #include <sys/uio.h>
-#include <unistd.h>
 
 #include "core/read/read_on.h"
 #include "interpose/export.h"
@@ -68,22 +65,21 @@ ssize_t forwardRead(Function LibcApi::*function, int fd, bool takes, Args... arg
 ssize_t copyAsTheKernel(const struct iovec *to, int count, const char *from, std::size_t length)
 {
 	struct iovec local = { const_cast<char *>(from), length };
-	const ssize_t copied = process_vm_writev(getpid(), &local, 1, to, static_cast<unsigned long>(count), 0);
+	const ssize_t copied = process_vm_writev(process().pid, &local, 1, to, static_cast<unsigned long>(count), 0);
 	if (copied >= 0 || errno == EFAULT)
 		return copied;
-	for (int i = 0; i < count && length > 0; i++) {
-		const std::size_t part = std::min(to[i].iov_len, length);
-		std::memcpy(to[i].iov_base, from, part);
-		from += part;
-		length -= part;
-	}
-	return static_cast<ssize_t>(local.iov_len);
+	return SocketCache::copyPlainly(to, count, from, length);
 }
 
 /*
  * fd's queue of bytes read ahead answers a read of them (not of the error queue or the
  * urgent byte): *n set, true. Emptied by a read of the program's own, outside OpenSSL's
  * calls, its readiness goes at once (the connection's next call registers it again).
+ *
+ * A read the queue answered in part goes on in the kernel where the kernel's one read
+ * would have: a read of the program's own takes what the kernel holds behind (and with
+ * MSG_WAITALL waits for the rest), and so does a peek (read_on.h). OpenSSL's reads stop
+ * there: their next read fills the queue.
  */
 __attribute__((noinline)) bool queueAnswered(int fd, const struct iovec *iov, int iovcnt, int flags,
 					     ssize_t *n) noexcept
@@ -104,10 +100,16 @@ __attribute__((noinline)) bool queueAnswered(int fd, const struct iovec *iov, in
 		*n = -1; /* errno EFAULT */
 		return true;
 	}
-	if (moved > 0 && !(flags & MSG_PEEK) && p->cache.queued(fd) == 0 && programs)
-		p->buffered.quieted(fd);
+	if (moved > 0 && (programs || (flags & (MSG_PEEK | MSG_WAITALL)))) {
+		static const KernelReads kernel = { p->libc.ioctl, p->libc.poll, p->libc.recvmsg, p->libc.fcntl };
+		const std::size_t more = readOnInKernel(fd, iov, iovcnt, static_cast<std::size_t>(moved), flags, kernel);
+		if (!(flags & MSG_PEEK) && p->cache.queued(fd) == 0 && programs)
+			p->buffered.quieted(fd);
+		*n = moved + static_cast<ssize_t>(more);
+	} else {
+		*n = moved;
+	}
 	errno = savedErrno;
-	*n = moved;
 	return moved > 0;
 }
 
@@ -117,35 +119,11 @@ inline bool queueAnswers(int fd, const struct iovec *iov, int iovcnt, int flags,
 	return ConnectionSlot::anyMade() && queueAnswered(fd, iov, iovcnt, flags, n);
 }
 
-/*
- * A read the queue answered in part (*n of iov's bytes) goes on in the kernel where the
- * kernel's one read would have: a read of the program's own takes what the kernel holds
- * behind (and with MSG_WAITALL waits for the rest), and so does a peek (read_on.h).
- * OpenSSL's reads stop there: their next read fills the queue.
- */
-void readOn(int fd, const struct iovec *iov, int iovcnt, int flags, ssize_t *n)
-{
-	if (CallScope::active() && !(flags & (MSG_PEEK | MSG_WAITALL)))
-		return;
-	static const KernelReads kernel = { libc().ioctl, libc().poll, libc().recvmsg, libc().fcntl };
-	*n += static_cast<ssize_t>(readOnInKernel(fd, iov, iovcnt, static_cast<std::size_t>(*n), flags, kernel));
-}
-
-/* The queue's answer to a read of iov, gone on with in the kernel (readOn). */
-bool queueAnswersAll(int fd, const struct iovec *iov, int iovcnt, int flags, ssize_t *n)
-{
-	if (!queueAnswers(fd, iov, iovcnt, flags, n))
-		return false;
-	if (*n > 0)
-		readOn(fd, iov, iovcnt, flags, n);
-	return true;
-}
-
 /* The same for len bytes into buf. */
 bool queueAnswers(int fd, void *buf, std::size_t len, int flags, ssize_t *n)
 {
 	struct iovec one = { buf, len };
-	return len > 0 && queueAnswersAll(fd, &one, 1, flags, n);
+	return len > 0 && queueAnswers(fd, &one, 1, flags, n);
 }
 
 /* The kernel's read of a fill: readv for read(2), which a pipe takes too; recvmsg for recv(2), with its flags. */
@@ -291,7 +269,7 @@ TLSTUNE_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 {
 	ssize_t n;
 	/* More parts than IOV_MAX: the kernel's EINVAL, the queue kept. */
-	if (iovcnt > 0 && iovcnt <= IOV_MAX && iov && queueAnswersAll(fd, iov, iovcnt, 0, &n))
+	if (iovcnt > 0 && iovcnt <= IOV_MAX && iov && queueAnswers(fd, iov, iovcnt, 0, &n))
 		return n;
 	return forwardRead(&LibcApi::readv, fd, true, iov, iovcnt);
 }
@@ -391,7 +369,7 @@ TLSTUNE_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 	ssize_t n;
 	/* The program's msg is looked at only where bytes are queued: else the kernel sees it first. */
 	if (p.cache.mayHave(fd) && msg && msg->msg_iovlen > 0 && msg->msg_iovlen <= 1024 &&
-	    queueAnswersAll(fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags, &n)) {
+	    queueAnswers(fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags, &n)) {
 		answerNoBytes(msg); /* a stream's bytes: no flags, control data or address */
 	} else if (!answeredNoBytes(fd, msg, flags, &n)) {
 		n = forwardRead(&LibcApi::recvmsg, fd, takesBytes(flags), msg, flags);

@@ -28,29 +28,6 @@ bool gathering(int level, int name) noexcept
 	return level == IPPROTO_TCP && (name == TCP_CORK || name == TCP_NODELAY);
 }
 
-__attribute__((noinline)) void handOverBeforeGathering(Process &p, int fd)
-{
-	/* lighttpd corks and uncorks around each response: a few loads when nothing is held. */
-	if (!p.held.anyHeld() && !p.coalescer.anyPending())
-		return;
-	if (p.inVforkChild())
-		return;
-	const int savedErrno = errno;
-	if (copiedFds().mayHave(fd)) {
-		/*
-		 * A number of a dup'd socket: the shim finds a connection by the number it writes
-		 * to, which may be another copy; what every connection holds goes (a hunt: a cork
-		 * through a dup waited 44 ms a request).
-		 */
-		p.held.encryptAllNow();
-		p.coalescer.flushAll();
-	} else {
-		p.held.pushing(fd);
-		p.coalescer.pushing(fd);
-	}
-	errno = savedErrno;
-}
-
 /*
  * SO_RCVLOWAT above 1: the kernel counts the socket's readiness in bytes, which the shim
  * cannot follow. A connection decided later asks the socket itself (getsockopt at its
@@ -72,7 +49,7 @@ TLSTUNE_EXPORT int setsockopt(int fd, int level, int name, const void *value, so
 {
 	Process *p = builtProcess();
 	if (p && gathering(level, name) && (knownFds().mayHave(fd) || copiedFds().mayHave(fd)))
-		handOverBeforeGathering(*p, fd);
+		p->pushHeld(fd);
 	const int done = libc().setsockopt(fd, level, name, value, length);
 	if (done == 0 && p && unfollowable(level, name, value, length) && ConnectionSlot::anyMade())
 		noteUnfollowedSocket(*p, fd);

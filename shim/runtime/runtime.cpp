@@ -432,6 +432,21 @@ void Process::handOver() noexcept
 	errno = savedErrno;
 }
 
+void Process::pushHeld(int fd) noexcept
+{
+	if ((!held.anyHeld() && !coalescer.anyPending()) || inVforkChild())
+		return;
+	const int savedErrno = errno;
+	if (copiedFds().mayHave(fd)) {
+		held.encryptAllNow();
+		coalescer.flushAll();
+	} else {
+		held.pushing(fd);
+		coalescer.pushing(fd);
+	}
+	errno = savedErrno;
+}
+
 void Process::childInThisMemory(unsigned long long cloneFlags)
 {
 	/* A thread, or a copy of the memory (fork's): no child in this memory. */

@@ -97,6 +97,13 @@ struct Process {
 	 */
 	void handOver() noexcept;
 	/*
+	 * What is held for the socket fd goes to the kernel now, the connections holding on
+	 * afterwards (a cork, a SHUT_RD): every connection's for a number that was copied, as
+	 * the shim finds a connection by the number it writes to (a hunt: a cork through a dup
+	 * waited 44 ms a request). A few loads where nothing is held (lighttpd corks each response).
+	 */
+	void pushHeld(int fd) noexcept;
+	/*
 	 * This is a vfork child (or posix_spawn's): it must change no state of the shim's. A
 	 * load until the process makes such a child (noteChildSharingMemory), then a getpid.
 	 */

@@ -151,8 +151,8 @@ ssize_t SocketCache::take(int fd, const struct iovec *iov, int iovcnt, bool peek
 	std::size_t moved = 0;
 	for (int i = 0; i < iovcnt && moved < q->end - q->begin; i++)
 		moved += std::min(iov[i].iov_len, q->end - q->begin - moved);
-	if (copy && !discard && moved > 0) {
-		const ssize_t copied = copy(iov, iovcnt, q->bytes + q->begin, moved);
+	if (!discard && moved > 0) {
+		const ssize_t copied = (copy ? copy : copyPlainly)(iov, iovcnt, q->bytes + q->begin, moved);
 		if (copied <= 0) {
 			q->lock.unlock();
 			if (copied == 0)
@@ -160,13 +160,6 @@ ssize_t SocketCache::take(int fd, const struct iovec *iov, int iovcnt, bool peek
 			return -1;
 		}
 		moved = static_cast<std::size_t>(copied);
-	} else if (!discard) {
-		std::size_t at = q->begin;
-		for (int i = 0; i < iovcnt && at < q->begin + moved; i++) {
-			const std::size_t part = std::min(iov[i].iov_len, q->begin + moved - at);
-			std::memcpy(iov[i].iov_base, q->bytes + at, part);
-			at += part;
-		}
 	}
 	if (!peek) {
 		q->begin += moved;
@@ -177,6 +170,18 @@ ssize_t SocketCache::take(int fd, const struct iovec *iov, int iovcnt, bool peek
 	}
 	q->lock.unlock();
 	return static_cast<ssize_t>(moved);
+}
+
+ssize_t SocketCache::copyPlainly(const struct iovec *to, int count, const char *from, std::size_t length) noexcept
+{
+	const std::size_t whole = length;
+	for (int i = 0; i < count && length > 0; i++) {
+		const std::size_t part = std::min(to[i].iov_len, length);
+		std::memcpy(to[i].iov_base, from, part);
+		from += part;
+		length -= part;
+	}
+	return static_cast<ssize_t>(whole - length);
 }
 
 SocketCache::Queue *SocketCache::made() noexcept

@@ -54,6 +54,8 @@ public:
 	 * process may not write as the kernel does: the bytes copied, or -1 (EFAULT).
 	 */
 	using Copy = ssize_t (*)(const struct iovec *to, int count, const char *from, std::size_t length);
+	/* The plain copy (memcpy): take's own where no copy is given. */
+	static ssize_t copyPlainly(const struct iovec *to, int count, const char *from, std::size_t length) noexcept;
 	/*
 	 * Moves up to the iovec's length of fd's queue into it (copies, with peek; counts
 	 * without copying, with discard: TCP's MSG_TRUNC), by copy where given. Returns the
