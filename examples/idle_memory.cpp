@@ -19,6 +19,8 @@
 #include <atomic>
 #include <csignal>
 #include <fstream>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -81,6 +83,10 @@ SSL *open(SSL_CTX *ctx, bool accepting, int listener, int port)
 {
 	SSL *ssl = SSL_new(ctx);
 	const int fd = accepting ? accept(listener, nullptr, nullptr) : connectTo("127.0.0.1", std::to_string(port));
+	/* Without it each burst's last segment waited for a delayed acknowledgement: 40 ms a
+	 * connection, 12 s a run of 300, with nothing measured in it. */
+	const int on = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
 	SSL_set_fd(ssl, fd);
 	if (fd < 0 || (accepting ? SSL_accept(ssl) : SSL_connect(ssl)) != 1)
 		fail("the handshake");
