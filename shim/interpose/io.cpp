@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <sys/single_threaded.h>
 #include <sys/uio.h>
 
 #include "core/read/read_on.h"
@@ -126,10 +127,15 @@ bool queueAnswers(int fd, void *buf, std::size_t len, int flags, ssize_t *n)
 	return len > 0 && queueAnswers(fd, &one, 1, flags, n);
 }
 
-/* The kernel's read of a fill: readv for read(2), which a pipe takes too; recvmsg for recv(2), with its flags. */
+/*
+ * The kernel's read of a fill: readv for read(2), which a pipe takes too; recvmsg for
+ * recv(2), with its flags. nowait: it must not block (FillGate), preadv2's RWF_NOWAIT for
+ * read(2).
+ */
 struct FillRead {
 	int flags;
 	bool socket;
+	bool nowait;
 };
 ssize_t fillRead(int fd, const struct iovec *iov, int iovcnt, void *context)
 {
@@ -139,7 +145,9 @@ ssize_t fillRead(int fd, const struct iovec *iov, int iovcnt, void *context)
 		struct msghdr msg = {};
 		msg.msg_iov = const_cast<struct iovec *>(iov);
 		msg.msg_iovlen = static_cast<size_t>(iovcnt);
-		n = libc().recvmsg(fd, &msg, how.flags);
+		n = libc().recvmsg(fd, &msg, how.flags | (how.nowait ? MSG_DONTWAIT : 0));
+	} else if (how.nowait) {
+		n = preadv2(fd, iov, iovcnt, -1, RWF_NOWAIT);
 	} else {
 		n = libc().readv(fd, iov, iovcnt);
 	}
@@ -147,6 +155,27 @@ ssize_t fillRead(int fd, const struct iovec *iov, int iovcnt, void *context)
 	noteRead(fd, n);
 	errno = savedErrno;
 	return n;
+}
+
+/*
+ * A fill in a process with threads: only while no thread waits on fd (FillGate), by a read
+ * that does not block, so that a wait beginning meanwhile waits microseconds for it. Where
+ * it finds nothing yet (or the file takes no such read), OpenSSL's own read follows
+ * (false), blocking as it would have: one more read, for a read that waits.
+ */
+bool gatedFill(int fd, void *buf, std::size_t len, std::size_t size, int flags, bool socket, ssize_t *n)
+{
+	if (!fillGate().enterFill(fd))
+		return false;
+	/* Left on every way out: the read is a cancellation point. */
+	struct Left {
+		FillGate &gate;
+		int fd;
+		~Left() { gate.leaveFill(fd); }
+	} left{ fillGate(), fd };
+	FillRead how = { flags, socket, true };
+	*n = process().cache.fill(fd, buf, len, size, fillRead, &how);
+	return *n >= 0 || (flags & MSG_DONTWAIT) || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EOPNOTSUPP);
 }
 
 /*
@@ -164,7 +193,10 @@ __attribute__((noinline)) bool fillIfAhead(int fd, void *buf, std::size_t len, i
 	/* A confined process (seccomp) may allow read and recv alone: OpenSSL's own reads, then. */
 	if (process().unseen.confined())
 		return false;
-	FillRead how = { flags, socket };
+	if (!__libc_single_threaded)
+		return gatedFill(fd, buf, len, size, flags, socket, n);
+	fillGate().note(fd);
+	FillRead how = { flags, socket, false };
 	*n = process().cache.fill(fd, buf, len, size, fillRead, &how);
 	return true;
 }

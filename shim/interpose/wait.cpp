@@ -43,6 +43,11 @@ bool straightToTheKernel(const Timeout *timeout) noexcept
 	return nothingToWaitFor() || refusedTimeout(timeout);
 }
 
+WaitGate gateOf(Process &p) noexcept
+{
+	return WaitGate{ &fillGate(), &p.cache };
+}
+
 /* The merged wait, out of line: the wrappers' gate and the real call stay a few instructions. */
 template <typename Merged>
 __attribute__((noinline)) int mergedWait(Merged merged)
@@ -80,7 +85,7 @@ TLSTUNE_EXPORT int poll(struct pollfd *fds, nfds_t nfds, int timeout)
 	if (nothingToWaitFor())
 		return libc().poll(fds, nfds, timeout);
 	return mergedWait([=](Process &p) {
-		const int ready = pollMerged(p.buffered, p.epoll, fds, nfds,
+		const int ready = pollMerged(p.buffered, p.epoll, gateOf(p), fds, nfds,
 					     [&](bool zero) { return p.libc.poll(fds, nfds, zero ? 0 : timeout); });
 		return ready;
 	});
@@ -91,7 +96,7 @@ TLSTUNE_EXPORT int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout, size
 	if (nothingToWaitFor())
 		return libc().poll_chk(fds, nfds, timeout, fdslen);
 	return mergedWait([=](Process &p) {
-		const int ready = pollMerged(p.buffered, p.epoll, fds, nfds, [&](bool zero) {
+		const int ready = pollMerged(p.buffered, p.epoll, gateOf(p), fds, nfds, [&](bool zero) {
 			return p.libc.poll_chk(fds, nfds, zero ? 0 : timeout, fdslen);
 		});
 		return ready;
@@ -104,7 +109,7 @@ TLSTUNE_EXPORT int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec 
 	if (straightToTheKernel(timeout))
 		return libc().ppoll(fds, nfds, timeout, sigmask);
 	return mergedWait([=](Process &p) {
-		const int ready = pollMerged(p.buffered, p.epoll, fds, nfds, [&](bool zero) {
+		const int ready = pollMerged(p.buffered, p.epoll, gateOf(p), fds, nfds, [&](bool zero) {
 			return p.libc.ppoll(fds, nfds, zero ? &kZeroSpec : timeout, zero ? nullptr : sigmask);
 		});
 		return ready;
@@ -117,7 +122,7 @@ TLSTUNE_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct tim
 	if (straightToTheKernel(timeout))
 		return libc().ppoll_chk(fds, nfds, timeout, sigmask, fdslen);
 	return mergedWait([=](Process &p) {
-		const int ready = pollMerged(p.buffered, p.epoll, fds, nfds, [&](bool zero) {
+		const int ready = pollMerged(p.buffered, p.epoll, gateOf(p), fds, nfds, [&](bool zero) {
 			return p.libc.ppoll_chk(fds, nfds, zero ? &kZeroSpec : timeout, zero ? nullptr : sigmask, fdslen);
 		});
 		return ready;
@@ -130,7 +135,7 @@ TLSTUNE_EXPORT int select(int nfds, fd_set *readfds, fd_set *writefds, fd_set *e
 	if (straightToTheKernel(timeout))
 		return libc().select(nfds, readfds, writefds, exceptfds, timeout);
 	return mergedWait([=](Process &p) {
-		return selectMerged(p.buffered, p.epoll, nfds, readfds, [&](bool zero) {
+		return selectMerged(p.buffered, p.epoll, gateOf(p), nfds, readfds, [&](bool zero) {
 			if (!zero)
 				return p.libc.select(nfds, readfds, writefds, exceptfds, timeout);
 			struct timeval zeroTime = { 0, 0 };
@@ -152,7 +157,7 @@ TLSTUNE_EXPORT int pselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *
 	if (straightToTheKernel(timeout))
 		return libc().pselect(nfds, readfds, writefds, exceptfds, timeout, sigmask);
 	return mergedWait([=](Process &p) {
-		return selectMerged(p.buffered, p.epoll, nfds, readfds, [&](bool zero) {
+		return selectMerged(p.buffered, p.epoll, gateOf(p), nfds, readfds, [&](bool zero) {
 			return p.libc.pselect(nfds, readfds, writefds, exceptfds,
 					      zero ? &kZeroSpec : timeout, zero ? nullptr : sigmask);
 		});

@@ -212,6 +212,7 @@ void unlockInChild()
 	process().epoll.unlockAfterFork();
 	process().buffered.unlockAfterFork();
 	process().cache.forkedChild();
+	fillGate().forkedChild();
 	process().coalescer.unlockInChild();
 	ParsedAhead::unlockAfterFork();
 	process().caCache.unlockAfterFork();

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "core/read/buffered_fds.h"
+#include "core/read/fill_gate.h"
 #include "core/ca/api.h"
 #include "core/read/read_tuning.h"
 #include "core/read/socket_cache.h"

@@ -370,6 +370,22 @@ TEST(Readiness, ThreadsBlockedInOneSetAreWokenAsTheKernelWakesThem)
 	expectBothWays(bothWays({ "waiters", "oneshot-first" }, server), oneshot);
 }
 
+class SharedWaits : public ::testing::TestWithParam<const char *> {};
+
+/*
+ * A thread begins a wait for the socket while another thread's SSL_read has read ahead
+ * the records it does not return, and has not returned yet: the kernel would still hold
+ * them and end the wait at once. The wait found no connection held yet and slept its 20 s
+ * out (and, begun before such a read, it could sleep too: core/read/fill_gate.h).
+ */
+TEST_P(SharedWaits, AWaitBegunWhileAnotherThreadReadsSeesWhatItReadAhead)
+{
+	RecordProperty("fault", std::string("a wait begun inside another thread's SSL_read of the socket: ") + GetParam());
+	expectBothWays(bothWaysOf("shared_waits", withIdentity(GetParam())), "reader 16384\nwait readable\nwaiter 32768\n");
+}
+
+INSTANTIATE_TEST_SUITE_P(Readiness, SharedWaits, ::testing::Values("poll", "ppoll", "select", "pselect", "epoll"));
+
 /*
  * A thread pool on EPOLLONESHOT (3 workers on 4 TCP connections, maxevents 1), each worker
  * reading one record and re-arming with MOD, DEL and ADD, MOD with new data, or every

@@ -9,9 +9,13 @@
 #include <sys/epoll.h>
 #include <sys/select.h>
 
+#include <sys/single_threaded.h>
+
 #include "buffered_fds.h"
 #include "core/known_fds.h"
 #include "epoll_sets.h"
+#include "fill_gate.h"
+#include "socket_cache.h"
 
 namespace tlstune {
 
@@ -34,6 +38,21 @@ inline bool heldReadable(const BufferedFds &buffered, EpollSets &sets, int fd) n
 }
 
 /*
+ * A wait's part in the fills (FillGate): in a process with threads, once a fill was made,
+ * the wait counts itself in on the numbers fills were made on, and a queue that holds
+ * bytes is readable from the moment its fill ends, before its SSL_read returns and the
+ * connection is held (BufferedFds). Null members: no gate (a unit test's).
+ */
+struct WaitGate {
+	FillGate *fills = nullptr;
+	const SocketCache *cache = nullptr;
+
+	bool applies() const noexcept { return fills && !__libc_single_threaded && fills->used(); }
+	/* Counted in on fd, and fd's queue holds bytes. */
+	bool queued(CountedWait &counted, int fd) const noexcept { return counted.count(fd) && cache->queued(fd) > 0; }
+};
+
+/*
  * realPoll(zeroTimeout) runs the real poll/ppoll over the same fds. The zero-timeout probe
  * leaves ppoll's signal mask out: a held connection is ready, and the kernel answers ready
  * fds before a signal the mask lets in (which stays pending); with the mask, the probe
@@ -44,23 +63,32 @@ inline bool heldReadable(const BufferedFds &buffered, EpollSets &sets, int fd) n
  * for none of the held connections that finds nothing ready then waits as the program asked.
  */
 template <typename RealPoll>
-int pollMerged(const BufferedFds &buffered, EpollSets &sets, struct pollfd *fds, nfds_t nfds, RealPoll realPoll)
+int pollMerged(const BufferedFds &buffered, EpollSets &sets, const WaitGate &gate, struct pollfd *fds, nfds_t nfds,
+	       RealPoll realPoll)
 {
-	if (buffered.empty())
+	const bool gated = gate.applies();
+	if (buffered.empty() && !gated)
 		return realPoll(false);
 	int ready = realPoll(true);
 	if (ready < 0)
 		return ready;
 	constexpr short kReadable = POLLIN | POLLRDNORM;
 	bool any = false;
+	CountedWait counted(gated ? gate.fills : nullptr, nfds);
 	for (nfds_t i = 0; i < nfds; i++) {
-		if (!(fds[i].events & kReadable) || !heldReadable(buffered, sets, fds[i].fd))
+		if (!(fds[i].events & kReadable) ||
+		    !((gated && gate.queued(counted, fds[i].fd)) || heldReadable(buffered, sets, fds[i].fd)))
 			continue;
 		any = true;
 		ready += fds[i].revents == 0;
 		fds[i].revents |= fds[i].events & kReadable;
 	}
 	return any || ready > 0 ? ready : realPoll(false);
+}
+template <typename RealPoll>
+int pollMerged(const BufferedFds &buffered, EpollSets &sets, struct pollfd *fds, nfds_t nfds, RealPoll realPoll)
+{
+	return pollMerged(buffered, sets, WaitGate{}, fds, nfds, realPoll);
 }
 
 /* The kernel refuses such a timeout with EINVAL before it looks at anything else. */
@@ -110,9 +138,11 @@ inline void addToFdSet(fd_set *set, int fd) noexcept
 
 /* realSelect(zeroTimeout) runs the real select/pselect over the same sets (the mask as for ppoll). */
 template <typename RealSelect>
-int selectMerged(const BufferedFds &buffered, EpollSets &sets, int nfds, fd_set *readfds, RealSelect realSelect)
+int selectMerged(const BufferedFds &buffered, EpollSets &sets, const WaitGate &gate, int nfds, fd_set *readfds,
+		 RealSelect realSelect)
 {
-	if (buffered.empty() || nfds <= 0 || !readfds)
+	const bool gated = gate.applies();
+	if ((buffered.empty() && !gated) || nfds <= 0 || !readfds)
 		return realSelect(false);
 	/*
 	 * Only the bits of fds the shim may find held, and below nfds: the kernel reads those
@@ -123,11 +153,17 @@ int selectMerged(const BufferedFds &buffered, EpollSets &sets, int nfds, fd_set 
 	 */
 	constexpr int kSelectBits = 16384;
 	const int asked = std::min(nfds, kSelectBits);
-	const int highest = std::max(buffered.highestHeld(asked), sets.highestSet());
+	const int highest = std::max({ buffered.highestHeld(asked), sets.highestSet(),
+				       gated ? gate.fills->highestTracked(asked) : -1 });
 	const int limit = std::min(asked, highest + 1);
+	/* Every number fills were made on is counted in, for the wait below too. */
+	CountedWait counted(gated ? gate.fills : nullptr, static_cast<std::size_t>(limit));
+	const auto readable = [&](int fd) {
+		return (gated && gate.queued(counted, fd)) || heldReadable(buffered, sets, fd);
+	};
 	bool any = false;
-	for (int fd = 0; fd < limit && !any; fd++)
-		any = inFdSet(readfds, fd) && heldReadable(buffered, sets, fd);
+	for (int fd = 0; fd < limit; fd++)
+		any = (inFdSet(readfds, fd) && readable(fd)) || any;
 	if (!any)
 		return realSelect(false);
 
@@ -138,12 +174,18 @@ int selectMerged(const BufferedFds &buffered, EpollSets &sets, int nfds, fd_set 
 	if (ready < 0)
 		return ready;
 	for (int fd = 0; fd < limit; fd++) {
-		if (inFdSet(wanted, fd) && !inFdSet(readfds, fd) && heldReadable(buffered, sets, fd)) {
+		if (inFdSet(wanted, fd) && !inFdSet(readfds, fd) &&
+		    ((gated && gate.cache->queued(fd) > 0) || heldReadable(buffered, sets, fd))) {
 			addToFdSet(readfds, fd);
 			ready++;
 		}
 	}
 	return ready;
+}
+template <typename RealSelect>
+int selectMerged(const BufferedFds &buffered, EpollSets &sets, int nfds, fd_set *readfds, RealSelect realSelect)
+{
+	return selectMerged(buffered, sets, WaitGate{}, nfds, readfds, realSelect);
 }
 
 /*

@@ -1,0 +1,108 @@
+/*
+ * FillGate: a fill reads ahead only while no thread waits on its socket, and a wait that
+ * begins during a fill waits for it to end (core/read/fill_gate.h).
+ */
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "core/read/fill_gate.h"
+
+using namespace tlstune;
+
+namespace {
+
+constexpr int kFd = 7;
+
+/* A gate where kFd had its first fill (which only notes the number); its waits wait as long as a fill lasts. */
+FillGate *noted()
+{
+	FillGate *gate = new FillGate(1 << 30);
+	EXPECT_FALSE(gate->enterFill(kFd)) << "the first fill only notes the number";
+	EXPECT_TRUE(gate->tracks(kFd));
+	return gate;
+}
+
+} /* namespace */
+
+TEST(FillGate, AFillReadsAheadOnlyWhileNoThreadWaits)
+{
+	FillGate *gate = noted();
+	EXPECT_TRUE(gate->enterFill(kFd));
+	gate->leaveFill(kFd);
+	gate->enterWait(kFd);
+	EXPECT_FALSE(gate->enterFill(kFd)) << "a wait is counted in";
+	EXPECT_FALSE(gate->enterFill(kFd + FillGate::kWords)) << "a number sharing its word is kept plain too";
+	gate->leaveWait(kFd);
+	EXPECT_TRUE(gate->enterFill(kFd));
+	gate->leaveFill(kFd);
+	delete gate;
+}
+
+TEST(FillGate, AWaitBegunDuringAFillWaitsForItsEnd)
+{
+	FillGate *gate = noted();
+	ASSERT_TRUE(gate->enterFill(kFd));
+	std::atomic<bool> counted{ false };
+	std::thread waiter([&] {
+		gate->enterWait(kFd);
+		counted = true;
+		gate->leaveWait(kFd);
+	});
+	/* The waiter cannot pass while the fill is under way; it does once the fill leaves. */
+	for (int i = 0; i < 1000; i++)
+		std::this_thread::yield();
+	EXPECT_FALSE(counted.load());
+	gate->leaveFill(kFd);
+	waiter.join();
+	EXPECT_TRUE(counted.load());
+	delete gate;
+}
+
+TEST(FillGate, AWaitInsideItsOwnThreadsFillDoesNotWaitForIt)
+{
+	/* A signal handler's poll while its thread is inside a fill. */
+	FillGate *gate = noted();
+	ASSERT_TRUE(gate->enterFill(kFd));
+	gate->enterWait(kFd);
+	gate->leaveWait(kFd);
+	gate->leaveFill(kFd);
+	delete gate;
+}
+
+TEST(FillGate, CountedWaitLeavesWhatItCountedWhateverIsNotedMeanwhile)
+{
+	FillGate *gate = noted();
+	{
+		CountedWait counted(gate, 40);
+		for (int fd = 0; fd < 40; fd++)
+			EXPECT_EQ(counted.count(fd), fd == kFd);
+		EXPECT_FALSE(gate->enterFill(kFd));
+		/* Noted during the wait: not counted, not left. */
+		EXPECT_FALSE(gate->enterFill(kFd + 1));
+	}
+	EXPECT_TRUE(gate->enterFill(kFd));
+	gate->leaveFill(kFd);
+	EXPECT_TRUE(gate->enterFill(kFd + 1));
+	gate->leaveFill(kFd + 1);
+	{
+		/* More numbers than its own room: it takes memory for them. */
+		CountedWait counted(gate, 100);
+		for (int fd = 0; fd < 100; fd++)
+			if (gate->enterFill(fd))
+				gate->leaveFill(fd);
+		for (int fd = 0; fd < 100; fd++)
+			EXPECT_TRUE(counted.count(fd));
+		for (int fd = 0; fd < 100; fd++)
+			EXPECT_FALSE(gate->enterFill(fd)) << fd;
+	}
+	for (int fd = 0; fd < 100; fd++) {
+		EXPECT_TRUE(gate->enterFill(fd)) << fd;
+		gate->leaveFill(fd);
+	}
+	CountedWait none(nullptr, 10);
+	EXPECT_FALSE(none.count(kFd));
+	delete gate;
+}
