@@ -35,6 +35,10 @@
  *                     prints "application records N" (what the callback saw written)
  *   quiet-shutdown    ten short lines, SSL_set_shutdown(SENT | RECEIVED), SSL_shutdown
  *                     (prints "SSL_shutdown R"), SSL_free, close
+ *   set-shutdown-raw, renegotiate-raw, renegotiate-abbreviated-raw
+ *                     ten short lines, SSL_set_shutdown(SENT | RECEIVED), SSL_renegotiate
+ *                     or SSL_renegotiate_abbreviated (prints what it returned), then
+ *                     "PLAIN\n" written on the socket itself, SSL_free, close
  *   wbio-hook         ten short lines, SSL_set_rfd of the fd it writes to (OpenSSL makes
  *                     its write BIO the read BIO: prints "read BIO is the write BIO: yes"),
  *                     then SSL_get_wbio and a BIO_set_callback_ex on it counting writes,
@@ -930,6 +934,31 @@ int quietShutdownCase(const char *port)
 	return 0;
 }
 
+/*
+ * Ten short lines, then a call that sends what is held first (SSL_set_shutdown,
+ * SSL_renegotiate, SSL_renegotiate_abbreviated), then "PLAIN" written on the socket
+ * itself: the peer gets the ten lines, then bytes that are no record.
+ */
+int rawAfterCase(const char *port, const std::string &call)
+{
+	SSL_CTX *ctx = client();
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	writeLines(ssl, 0, 10);
+	if (call == "set-shutdown")
+		SSL_set_shutdown(ssl, SSL_SENT_SHUTDOWN | SSL_RECEIVED_SHUTDOWN);
+	else if (call == "renegotiate")
+		std::printf("SSL_renegotiate %d\n", SSL_renegotiate(ssl));
+	else
+		std::printf("SSL_renegotiate_abbreviated %d\n", SSL_renegotiate_abbreviated(ssl));
+	if (write(fd, "PLAIN\n", 6) != 6)
+		fail("write");
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 long hookedWrites = 0, hookedBytes = 0;
 
 long countWrites(BIO *, int operation, const char *, size_t, int, long, int result, size_t *processed)
@@ -1108,6 +1137,8 @@ int main(int argc, char **argv)
 		return lateMsgCallbackCase(argv[1]);
 	if (how == "quiet-shutdown")
 		return quietShutdownCase(argv[1]);
+	if (how == "set-shutdown-raw" || how == "renegotiate-raw" || how == "renegotiate-abbreviated-raw")
+		return rawAfterCase(argv[1], how.substr(0, how.size() - 4));
 	if (how == "wbio-hook")
 		return wbioHookCase(argv[1]);
 	if (how == "set-mode")

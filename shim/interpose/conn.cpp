@@ -89,8 +89,8 @@ TLSTUNE_EXPORT int SSL_write_ex(SSL *s, const void *buf, size_t num, size_t *wri
 {
 	tuneReads(s, __builtin_return_address(0));
 	if (holdWrite(s, buf, num)) {
-		if (written)
-			*written = num;
+		/* OpenSSL stores it whatever it is: a null written is the program's fault, as without tlstune. */
+		*written = num;
 		return 1;
 	}
 	return onWrite(s, num, &OpenSslApi::SSL_write_ex, buf, num, written);

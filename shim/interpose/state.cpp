@@ -43,7 +43,8 @@ auto query(Ssl *ssl, Function OpenSslApi::*function, int missing, Args... args)
 
 /*
  * A request that changes what the next write sends (a KeyUpdate, a renegotiation): what
- * was held goes out before it, as written before it; a kept failure makes it fail (0).
+ * was held goes out before it, as written before it, to the kernel (a program's own
+ * bytes on the socket next come after it: a hunt); a kept failure makes it fail (0).
  */
 template <typename Function, typename... Args>
 int request(SSL *ssl, Function OpenSslApi::*function, Args... args)
@@ -53,6 +54,7 @@ int request(SSL *ssl, Function OpenSslApi::*function, Args... args)
 		return 0;
 	if (HeldPlaintext::encryptingHere())
 		return real(ssl, args...);
+	flushWrites(ssl);
 	HeldCall held(ssl);
 	if (held.failed())
 		return 0;
@@ -116,16 +118,18 @@ TLSTUNE_EXPORT int SSL_set_block_padding(SSL *s, size_t block_size)
 
 /*
  * A quiet shutdown (SSL_set_shutdown(SENT | RECEIVED), then SSL_shutdown, which sends
- * nothing): what the program wrote before goes out first, as it was written before.
- * A failure to encrypt it is kept for the connection's next call.
+ * nothing): what the program wrote before goes out first, to the kernel, as it was
+ * written before. A failure to encrypt it is kept for the connection's next call.
  */
 TLSTUNE_EXPORT void SSL_set_shutdown(SSL *s, int mode)
 {
 	const auto real = openssl().api.SSL_set_shutdown;
 	if (!real)
 		return;
-	if (!HeldPlaintext::encryptingHere())
+	if (!HeldPlaintext::encryptingHere()) {
+		flushWrites(s);
 		HeldCall(s, HeldPlaintext::Entering::Keep);
+	}
 	real(s, mode);
 }
 

@@ -708,6 +708,20 @@ TEST(Writers, AQuietShutdownAfterShortWritesKeepsThemAndSucceeds)
 	expectTheSameBothWays("quiet-shutdown", {}, "SSL_shutdown 1\n", 0, 1);
 }
 
+/*
+ * SSL_set_shutdown and the renegotiation requests send what is held first: a program's own
+ * bytes on the socket after them come after the lines (a hunt: the peer got 2 of 6 lines
+ * before them, the rest were still the shim's to send).
+ */
+TEST(Writers, CallsThatSendWhatIsHeldFirstPutItBeforeTheProgramsOwnBytes)
+{
+	RecordProperty("fault", "SSL_set_shutdown, SSL_renegotiate or SSL_renegotiate_abbreviated after ten short "
+				"writes, then plaintext written on the socket");
+	expectTheSameBothWays("set-shutdown-raw", {}, "", 0, 1);
+	expectTheSameBothWays("renegotiate-raw", {}, "SSL_renegotiate 1\n", 0, 1);
+	expectTheSameBothWays("renegotiate-abbreviated-raw", {}, "SSL_renegotiate_abbreviated 1\n", 0, 1);
+}
+
 TEST(Writers, AProgramThatHooksItsWriteBioSeesEveryRecordItWrites)
 {
 	RecordProperty("fault", "SSL_set_rfd of the fd written to (libssl, given the shim's filter, made a second "
