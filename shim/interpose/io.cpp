@@ -175,7 +175,11 @@ bool gatedFill(int fd, void *buf, std::size_t len, std::size_t size, int flags, 
 	} left{ fillGate(), fd };
 	FillRead how = { flags, socket, true };
 	*n = process().cache.fill(fd, buf, len, size, fillRead, &how);
-	return *n >= 0 || (flags & MSG_DONTWAIT) || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EOPNOTSUPP);
+	if (*n >= 0 || (flags & MSG_DONTWAIT))
+		return true;
+	/* Nothing yet, or a read the file or kernel does not take (a filter may refuse preadv2). */
+	return errno != EAGAIN && errno != EWOULDBLOCK && errno != EOPNOTSUPP && errno != ENOSYS && errno != EPERM &&
+	       errno != EINVAL;
 }
 
 /*

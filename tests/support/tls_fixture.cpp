@@ -122,7 +122,7 @@ ExampleServer::ExampleServer(const std::vector<std::string> &arguments,
 	port_ = std::stoi(line.substr(5));
 }
 
-const char *const kTracedIo = "read,readv,recvfrom,recvmsg,write,writev,sendto,sendmsg";
+const char *const kTracedIo = "read,readv,preadv2,recvfrom,recvmsg,write,writev,sendto,sendmsg";
 
 TracedRun runTraced(const std::vector<std::string> &argv, bool withShim,
 		    const std::vector<std::string> &env, int timeoutMs, const std::string &trace)

@@ -181,7 +181,7 @@ Run trace(const std::vector<std::string> &command, const std::string &library, c
 	  const std::string &input, const std::string &out)
 {
 	std::vector<std::string> argv = { "strace", "-f", "-yy", "-qq", "-s", "0", "-e", "signal=none",
-					  "-e", "trace=read,readv,recvfrom,recvmsg,write,writev,sendto,sendmsg,openat,open",
+					  "-e", "trace=read,readv,preadv2,recvfrom,recvmsg,write,writev,sendto,sendmsg,openat,open",
 					  "-o", log };
 	if (!library.empty())
 		argv.insert(argv.end(), { "-E", "LD_PRELOAD=" + library });

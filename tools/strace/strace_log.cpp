@@ -7,7 +7,7 @@ namespace tlstune {
 
 namespace {
 
-const char *const kReads[] = { "read", "recv", "recvfrom", "recvmsg", "readv", "pread64" };
+const char *const kReads[] = { "read", "recv", "recvfrom", "recvmsg", "readv", "pread64", "preadv2" };
 const char *const kWrites[] = { "write", "send", "sendto", "sendmsg", "writev", "pwrite64" };
 /* Calls whose third argument is the length. */
 const char *const kSized[] = { "read", "recv", "recvfrom", "write", "send", "sendto" };
