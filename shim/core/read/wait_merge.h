@@ -41,7 +41,10 @@ inline bool heldReadable(const BufferedFds &buffered, EpollSets &sets, int fd) n
  * A wait's part in the fills (FillGate): in a process with threads, once a fill was made,
  * the wait counts itself in on the numbers fills were made on, and a queue that holds
  * bytes is readable from the moment its fill ends, before its SSL_read returns and the
- * connection is held (BufferedFds). Null members: no gate (a unit test's).
+ * connection is held (BufferedFds). Null members: no gate (a unit test's). Lock-free: a
+ * signal handler that leaves the wait by siglongjmp leaves no lock held (only its
+ * counts, which keep those sockets' fills plain), so where nothing is held the held
+ * lookups, which lock, are not made (a test's loop hung at its next wait).
  */
 struct WaitGate {
 	FillGate *fills = nullptr;
@@ -76,8 +79,8 @@ int pollMerged(const BufferedFds &buffered, EpollSets &sets, const WaitGate &gat
 	bool any = false;
 	CountedWait counted(gated ? gate.fills : nullptr, nfds);
 	for (nfds_t i = 0; i < nfds; i++) {
-		if (!(fds[i].events & kReadable) ||
-		    !((gated && gate.queued(counted, fds[i].fd)) || heldReadable(buffered, sets, fds[i].fd)))
+		if (!(fds[i].events & kReadable) || !((gated && gate.queued(counted, fds[i].fd)) ||
+						      (!buffered.empty() && heldReadable(buffered, sets, fds[i].fd))))
 			continue;
 		any = true;
 		ready += fds[i].revents == 0;
@@ -153,13 +156,14 @@ int selectMerged(const BufferedFds &buffered, EpollSets &sets, const WaitGate &g
 	 */
 	constexpr int kSelectBits = 16384;
 	const int asked = std::min(nfds, kSelectBits);
-	const int highest = std::max({ buffered.highestHeld(asked), sets.highestSet(),
+	const bool held = !buffered.empty();
+	const int highest = std::max({ held ? buffered.highestHeld(asked) : -1, held ? sets.highestSet() : -1,
 				       gated ? gate.fills->highestTracked(asked) : -1 });
 	const int limit = std::min(asked, highest + 1);
 	/* Every number fills were made on is counted in, for the wait below too. */
 	CountedWait counted(gated ? gate.fills : nullptr, static_cast<std::size_t>(limit));
 	const auto readable = [&](int fd) {
-		return (gated && gate.queued(counted, fd)) || heldReadable(buffered, sets, fd);
+		return (gated && gate.queued(counted, fd)) || (held && heldReadable(buffered, sets, fd));
 	};
 	bool any = false;
 	for (int fd = 0; fd < limit; fd++)
@@ -175,7 +179,7 @@ int selectMerged(const BufferedFds &buffered, EpollSets &sets, const WaitGate &g
 		return ready;
 	for (int fd = 0; fd < limit; fd++) {
 		if (inFdSet(wanted, fd) && !inFdSet(readfds, fd) &&
-		    ((gated && gate.cache->queued(fd) > 0) || heldReadable(buffered, sets, fd))) {
+		    ((gated && gate.cache->queued(fd) > 0) || (held && heldReadable(buffered, sets, fd)))) {
 			addToFdSet(readfds, fd);
 			ready++;
 		}
