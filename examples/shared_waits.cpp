@@ -2,10 +2,10 @@
  * shared_waits WAIT --cert C --key K: one thread blocked in SSL_read of a connection
  * (under the program's lock); a forked server sends three records of 16 KiB in one TCP
  * segment. The moment the reader's SSL_read has read the first record's header (its
- * message callback), another thread begins WAIT (poll, ppoll, select, pselect, or
- * epoll: epoll_wait on a set the socket was added to first; 20 s)
- * for the socket to be readable, and the callback returns once that thread is in the
- * kernel (its /proc syscall file says so) or done. The kernel still holds the other two
+ * message callback), another thread begins WAIT (poll, ppoll, select, pselect, or epoll:
+ * epoll_wait on a set the socket was added to first; 20 s) for the socket to be readable,
+ * and the callback returns once that thread is in the kernel (its /proc syscall file says
+ * so) or done. The kernel still holds the other two
  * records and ends the wait at once; that thread then reads them. Prints "reader 16384",
  * "wait readable" (or "wait timed out", then no more) and "waiter 32768".
  */
@@ -112,7 +112,7 @@ bool waitReadable(const std::string &how, int fd, int epfd)
 int main(int argc, char **argv)
 {
 	if (argc < 2)
-		fail("usage: shared_waits poll|ppoll|select|pselect --cert C --key K");
+		fail("usage: shared_waits poll|ppoll|select|pselect|epoll --cert C --key K");
 	const std::string how = argv[1];
 	SSL_CTX *serverCtx = serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", ""));
 	int trigger[2];
