@@ -1,7 +1,6 @@
 #include "fill_gate.h"
 
 #include <climits>
-#include <new>
 #include <linux/futex.h>
 #include <ctime>
 #include <sys/syscall.h>
@@ -30,9 +29,10 @@ bool FillGate::enterFill(int fd) noexcept
 		noteFirst(fd);
 		return false;
 	}
-	std::atomic<uint32_t> &w = word(fd);
-	if (w.fetch_add(kFill, std::memory_order_seq_cst) & kWaiters) {
-		leave(w);
+	const unsigned at = slot(fd);
+	filling_[at].fetch_add(1, std::memory_order_seq_cst);
+	if (waits_[at].load(std::memory_order_seq_cst) != 0) {
+		leave(at);
 		return false;
 	}
 	filling = true;
@@ -42,21 +42,20 @@ bool FillGate::enterFill(int fd) noexcept
 void FillGate::leaveFill(int fd) noexcept
 {
 	filling = false;
-	leave(word(fd));
+	leave(slot(fd));
 }
 
-void FillGate::leave(std::atomic<uint32_t> &w) noexcept
+void FillGate::leave(unsigned at) noexcept
 {
-	const uint32_t before = w.fetch_sub(kFill, std::memory_order_seq_cst);
 	/* The last fill out wakes the waits that came in meanwhile. */
-	if (before / kFill == 1 && (before & kWaiters))
-		syscall(SYS_futex, &w, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+	if (filling_[at].fetch_sub(1, std::memory_order_seq_cst) == 1 && waits_[at].load(std::memory_order_seq_cst))
+		syscall(SYS_futex, &filling_[at], FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
 }
 
 void FillGate::enterWait(int fd) noexcept
 {
-	std::atomic<uint32_t> &w = word(fd);
-	uint32_t now = w.fetch_add(kWaiter, std::memory_order_seq_cst) + kWaiter;
+	const unsigned at = slot(fd);
+	waits_[at].fetch_add(1, std::memory_order_seq_cst);
 	/*
 	 * A fill takes microseconds; one left by siglongjmp from a signal handler never
 	 * leaves. Bounded (waitRounds_ of 2 ms) so that such a one costs a wait a delay, not
@@ -64,16 +63,17 @@ void FillGate::enterWait(int fd) noexcept
 	 */
 	static const struct timespec kRound = { 0, 2000000 };
 	const int rounds = waitRounds_ ? waitRounds_ : 10;
-	for (int round = 0; now >= kFill && !filling && round < rounds; round++) {
-		/* The word changed since: no sleep (the futex compares it first). */
-		syscall(SYS_futex, &w, FUTEX_WAIT_PRIVATE, now, &kRound, nullptr, 0);
-		now = w.load(std::memory_order_seq_cst);
+	uint32_t now = filling_[at].load(std::memory_order_seq_cst);
+	for (int round = 0; now != 0 && !filling && round < rounds; round++) {
+		/* The count changed since: no sleep (the futex compares it first). */
+		syscall(SYS_futex, &filling_[at], FUTEX_WAIT_PRIVATE, now, &kRound, nullptr, 0);
+		now = filling_[at].load(std::memory_order_seq_cst);
 	}
 }
 
 void FillGate::leaveWait(int fd) noexcept
 {
-	word(fd).fetch_sub(kWaiter, std::memory_order_seq_cst);
+	waits_[slot(fd)].fetch_sub(1, std::memory_order_seq_cst);
 }
 
 void FillGate::forkedChild() noexcept
@@ -81,28 +81,23 @@ void FillGate::forkedChild() noexcept
 	filling = false;
 	if (!used_.load(std::memory_order_relaxed))
 		return;
-	for (auto &w : words_)
-		w.store(0, std::memory_order_relaxed);
+	for (int at = 0; at < kWords; at++) {
+		waits_[at].store(0, std::memory_order_relaxed);
+		filling_[at].store(0, std::memory_order_relaxed);
+	}
 }
 
 CountedWait::~CountedWait()
 {
 	for (std::size_t i = 0; i < counted_; i++)
-		gate_->leaveWait(i < kInline ? inline_[i] : more_[i - kInline]);
-	delete[] more_;
+		gate_->leaveWait(fds_[i]);
 }
 
 bool CountedWait::count(int fd) noexcept
 {
-	if (counted_ >= most_ || !gate_->tracks(fd))
+	if (counted_ >= most_ || counted_ >= kMost || !gate_->tracks(fd))
 		return false;
-	if (counted_ >= kInline && !more_) {
-		more_ = most_ > kInline ? new (std::nothrow) int[most_ - kInline] : nullptr;
-		if (!more_)
-			return false;
-	}
-	(counted_ < kInline ? inline_[counted_] : more_[counted_ - kInline]) = fd;
-	counted_++;
+	fds_[counted_++] = fd;
 	gate_->enterWait(fd);
 	return true;
 }

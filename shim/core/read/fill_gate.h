@@ -15,8 +15,8 @@ namespace tlstune {
  * 50 rounds slept a second with 10 records unread). So in a process with threads, a fill
  * reads ahead only while no thread waits on the socket, and a wait that begins while a
  * fill is under way waits for it to end (a read that does not block: microseconds) and
- * then sees its bytes in the queue. Dekker on one word per number: a wait counts itself in
- * before it looks at the queue, a fill counts itself in before it reads; each sees the
+ * then sees its bytes in the queue. Dekker on two counts per number: a wait counts itself
+ * in before it looks at the queue, a fill counts itself in before it reads; each sees the
  * other, or comes after it.
  *
  * A process of one thread never asks (nobody else can wait), and a wait asks only about
@@ -69,22 +69,22 @@ public:
 	int highestTracked(int below) const noexcept { return fills_.highestBelow(below); }
 
 private:
-	static constexpr uint32_t kWaiter = 1;
-	static constexpr uint32_t kFill = 1u << 16;
-	static constexpr uint32_t kWaiters = kFill - 1;
-
-	std::atomic<uint32_t> &word(int fd) noexcept { return words_[static_cast<unsigned>(fd) & (kWords - 1)]; }
-	static void leave(std::atomic<uint32_t> &word) noexcept;
+	static unsigned slot(int fd) noexcept { return static_cast<unsigned>(fd) & (kWords - 1); }
+	void leave(unsigned at) noexcept;
 	void noteFirst(int fd) noexcept;
 
 	int waitRounds_;
 	FdBitmap fills_;
 	std::atomic<bool> used_{ false };
-	/* Low half: the waits counted in; high half: the fills under way. */
-	std::atomic<uint32_t> words_[kWords] = {};
+	/*
+	 * By slot: the waits counted in (a wait left by siglongjmp stays counted: 32 bits, so
+	 * that no number of them reaches the fills), and the fills under way (a futex word).
+	 */
+	std::atomic<uint32_t> waits_[kWords] = {};
+	std::atomic<uint32_t> filling_[kWords] = {};
 };
 
-/* The process's one: zeroes in .bss (64 KiB), touched only by a process with threads that fills. */
+/* The process's one: zeroes in .bss (128 KiB), touched only by a process with threads that fills. */
 extern FillGate g_fillGate;
 inline FillGate &fillGate() noexcept
 {
@@ -93,8 +93,9 @@ inline FillGate &fillGate() noexcept
 
 /*
  * The numbers one wait counted itself in on (FillGate::enterWait), left when it ends. Up
- * to kInline without memory of its own; a wait on more takes it, and without it counts no
- * more (those numbers' fills may read ahead as before the gate).
+ * to kMost, on the stack: a wait may be a signal handler's, which must not allocate (a
+ * hunt: a handler's poll of 2,000 fds hung in malloc's lock its thread held). A wait on
+ * more counts no more: those numbers' fills may read ahead as before the gate.
  */
 class CountedWait {
 public:
@@ -107,13 +108,13 @@ public:
 	/* Counts the wait in on fd where a fill was made: whether it did. */
 	bool count(int fd) noexcept;
 
+	static constexpr std::size_t kMost = 256;
+
 private:
-	static constexpr std::size_t kInline = 16;
 	FillGate *gate_;
 	std::size_t most_; /* the numbers the wait may name */
 	std::size_t counted_ = 0;
-	int inline_[kInline];
-	int *more_ = nullptr;
+	int fds_[kMost];
 };
 
 } /* namespace tlstune */
