@@ -2,10 +2,9 @@
  * shared_waits WAIT --cert C --key K: one thread blocked in SSL_read of a connection
  * (under the program's lock); a forked server sends three records of 16 KiB in one TCP
  * segment. The moment the reader's SSL_read has read the first record's header (its
- * message callback), another thread begins WAIT (poll, ppoll, select, pselect, or epoll:
- * epoll_wait on a set the socket was added to first; 20 s) for the socket to be readable,
- * and the callback returns once that thread is in the kernel (its /proc syscall file says
- * so) or done. The kernel still holds the other two
+ * message callback), another thread begins WAIT (poll, ppoll, select or pselect; 20 s)
+ * for the socket to be readable, and the callback returns once that thread is in the
+ * kernel (its /proc syscall file says so) or done. The kernel still holds the other two
  * records and ends the wait at once; that thread then reads them. Prints "reader 16384",
  * "wait readable" (or "wait timed out", then no more) and "waiter 32768".
  */
@@ -18,7 +17,6 @@
 #include <poll.h>
 #include <sched.h>
 #include <string>
-#include <sys/epoll.h>
 #include <sys/select.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -76,22 +74,17 @@ bool blockedInRead(long number)
 
 bool blockedInWait(long number)
 {
-	return number == SYS_poll || number == SYS_ppoll || number == SYS_select || number == SYS_pselect6 ||
-	       number == SYS_epoll_wait || number == SYS_epoll_pwait;
+	return number == SYS_poll || number == SYS_ppoll || number == SYS_select || number == SYS_pselect6;
 }
 
 /* WAIT on fd for input: whether it said readable before its timeout. */
-bool waitReadable(const std::string &how, int fd, int epfd)
+bool waitReadable(const std::string &how, int fd)
 {
 	if (how == "poll" || how == "ppoll") {
 		struct pollfd wanted = { fd, POLLIN, 0 };
 		const struct timespec timeout = { kWaitMs / 1000, 0 };
 		const int ready = how == "poll" ? poll(&wanted, 1, kWaitMs) : ppoll(&wanted, 1, &timeout, nullptr);
 		return ready == 1 && (wanted.revents & POLLIN);
-	}
-	if (how == "epoll") {
-		struct epoll_event event = {};
-		return epoll_wait(epfd, &event, 1, kWaitMs) == 1 && (event.events & EPOLLIN);
 	}
 	fd_set readable;
 	FD_ZERO(&readable);
@@ -112,7 +105,7 @@ bool waitReadable(const std::string &how, int fd, int epfd)
 int main(int argc, char **argv)
 {
 	if (argc < 2)
-		fail("usage: shared_waits poll|ppoll|select|pselect|epoll --cert C --key K");
+		fail("usage: shared_waits poll|ppoll|select|pselect --cert C --key K");
 	const std::string how = argv[1];
 	SSL_CTX *serverCtx = serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", ""));
 	int trigger[2];
@@ -124,13 +117,6 @@ int main(int argc, char **argv)
 	int fd = -1;
 	SSL *ssl = connectSsl(ctx, std::to_string(port).c_str(), &fd);
 
-	/* epoll: the set is the program's from the start, its socket registered. */
-	const int epfd = how == "epoll" ? epoll_create1(0) : -1;
-	struct epoll_event interest = {};
-	interest.events = EPOLLIN;
-	interest.data.fd = fd;
-	if (how == "epoll" && (epfd < 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &interest) != 0))
-		fail("epoll");
 	std::mutex lock;
 	std::atomic<pid_t> readerTid{ 0 }, waiterTid{ 0 };
 	std::atomic<bool> armed{ false }, waitNow{ false }, waited{ false };
@@ -141,7 +127,7 @@ int main(int argc, char **argv)
 		/* Bounded: the reader's callback says go within a few scheduling rounds of the trigger. */
 		for (int i = 0; i < 10000000 && !waitNow.load(); i++)
 			sched_yield();
-		readable = waitReadable(how, fd, epfd);
+		readable = waitReadable(how, fd);
 		waited = true;
 		if (!readable)
 			return;

@@ -43,6 +43,12 @@ bool straightToTheKernel(const Timeout *timeout) noexcept
 	return nothingToWaitFor() || refusedTimeout(timeout);
 }
 
+/* A timeout of zero: the wait is one look. */
+bool instantly(const struct timespec *timeout) noexcept
+{
+	return timeout && timeout->tv_sec == 0 && timeout->tv_nsec == 0;
+}
+
 WaitGate gateOf(Process &p) noexcept
 {
 	return WaitGate{ &fillGate(), &p.cache };
@@ -85,7 +91,7 @@ TLSTUNE_EXPORT int poll(struct pollfd *fds, nfds_t nfds, int timeout)
 	if (nothingToWaitFor())
 		return libc().poll(fds, nfds, timeout);
 	return mergedWait([=](Process &p) {
-		const int ready = pollMerged(p.buffered, p.epoll, gateOf(p), fds, nfds,
+		const int ready = pollMerged(p.buffered, p.epoll, gateOf(p), timeout == 0, fds, nfds,
 					     [&](bool zero) { return p.libc.poll(fds, nfds, zero ? 0 : timeout); });
 		return ready;
 	});
@@ -96,7 +102,7 @@ TLSTUNE_EXPORT int __poll_chk(struct pollfd *fds, nfds_t nfds, int timeout, size
 	if (nothingToWaitFor())
 		return libc().poll_chk(fds, nfds, timeout, fdslen);
 	return mergedWait([=](Process &p) {
-		const int ready = pollMerged(p.buffered, p.epoll, gateOf(p), fds, nfds, [&](bool zero) {
+		const int ready = pollMerged(p.buffered, p.epoll, gateOf(p), timeout == 0, fds, nfds, [&](bool zero) {
 			return p.libc.poll_chk(fds, nfds, zero ? 0 : timeout, fdslen);
 		});
 		return ready;
@@ -109,7 +115,7 @@ TLSTUNE_EXPORT int ppoll(struct pollfd *fds, nfds_t nfds, const struct timespec 
 	if (straightToTheKernel(timeout))
 		return libc().ppoll(fds, nfds, timeout, sigmask);
 	return mergedWait([=](Process &p) {
-		const int ready = pollMerged(p.buffered, p.epoll, gateOf(p), fds, nfds, [&](bool zero) {
+		const int ready = pollMerged(p.buffered, p.epoll, gateOf(p), instantly(timeout), fds, nfds, [&](bool zero) {
 			return p.libc.ppoll(fds, nfds, zero ? &kZeroSpec : timeout, zero ? nullptr : sigmask);
 		});
 		return ready;
@@ -122,7 +128,7 @@ TLSTUNE_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct tim
 	if (straightToTheKernel(timeout))
 		return libc().ppoll_chk(fds, nfds, timeout, sigmask, fdslen);
 	return mergedWait([=](Process &p) {
-		const int ready = pollMerged(p.buffered, p.epoll, gateOf(p), fds, nfds, [&](bool zero) {
+		const int ready = pollMerged(p.buffered, p.epoll, gateOf(p), instantly(timeout), fds, nfds, [&](bool zero) {
 			return p.libc.ppoll_chk(fds, nfds, zero ? &kZeroSpec : timeout, zero ? nullptr : sigmask, fdslen);
 		});
 		return ready;

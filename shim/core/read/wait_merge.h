@@ -30,11 +30,14 @@ namespace tlstune {
 
 /*
  * Readable besides what the kernel says: a connection whose records OpenSSL holds, or an
- * epoll set that has one of them to report (a poll on the set's own fd).
+ * epoll set that has one of them to report (a poll on the set's own fd). With nothing
+ * held, no lookup: they lock, and a signal handler that leaves a wait by siglongjmp would
+ * leave the lock held (a test's loop hung at its next wait).
  */
 inline bool heldReadable(const BufferedFds &buffered, EpollSets &sets, int fd) noexcept
 {
-	return buffered.holds(fd) || (!sets.empty() && knownFds().mayHave(fd) && sets.reportsHeld(fd, buffered));
+	return !buffered.empty() &&
+	       (buffered.holds(fd) || (!sets.empty() && knownFds().mayHave(fd) && sets.reportsHeld(fd, buffered)));
 }
 
 /*
@@ -42,17 +45,19 @@ inline bool heldReadable(const BufferedFds &buffered, EpollSets &sets, int fd) n
  * the wait counts itself in on the numbers fills were made on, and a queue that holds
  * bytes is readable from the moment its fill ends, before its SSL_read returns and the
  * connection is held (BufferedFds). Null members: no gate (a unit test's). Lock-free: a
- * signal handler that leaves the wait by siglongjmp leaves no lock held (only its
- * counts, which keep those sockets' fills plain), so where nothing is held the held
- * lookups, which lock, are not made (a test's loop hung at its next wait).
+ * signal handler that leaves the wait by siglongjmp leaves only its counts, which keep
+ * those sockets' fills plain.
  */
 struct WaitGate {
 	FillGate *fills = nullptr;
 	const SocketCache *cache = nullptr;
 
 	bool applies() const noexcept { return fills && !__libc_single_threaded && fills->used(); }
-	/* Counted in on fd, and fd's queue holds bytes. */
-	bool queued(CountedWait &counted, int fd) const noexcept { return counted.count(fd) && cache->queued(fd) > 0; }
+	/* Counts the wait in on fd (where fills were made); then whether fd's queue holds bytes. */
+	bool countedAndQueued(CountedWait &counted, int fd) const noexcept
+	{
+		return counted.count(fd) && cache->queued(fd) > 0;
+	}
 };
 
 /*
@@ -63,11 +68,13 @@ struct WaitGate {
  *
  * The probe comes first, so that the kernel reads the program's array before the shim
  * does: a pointer it cannot read is the kernel's EFAULT, never a fault in the shim. A wait
- * for none of the held connections that finds nothing ready then waits as the program asked.
+ * for none of the held connections that finds nothing ready then waits as the program asked,
+ * unless the program's timeout is zero (instant): the probe was that whole wait (a ppoll
+ * of zero timeout neither waits nor takes a signal its mask lets in).
  */
 template <typename RealPoll>
-int pollMerged(const BufferedFds &buffered, EpollSets &sets, const WaitGate &gate, struct pollfd *fds, nfds_t nfds,
-	       RealPoll realPoll)
+int pollMerged(const BufferedFds &buffered, EpollSets &sets, const WaitGate &gate, bool instant, struct pollfd *fds,
+	       nfds_t nfds, RealPoll realPoll)
 {
 	const bool gated = gate.applies();
 	if (buffered.empty() && !gated)
@@ -79,19 +86,19 @@ int pollMerged(const BufferedFds &buffered, EpollSets &sets, const WaitGate &gat
 	bool any = false;
 	CountedWait counted(gated ? gate.fills : nullptr, nfds);
 	for (nfds_t i = 0; i < nfds; i++) {
-		if (!(fds[i].events & kReadable) || !((gated && gate.queued(counted, fds[i].fd)) ||
-						      (!buffered.empty() && heldReadable(buffered, sets, fds[i].fd))))
+		if (!(fds[i].events & kReadable) ||
+		    !((gated && gate.countedAndQueued(counted, fds[i].fd)) || heldReadable(buffered, sets, fds[i].fd)))
 			continue;
 		any = true;
 		ready += fds[i].revents == 0;
 		fds[i].revents |= fds[i].events & kReadable;
 	}
-	return any || ready > 0 ? ready : realPoll(false);
+	return any || ready > 0 || instant ? ready : realPoll(false);
 }
 template <typename RealPoll>
 int pollMerged(const BufferedFds &buffered, EpollSets &sets, struct pollfd *fds, nfds_t nfds, RealPoll realPoll)
 {
-	return pollMerged(buffered, sets, WaitGate{}, fds, nfds, realPoll);
+	return pollMerged(buffered, sets, WaitGate{}, false, fds, nfds, realPoll);
 }
 
 /* The kernel refuses such a timeout with EINVAL before it looks at anything else. */
@@ -156,15 +163,12 @@ int selectMerged(const BufferedFds &buffered, EpollSets &sets, const WaitGate &g
 	 */
 	constexpr int kSelectBits = 16384;
 	const int asked = std::min(nfds, kSelectBits);
-	const bool held = !buffered.empty();
-	const int highest = std::max({ held ? buffered.highestHeld(asked) : -1, held ? sets.highestSet() : -1,
-				       gated ? gate.fills->highestTracked(asked) : -1 });
+	/* highestSet locks: asked only where something is held (heldReadable). */
+	const int highest = std::max(buffered.empty() ? -1 : std::max(buffered.highestHeld(asked), sets.highestSet()),
+				     gated ? gate.fills->highestTracked(asked) : -1);
 	const int limit = std::min(asked, highest + 1);
 	/* Every number fills were made on is counted in, for the wait below too. */
 	CountedWait counted(gated ? gate.fills : nullptr, static_cast<std::size_t>(limit));
-	const auto readable = [&](int fd) {
-		return (gated && gate.queued(counted, fd)) || (held && heldReadable(buffered, sets, fd));
-	};
 	/*
 	 * What this look finds readable is what the wait reports, as poll's does: looked at
 	 * again after the probe, a queue another thread had read meanwhile left the wait
@@ -176,7 +180,8 @@ int selectMerged(const BufferedFds &buffered, EpollSets &sets, const WaitGate &g
 	std::memset(words, 0, (static_cast<std::size_t>(limit) + 7) / 8);
 	bool any = false;
 	for (int fd = 0; fd < limit; fd++) {
-		if (inFdSet(readfds, fd) && readable(fd)) {
+		if (inFdSet(readfds, fd) &&
+		    ((gated && gate.countedAndQueued(counted, fd)) || heldReadable(buffered, sets, fd))) {
 			addToFdSet(found, fd);
 			any = true;
 		}
