@@ -1,12 +1,14 @@
 /*
- * shared_waits WAIT --cert C --key K: one thread blocked in SSL_read of a connection
- * (under the program's lock); a forked server sends three records of 16 KiB in one TCP
- * segment. The moment the reader's SSL_read has read the first record's header (its
- * message callback), another thread begins WAIT (poll, ppoll, select or pselect; 20 s)
- * for the socket to be readable, and the callback returns once that thread is in the
- * kernel (its /proc syscall file says so) or done. The kernel still holds the other two
- * records and ends the wait at once; that thread then reads them. Prints "reader 16384",
- * "wait readable" (or "wait timed out", then no more) and "waiter 32768".
+ * shared_waits WAIT [--early yes] --cert C --key K: one thread blocked in SSL_read of a
+ * connection (under the program's lock); a forked server sends three records of 16 KiB
+ * in one TCP segment. The moment the reader's SSL_read has read the first record's header
+ * (its message callback), another thread begins WAIT (poll, ppoll, select, pselect, or
+ * epoll: epoll_wait on a set the socket was added to first; 20 s) for the socket to be
+ * readable, and the callback returns once that thread is in the kernel (its /proc syscall
+ * file says so) or done. --early: that thread is in WAIT before the records are sent, on
+ * the reader's CPU at a lower priority. Either way the kernel still holds the other two
+ * records and ends the wait; that thread then reads them. Prints "reader 16384", "wait
+ * readable" (or "wait timed out", then no more) and "waiter 32768".
  */
 
 #include <atomic>
@@ -17,6 +19,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <string>
+#include <sys/epoll.h>
 #include <sys/select.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -74,12 +77,39 @@ bool blockedInRead(long number)
 
 bool blockedInWait(long number)
 {
-	return number == SYS_poll || number == SYS_ppoll || number == SYS_select || number == SYS_pselect6;
+	return number == SYS_poll || number == SYS_ppoll || number == SYS_select || number == SYS_pselect6 ||
+	       number == SYS_epoll_wait || number == SYS_epoll_pwait;
+}
+
+/*
+ * --early: the reader and the waiter share one CPU, the waiter at the lowest priority
+ * (SCHED_IDLE), so that the reader runs first when the records arrive and reads what it
+ * reads before the woken waiter looks again; without the shim the kernel still holds two
+ * records then.
+ */
+void shareOneCpu(bool idle)
+{
+	cpu_set_t allowed;
+	if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+		fail("sched_getaffinity");
+	int first = 0;
+	while (first < CPU_SETSIZE && !CPU_ISSET(first, &allowed))
+		first++;
+	cpu_set_t one;
+	CPU_ZERO(&one);
+	CPU_SET(first, &one);
+	const struct sched_param none = {};
+	if (sched_setaffinity(0, sizeof one, &one) != 0 || (idle && sched_setscheduler(0, SCHED_IDLE, &none) != 0))
+		fail("sched_setaffinity, sched_setscheduler");
 }
 
 /* WAIT on fd for input: whether it said readable before its timeout. */
-bool waitReadable(const std::string &how, int fd)
+bool waitReadable(const std::string &how, int fd, int epfd)
 {
+	if (how == "epoll") {
+		struct epoll_event event = {};
+		return epoll_wait(epfd, &event, 1, kWaitMs) == 1 && (event.events & EPOLLIN);
+	}
 	if (how == "poll" || how == "ppoll") {
 		struct pollfd wanted = { fd, POLLIN, 0 };
 		const struct timespec timeout = { kWaitMs / 1000, 0 };
@@ -105,9 +135,11 @@ bool waitReadable(const std::string &how, int fd)
 int main(int argc, char **argv)
 {
 	if (argc < 2)
-		fail("usage: shared_waits poll|ppoll|select|pselect --cert C --key K");
+		fail("usage: shared_waits poll|ppoll|select|pselect|epoll [--early yes] --cert C --key K");
 	const std::string how = argv[1];
 	SSL_CTX *serverCtx = serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", ""));
+	/* No session tickets: nothing arrives before the records, for a wait begun --early. */
+	SSL_CTX_set_num_tickets(serverCtx, 0);
 	int trigger[2];
 	if (pipe(trigger) != 0)
 		fail("pipe");
@@ -117,6 +149,14 @@ int main(int argc, char **argv)
 	int fd = -1;
 	SSL *ssl = connectSsl(ctx, std::to_string(port).c_str(), &fd);
 
+	/* epoll: the set is the program's from the start, its socket registered. */
+	const int epfd = how == "epoll" ? epoll_create1(0) : -1;
+	struct epoll_event interest = {};
+	interest.events = EPOLLIN;
+	interest.data.fd = fd;
+	if (how == "epoll" && (epfd < 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &interest) != 0))
+		fail("epoll");
+	const bool early = option(argc, argv, "--early", "no") != std::string("no");
 	std::mutex lock;
 	std::atomic<pid_t> readerTid{ 0 }, waiterTid{ 0 };
 	std::atomic<bool> armed{ false }, waitNow{ false }, waited{ false };
@@ -124,10 +164,12 @@ int main(int argc, char **argv)
 	bool readable = false;
 	std::thread waiter([&] {
 		waiterTid = static_cast<pid_t>(syscall(SYS_gettid));
+		if (early)
+			shareOneCpu(true);
 		/* Bounded: the reader's callback says go within a few scheduling rounds of the trigger. */
-		for (int i = 0; i < 10000000 && !waitNow.load(); i++)
+		for (int i = 0; i < 10000000 && !early && !waitNow.load(); i++)
 			sched_yield();
-		readable = waitReadable(how, fd);
+		readable = waitReadable(how, fd, epfd);
 		waited = true;
 		if (!readable)
 			return;
@@ -153,6 +195,8 @@ int main(int argc, char **argv)
 	});
 	std::thread reader([&] {
 		readerTid = static_cast<pid_t>(syscall(SYS_gettid));
+		if (early)
+			shareOneCpu(false);
 		std::lock_guard<std::mutex> held(lock);
 		char buffer[kRecord];
 		readerGot = SSL_read(ssl, buffer, sizeof buffer);
@@ -160,7 +204,9 @@ int main(int argc, char **argv)
 	/* Bounded: the reader is in the kernel within a few scheduling rounds. */
 	for (int i = 0; i < 10000000 && !blockedInRead(inSyscall(readerTid.load())); i++)
 		sched_yield();
-	armed = true;
+	for (int i = 0; i < 10000000 && early && !blockedInWait(inSyscall(waiterTid.load())); i++)
+		sched_yield();
+	armed = !early;
 	if (write(trigger[1], "g", 1) != 1)
 		fail("write");
 	reader.join();

@@ -243,6 +243,7 @@ TLSTUNE_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevent
 {
 	auto merged = [=] {
 		return mergedWait([=](Process &p) {
+			const CountedEpollWait counted(epollWaiters(), epfd, !__libc_single_threaded);
 			return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents,
 					   [&](bool zero, int room) {
 						   return p.libc.epoll_wait(epfd, events, room, zero ? 0 : timeout);
@@ -259,6 +260,7 @@ TLSTUNE_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxeven
 {
 	auto merged = [=] {
 		return mergedWait([=](Process &p) {
+			const CountedEpollWait counted(epollWaiters(), epfd, !__libc_single_threaded);
 			return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents,
 					   [&](bool zero, int room) {
 						   return p.libc.epoll_pwait(epfd, events, room, zero ? 0 : timeout,
@@ -281,6 +283,7 @@ TLSTUNE_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxeve
 	}
 	auto merged = [=] {
 		return mergedWait([=](Process &p) {
+			const CountedEpollWait counted(epollWaiters(), epfd, !__libc_single_threaded);
 			return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents,
 					   [&](bool zero, int room) {
 						   return p.libc.epoll_pwait2(epfd, events, room, zero ? &kZeroSpec : timeout,

@@ -169,7 +169,8 @@ inline void settleConnection(Connection *connection) noexcept
 	Process &p = process();
 	const int fd = connection->fd();
 	const bool queued = p.cache.queued(fd) > 0;
-	connection->afterCall(p.buffered, queued);
+	if (connection->afterCall(p.buffered, queued) && !__libc_single_threaded && epollWaiters().any())
+		wakeWaitingSets(p, fd, connection->ino());
 	/* A freed connection's readiness the queue took over (SSL_free) goes when it is read. */
 	if (!queued && p.buffered.anyHandedOver() && !p.buffered.empty() && p.cache.mayHave(fd))
 		p.buffered.forget(p.cache.owner(fd));

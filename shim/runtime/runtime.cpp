@@ -213,6 +213,7 @@ void unlockInChild()
 	process().buffered.unlockAfterFork();
 	process().cache.forkedChild();
 	fillGate().forkedChild();
+	epollWaiters().forkedChild();
 	process().coalescer.unlockInChild();
 	ParsedAhead::unlockAfterFork();
 	process().caCache.unlockAfterFork();
@@ -542,6 +543,15 @@ std::atomic<bool> g_childMayShareMemory{ false };
 void noteChildSharingMemory() noexcept
 {
 	g_childMayShareMemory.store(true, std::memory_order_relaxed);
+}
+
+void wakeWaitingSets(Process &p, int fd, ino_t ino) noexcept
+{
+	int sets[16];
+	const int found = p.epoll.setsOf(fd, ino, sets, 16);
+	for (int i = 0; i < found; i++)
+		if (epollWaiters().waitingOn(sets[i]))
+			p.epoll.wake().wake(sets[i], p.libc.epoll_ctl);
 }
 
 bool Process::inVforkChild() const noexcept

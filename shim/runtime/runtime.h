@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "core/read/buffered_fds.h"
+#include "core/read/epoll_waiters.h"
 #include "core/read/fill_gate.h"
 #include "core/ca/api.h"
 #include "core/read/read_tuning.h"
@@ -144,6 +145,13 @@ inline Process &process() noexcept
  * with CLONE_VM and without CLONE_THREAD): from then on inVforkChild asks the kernel.
  */
 void noteChildSharingMemory() noexcept;
+
+/*
+ * A call read new records of the socket fd (inode ino) ahead, in a process with threads
+ * while a thread waits on an epoll set: the sets that register it and have a thread
+ * waiting are woken, as the kernel would have ended those waits (EpollWaiters).
+ */
+void wakeWaitingSets(Process &p, int fd, ino_t ino) noexcept;
 
 /* The state if a call has built it, else null: for ways out, which have nothing to hand over then. */
 inline Process *builtProcess() noexcept

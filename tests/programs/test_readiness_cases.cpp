@@ -384,8 +384,26 @@ TEST_P(SharedWaits, AWaitBegunWhileAnotherThreadReadsSeesWhatItReadAhead)
 	expectBothWays(bothWaysOf("shared_waits", withIdentity(GetParam())), "reader 16384\nwait readable\nwaiter 32768\n");
 }
 
-/* epoll is not counted (limits.md): its case ran both ways alike here, and timed out once in a CI run. */
-INSTANTIATE_TEST_SUITE_P(Readiness, SharedWaits, ::testing::Values("poll", "ppoll", "select", "pselect"));
+INSTANTIATE_TEST_SUITE_P(Readiness, SharedWaits, ::testing::Values("poll", "ppoll", "select", "pselect", "epoll"));
+
+class SharedWaitsBegunFirst : public ::testing::TestWithParam<const char *> {};
+
+/*
+ * A thread is in the wait before the records arrive, another thread blocked in SSL_read
+ * on one CPU with it; the reader, of higher priority, reads first: the kernel still held
+ * two records when the woken waiter looked again, and ended its wait. With the shim it
+ * found them read ahead and slept its 20 s out (epoll: 5 runs in 6 before
+ * core/read/epoll_waiters.h; poll and select count themselves in: fill_gate.h).
+ */
+TEST_P(SharedWaitsBegunFirst, AWaitBegunBeforeAnotherThreadReadsEndsAsTheKernelsWould)
+{
+	RecordProperty("fault", std::string("a wait begun before another thread's SSL_read of the socket: ") + GetParam());
+	std::vector<std::string> arguments = withIdentity(GetParam());
+	arguments.insert(arguments.end(), { "--early", "yes" });
+	expectBothWays(bothWaysOf("shared_waits", arguments), "reader 16384\nwait readable\nwaiter 32768\n");
+}
+
+INSTANTIATE_TEST_SUITE_P(Readiness, SharedWaitsBegunFirst, ::testing::Values("poll", "select", "epoll"));
 
 /*
  * A thread pool on EPOLLONESHOT (3 workers on 4 TCP connections, maxevents 1), each worker

@@ -1,6 +1,7 @@
 /*
  * FillGate: a fill reads ahead only while no thread waits on its socket, and a wait that
- * begins during a fill waits for it to end (core/read/fill_gate.h).
+ * begins during a fill waits for it to end (core/read/fill_gate.h). EpollWaiters: which
+ * epoll sets a thread waits on, for a call that filled to wake.
  */
 
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include <atomic>
 #include <thread>
 
+#include "core/read/epoll_waiters.h"
 #include "core/read/fill_gate.h"
 
 using namespace tlstune;
@@ -128,4 +130,34 @@ TEST(FillGate, CountedWaitLeavesWhatItCountedWhateverIsNotedMeanwhile)
 	CountedWait none(nullptr, 10);
 	EXPECT_FALSE(none.count(kFd));
 	delete gate;
+}
+
+TEST(EpollWaiters, CountsEachWaitOnItsSetWhileItLasts)
+{
+	EpollWaiters waiters;
+	EXPECT_FALSE(waiters.any());
+	{
+		CountedEpollWait first(waiters, 5, true);
+		CountedEpollWait uncounted(waiters, 6, false);
+		EXPECT_TRUE(waiters.any());
+		EXPECT_TRUE(waiters.waitingOn(5));
+		EXPECT_FALSE(waiters.waitingOn(6)) << "a process of one thread counts nothing";
+		{
+			CountedEpollWait second(waiters, 5, true);
+		}
+		EXPECT_TRUE(waiters.waitingOn(5)) << "one wait on it is left";
+	}
+	EXPECT_FALSE(waiters.any());
+	EXPECT_FALSE(waiters.waitingOn(5));
+}
+
+TEST(EpollWaiters, AForksChildHasNoneOfItsParentsWaits)
+{
+	EpollWaiters waiters;
+	waiters.enter(5);
+	waiters.enter(5 + EpollWaiters::kSlots);
+	EXPECT_TRUE(waiters.waitingOn(5 + 2 * EpollWaiters::kSlots)) << "numbers kSlots apart share a slot";
+	waiters.forkedChild();
+	EXPECT_FALSE(waiters.any());
+	EXPECT_FALSE(waiters.waitingOn(5));
 }

@@ -1271,6 +1271,27 @@ TEST_F(EpollMerged, OnlyTheClaimedArmsReportLeavesAWaitsEvents)
 	control(EPOLL_CTL_DEL, other.fds[0], 0, 0);
 }
 
+/* What a call that filled wakes (EpollWaiters): the sets registering its socket, by any of their numbers. */
+TEST_F(EpollMerged, SetsOfNamesTheSetsThatRegisterASocketAndTheirCopies)
+{
+	const int other = epoll_create1(EPOLL_CLOEXEC);
+	ASSERT_GE(other, 0);
+	sets_.created(other);
+	const int copy = dup(epfd_);
+	ASSERT_GE(copy, 0);
+	sets_.aliased(epfd_, copy);
+	add(pair_.fds[0], EPOLLIN, 1);
+	int found[8];
+	ASSERT_EQ(sets_.setsOf(pair_.fds[0], inodeOf(pair_.fds[0]), found, 8), 2);
+	EXPECT_EQ(std::multiset<int>(found, found + 2), std::multiset<int>({ epfd_, copy }));
+	EXPECT_EQ(sets_.setsOf(pair_.fds[1], inodeOf(pair_.fds[1]), found, 8), 0) << "registered in no set";
+	hold(pair_.fds[0]);
+	expectOneReportedWhenHeld(1, "its file learnt");
+	EXPECT_EQ(sets_.setsOf(pair_.fds[0], inodeOf(pair_.fds[0]), found, 1), 1) << "at most max";
+	closeFd(copy);
+	closeFd(other);
+}
+
 TEST_F(EpollMerged, TableFollowsAddModDel)
 {
 	hold(pair_.fds[0]);

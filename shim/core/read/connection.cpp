@@ -137,7 +137,7 @@ void Connection::rebind(BufferedFds &buffered, int fd) noexcept
 	buffered.set(this, fd_, ino_, buffered_, arrivals_);
 }
 
-void Connection::afterCall(BufferedFds &buffered, bool queued) noexcept
+bool Connection::afterCall(BufferedFds &buffered, bool queued) noexcept
 {
 	const bool now = fd_ >= 0 && queued;
 	const bool arrived = now && readBytes_;
@@ -150,10 +150,11 @@ void Connection::afterCall(BufferedFds &buffered, bool queued) noexcept
 		arrivals_ = arrivalCount.fetch_add(1, std::memory_order_relaxed) + 1;
 	const unsigned closings = buffered.closings();
 	if (now == buffered_ && !arrived && (!now || closings == closings_))
-		return;
+		return false;
 	buffered_ = now;
 	closings_ = closings;
 	buffered.set(this, fd_, ino_, now, arrivals_);
+	return arrived;
 }
 
 bool ConnectionSlot::init(const OpenSslApi &api, ReadState *read) noexcept

@@ -34,8 +34,9 @@ public:
 	/*
 	 * After the program's outermost call on this SSL returned. queued: the shim's queue of
 	 * its socket holds bytes (SocketCache), which the kernel would hold without it.
+	 * Whether the call read new bytes into that queue (an arrival).
 	 */
-	void afterCall(BufferedFds &buffered, bool queued) noexcept;
+	bool afterCall(BufferedFds &buffered, bool queued) noexcept;
 
 	/*
 	 * The program gave the SSL another fd to read (SSL_set_fd, SSL_set_rfd, SSL_set_bio,

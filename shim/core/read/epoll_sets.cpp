@@ -920,6 +920,27 @@ int EpollSets::claim(int epfd, const BufferedFds &buffered, EpollRegistration *o
 	return found;
 }
 
+int EpollSets::setsOf(int fd, ino_t ino, int *out, int max) noexcept
+{
+	if (empty())
+		return 0;
+	int found = 0;
+	std::lock_guard<std::mutex> lock(mutex_);
+	for (auto &entry : sets_) {
+		Set &set = entry.second;
+		const bool has = set.unread || !set.exact || pendingAt(set, fd) || live(set, fd) ||
+				 set.byIno.count(ino) > 0;
+		if (!has)
+			continue;
+		if (found < max)
+			out[found++] = entry.first;
+		for (const auto &alias : aliases_)
+			if (alias.second == entry.first && found < max)
+				out[found++] = alias.first;
+	}
+	return found;
+}
+
 bool EpollSets::armed(const Stored &stored) noexcept
 {
 	return (stored.registration.events & kInput) && !stored.fired;

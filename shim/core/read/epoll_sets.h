@@ -147,6 +147,13 @@ public:
 	 * debt, and takeOwed() answers (once) whether the next wait serves the shim's first,
 	 * beginning with the connections this one could not deliver.
 	 */
+	/*
+	 * The numbers (at most max) of the sets that register the socket fd (inode ino), or
+	 * may (a set whose list is the kernel's, not read yet), and of their copies: a call
+	 * that filled wakes those a thread waits on (EpollWaiters).
+	 */
+	int setsOf(int fd, ino_t ino, int *out, int max) noexcept;
+
 	void owe(int epfd) noexcept;
 	bool takeOwed(int epfd) noexcept;
 
