@@ -34,15 +34,31 @@ bool tracking(Process &p)
 }
 
 /*
- * Before the real call: what the kernel does with unread data at a close
- * (BufferedFds::closing). made: the abortive closes set, for a call that may fail.
+ * Before the real call: what was written goes out, and what the kernel does with unread
+ * data at a close (BufferedFds::closing). made: the abortive closes set, for a call that
+ * may fail.
  */
-void beforeClose(Process &p, int first, int last, AbortiveCloses *made = nullptr)
+void handOver(Process &p, int first, int last, AbortiveCloses *made)
 {
 	p.held.socketsLeaving(first, last);
 	p.coalescer.closing(first, last);
 	if (!p.buffered.empty())
 		p.buffered.closing(first, last, made);
+}
+
+/* The numbers' state but their epoll registrations' goes. */
+void forgetAllButRegistrations(Process &p, int first, int last)
+{
+	p.held.closed(first, last);
+	if (!p.buffered.empty())
+		p.buffered.closed(first, last);
+	p.cache.closed(first, last);
+}
+
+/* handOver, and the registrations at the numbers learn their files (a dup keeps them). */
+void beforeClose(Process &p, int first, int last, AbortiveCloses *made = nullptr)
+{
+	handOver(p, first, last, made);
 	p.epoll.closing(first, last);
 }
 
@@ -50,10 +66,7 @@ void beforeClose(Process &p, int first, int last, AbortiveCloses *made = nullptr
 void forgetClosed(Process &p, int first, int last)
 {
 	int savedErrno = errno;
-	p.held.closed(first, last);
-	if (!p.buffered.empty())
-		p.buffered.closed(first, last);
-	p.cache.closed(first, last);
+	forgetAllButRegistrations(p, first, last);
 	p.epoll.closed(first, last);
 	errno = savedErrno;
 }
@@ -69,8 +82,12 @@ void forgetClosed(Process &p, int first, int last)
  */
 void beforeFreeing(Process &p, int first, int last, AbortiveCloses *made = nullptr)
 {
-	beforeClose(p, first, last, made);
-	forgetClosed(p, first, last);
+	handOver(p, first, last, made);
+	int savedErrno = errno;
+	forgetAllButRegistrations(p, first, last);
+	/* closing and closed in one hold of the sets' lock (issue 24: a close of a registered fd). */
+	p.epoll.freeing(first, last);
+	errno = savedErrno;
 }
 
 /*

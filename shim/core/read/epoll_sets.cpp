@@ -652,6 +652,11 @@ void EpollSets::closing(int first, int last) noexcept
 	if (unresolved_.load(std::memory_order_relaxed) == 0)
 		return;
 	std::lock_guard<std::mutex> lock(mutex_);
+	closingLocked(first, last);
+}
+
+void EpollSets::closingLocked(int first, int last) noexcept
+{
 	for (auto &entry : sets_) {
 		Set &set = entry.second;
 		if (set.unresolved == 0)
@@ -672,6 +677,16 @@ void EpollSets::closing(int first, int last) noexcept
 
 void EpollSets::closed(int first, int last) noexcept
 {
+	forget(first, last, false);
+}
+
+void EpollSets::freeing(int first, int last) noexcept
+{
+	forget(first, last, true);
+}
+
+void EpollSets::forget(int first, int last, bool resolving) noexcept
+{
 	if (empty())
 		return;
 	constexpr int kMaxPrunes = 4;
@@ -679,6 +694,8 @@ void EpollSets::closed(int first, int last) noexcept
 	int wanted = 0;
 	{
 		std::lock_guard<std::mutex> lock(mutex_);
+		if (resolving && unresolved_.load(std::memory_order_relaxed) != 0)
+			closingLocked(first, last);
 		wanted = closedLocked(first, last, prunes, kMaxPrunes);
 	}
 	/* Outside the lock: reading the kernel's list takes a while for a large set. */

@@ -119,6 +119,8 @@ public:
 	void closing(int first, int last) noexcept;
 	/* The program closed fds first..last (close, dup2 onto one, close_range). */
 	void closed(int first, int last) noexcept;
+	/* closing, then closed: the numbers are about to be freed, and nobody notes them meanwhile. */
+	void freeing(int first, int last) noexcept;
 	/* No set is known: a close has nothing to look up. */
 	bool empty() const noexcept { return count_.load(std::memory_order_relaxed) == 0; }
 	/* The highest fd of a set the shim knows (-1: none). */
@@ -339,6 +341,10 @@ private:
 	 * registrations' inodes and data stay as they were.
 	 */
 	void moveToCopy(int epfd) noexcept;
+	/* closing() under the lock. */
+	void closingLocked(int first, int last) noexcept;
+	/* closed(), or freeing() where resolving: under one hold of the lock. */
+	void forget(int first, int last, bool resolving) noexcept;
 	/* closed() under the lock: returns the sets (at most max) whose detached entries want pruning. */
 	int closedLocked(int first, int last, int *prune, int max) noexcept;
 	/* Drops the detached registrations of epfd the kernel no longer has. */
