@@ -245,8 +245,9 @@ TLSTUNE_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevent
 		return mergedWait([=](Process &p) {
 			const CountedEpollWait counted(epollWaiters(), epfd, !__libc_single_threaded);
 			return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents,
-					   [&](bool zero, int room) {
-						   return p.libc.epoll_wait(epfd, events, room, zero ? 0 : timeout);
+					   [&](bool zero, int room, std::chrono::nanoseconds elapsed) {
+						   return p.libc.epoll_wait(epfd, events, room,
+									    zero ? 0 : timeLeftMs(timeout, elapsed));
 					   });
 		});
 	};
@@ -262,8 +263,9 @@ TLSTUNE_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxeven
 		return mergedWait([=](Process &p) {
 			const CountedEpollWait counted(epollWaiters(), epfd, !__libc_single_threaded);
 			return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents,
-					   [&](bool zero, int room) {
-						   return p.libc.epoll_pwait(epfd, events, room, zero ? 0 : timeout,
+					   [&](bool zero, int room, std::chrono::nanoseconds elapsed) {
+						   return p.libc.epoll_pwait(epfd, events, room,
+									     zero ? 0 : timeLeftMs(timeout, elapsed),
 									     zero ? nullptr : sigmask);
 					   });
 		});
@@ -285,8 +287,10 @@ TLSTUNE_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxeve
 		return mergedWait([=](Process &p) {
 			const CountedEpollWait counted(epollWaiters(), epfd, !__libc_single_threaded);
 			return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents,
-					   [&](bool zero, int room) {
-						   return p.libc.epoll_pwait2(epfd, events, room, zero ? &kZeroSpec : timeout,
+					   [&](bool zero, int room, std::chrono::nanoseconds elapsed) {
+						   struct timespec left = timeout ? timeLeftSpec(*timeout, elapsed) : kZeroSpec;
+						   return p.libc.epoll_pwait2(epfd, events, room,
+									      zero ? &kZeroSpec : timeout ? &left : nullptr,
 									      zero ? nullptr : sigmask);
 					   });
 		});

@@ -825,8 +825,10 @@ void EpollSets::prune(int epfd) noexcept
 void EpollSets::forked() noexcept
 {
 	/* Called with the lock held (between lockForFork and unlockAfterFork). */
-	for (auto &entry : sets_)
+	for (auto &entry : sets_) {
 		entry.second.exact = false;
+		entry.second.shared = true;
+	}
 }
 
 void EpollSets::reload(int epfd, const BufferedFds &buffered) noexcept
@@ -945,9 +947,7 @@ int EpollSets::setsOf(int fd, ino_t ino, int *out, int max) noexcept
 	std::lock_guard<std::mutex> lock(mutex_);
 	for (auto &entry : sets_) {
 		Set &set = entry.second;
-		const bool has = set.unread || !set.exact || pendingAt(set, fd) || live(set, fd) ||
-				 set.byIno.count(ino) > 0;
-		if (!has)
+		if (!registersForInput(set, fd, ino))
 			continue;
 		if (found < max)
 			out[found++] = entry.first;
@@ -956,6 +956,23 @@ int EpollSets::setsOf(int fd, ino_t ino, int *out, int max) noexcept
 				out[found++] = alias.first;
 	}
 	return found;
+}
+
+bool EpollSets::registersForInput(Set &set, int fd, ino_t ino) noexcept
+{
+	/* Another process's too: it would get the shim's wake as an event (a hunt: "tlstunew"). */
+	if (set.shared)
+		return false;
+	if (set.unread || !set.exact)
+		return true;
+	const Pending *pending = pendingAt(set, fd);
+	if (pending)
+		return pending->events & kInput;
+	const Stored *stored = live(set, fd);
+	if (stored && armed(*stored))
+		return true;
+	const auto range = set.byIno.equal_range(ino);
+	return std::any_of(range.first, range.second, [](const auto &entry) { return armed(entry.second); });
 }
 
 bool EpollSets::armed(const Stored &stored) noexcept

@@ -150,9 +150,10 @@ public:
 	 * beginning with the connections this one could not deliver.
 	 */
 	/*
-	 * The numbers (at most max) of the sets that register the socket fd (inode ino), or
-	 * may (a set whose list is the kernel's, not read yet), and of their copies: a call
-	 * that filled wakes those a thread waits on (EpollWaiters).
+	 * The numbers (at most max) of the sets that register the socket fd (inode ino) for
+	 * input, or may (a set whose list is the kernel's), and of their copies: a call that
+	 * filled wakes those a thread waits on (EpollWaiters). Not a set made before a fork,
+	 * which another process may wait on too.
 	 */
 	int setsOf(int fd, ino_t ino, int *out, int max) noexcept;
 
@@ -244,6 +245,8 @@ private:
 		std::unordered_multimap<unsigned long long, Stored *> oneShotByData;
 		size_t detached = 0;
 		bool exact = true;
+		/* Made before a fork: another process may wait on it too. */
+		bool shared = false;
 		/* Made before changes were followed: its list is the kernel's, read on first use. */
 		bool unread = false;
 		bool owed = false; /* the last wait left some of the shim's events undelivered */
@@ -272,6 +275,8 @@ private:
 	/* Registrations of higher numbers are stored at once: a slot per number below. */
 	static constexpr int kPendingFds = 1 << 16;
 
+	/* Under the lock: set has a registration of fd's file asking for input, or may have. */
+	bool registersForInput(Set &set, int fd, ino_t ino) noexcept;
 	/* Asks for input and is not a fired one-shot. */
 	static bool armed(const Stored &stored) noexcept;
 	/* Armed, and (edge-triggered) not yet told of that arrival. */

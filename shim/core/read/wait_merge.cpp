@@ -21,6 +21,30 @@ struct timeval timeLeft(struct timeval asked, std::chrono::nanoseconds elapsed) 
 	return result;
 }
 
+int timeLeftMs(int askedMs, std::chrono::nanoseconds elapsed) noexcept
+{
+	if (askedMs <= 0 || elapsed.count() <= 0)
+		return askedMs;
+	constexpr long long kNsPerMs = 1000000;
+	const long long left = askedMs * kNsPerMs - elapsed.count();
+	return left <= 0 ? 0 : static_cast<int>((left + kNsPerMs - 1) / kNsPerMs);
+}
+
+struct timespec timeLeftSpec(struct timespec asked, std::chrono::nanoseconds elapsed) noexcept
+{
+	constexpr long long kNsPerSecond = 1000000000;
+	/* A wait of some 290 years or more: nothing of it has gone (and no overflow). */
+	if (elapsed.count() <= 0 || asked.tv_sec >= static_cast<time_t>(9000000000LL))
+		return asked;
+	const long long left = static_cast<long long>(asked.tv_sec) * kNsPerSecond + asked.tv_nsec - elapsed.count();
+	struct timespec result = { 0, 0 };
+	if (left > 0) {
+		result.tv_sec = static_cast<time_t>(left / kNsPerSecond);
+		result.tv_nsec = static_cast<long>(left % kNsPerSecond);
+	}
+	return result;
+}
+
 int mergeEpollEvent(struct epoll_event *events, int ready, int maxevents,
 		    const EpollRegistration &registration, bool *delivered) noexcept
 {

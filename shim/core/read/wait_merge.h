@@ -120,6 +120,34 @@ inline bool refusedTimeout(const struct timeval *timeout) noexcept
 struct timeval timeLeft(struct timeval asked, std::chrono::nanoseconds elapsed) noexcept;
 
 /*
+ * An epoll wait's timeout for a round the shim makes again within one call (its wake
+ * taken, another wait's one-shot report): what is left of it after `elapsed`, rounded up,
+ * so that the call ends no sooner and no later than the kernel's one wait would (a hunt:
+ * a 500 ms wait woken by another thread's reads lasted 3.4 s). Infinite and zero stay.
+ */
+int timeLeftMs(int askedMs, std::chrono::nanoseconds elapsed) noexcept;
+struct timespec timeLeftSpec(struct timespec asked, std::chrono::nanoseconds elapsed) noexcept;
+
+/* When an epoll wait began, read only where a round may be made again. */
+class WaitStart {
+public:
+	explicit WaitStart(bool now) noexcept : set_(now)
+	{
+		if (now)
+			at_ = std::chrono::steady_clock::now();
+	}
+	/* The time since (zero where not read: the program's whole timeout). */
+	std::chrono::nanoseconds elapsed() const noexcept
+	{
+		return set_ ? std::chrono::steady_clock::now() - at_ : std::chrono::nanoseconds(0);
+	}
+
+private:
+	bool set_;
+	std::chrono::steady_clock::time_point at_;
+};
+
+/*
  * fd's bit in a set the program may have allocated past FD_SETSIZE (FD_ISSET checks the
  * size), read and set through its byte: a set the program allocated for
  * nfds bits alone ((nfds + 7) / 8 bytes at the end of a page) is read no further than its
@@ -221,13 +249,14 @@ int mergeEpollEvent(struct epoll_event *events, int ready, int maxevents,
  * backpressure) is not woken again until more arrives.
  */
 /*
- * realWait(zeroTimeout, room): the real epoll wait for at most room events (room <=
- * maxevents), its mask left out of the probe as for ppoll.
+ * realWait(zeroTimeout, room, elapsed): the real epoll wait for at most room events
+ * (room <= maxevents), its mask left out of the probe as for ppoll, for what is left of
+ * the program's timeout after elapsed (timeLeftMs). started: when the call began.
  */
 template <typename RealWait>
 __attribute__((noinline)) int epollMergedFully(const BufferedFds &buffered, EpollSets &sets, EpollCtl realCtl,
 					       int epfd, struct epoll_event *events, int maxevents,
-					       RealWait realWait);
+					       RealWait realWait, WaitStart started);
 
 /*
  * The ready events a real wait with that ticket returned, as the kernel would have given
@@ -263,17 +292,24 @@ inline int epollMerged(const BufferedFds &buffered, EpollSets &sets, EpollCtl re
 		       struct epoll_event *events, int maxevents, RealWait realWait)
 {
 	if (!buffered.empty() && maxevents > 0)
-		return epollMergedFully(buffered, sets, realCtl, epfd, events, maxevents, realWait);
+		return epollMergedFully(buffered, sets, realCtl, epfd, events, maxevents, realWait, WaitStart(true));
+	/*
+	 * The clock is read only where this wait may be made again: the shim woke a set, or has
+	 * a one-shot, or another thread may wake one while this waits (a hunt: a wait begun
+	 * before the process's first wake waited its whole timeout again at each).
+	 */
+	const WaitStart started(!__libc_single_threaded || !sets.wake().idle() || !sets.noOneShots());
 	const unsigned long ticket = sets.noOneShots() ? 0 : sets.beginWait();
 	bool again = false;
-	const int ready = takenIn(sets, realCtl, epfd, events, realWait(false, maxevents), ticket, &again);
+	const int ready = takenIn(sets, realCtl, epfd, events, realWait(false, maxevents, std::chrono::nanoseconds(0)),
+				  ticket, &again);
 	/* The wake stays until a wait settles it (epollMergedFully). */
-	return again ? epollMergedFully(buffered, sets, realCtl, epfd, events, maxevents, realWait) : ready;
+	return again ? epollMergedFully(buffered, sets, realCtl, epfd, events, maxevents, realWait, started) : ready;
 }
 
 template <typename RealWait>
 int epollMergedFully(const BufferedFds &buffered, EpollSets &sets, EpollCtl realCtl, int epfd,
-		     struct epoll_event *events, int maxevents, RealWait realWait)
+		     struct epoll_event *events, int maxevents, RealWait realWait, WaitStart started)
 {
 	/* A server's held connections served by one wait at most; the rest take the next turns. */
 	constexpr int kMaxExtra = 256;
@@ -281,16 +317,17 @@ int epollMergedFully(const BufferedFds &buffered, EpollSets &sets, EpollCtl real
 	/*
 	 * Bounded by the waits themselves: a round ends early only for the shim's own wake
 	 * (EpollWake) when another waiter of the set took what it announced, and the kernel
-	 * too puts such a waiter back to sleep. The round waits the program's whole timeout
-	 * again.
+	 * too puts such a waiter back to sleep. A round made again waits what is left of the
+	 * program's timeout.
 	 */
-	for (;;) {
+	for (bool first = true;; first = false) {
+		const std::chrono::nanoseconds elapsed = first ? std::chrono::nanoseconds(0) : started.elapsed();
 		bool woken = false;
 		/* Before the look at what is held: a wake made after it keeps the set woken. */
 		const unsigned long before = wake.generation();
 		if (buffered.empty() || maxevents <= 0) {
 			const unsigned long ticket = sets.noOneShots() ? 0 : sets.beginWait();
-			int ready = realWait(false, maxevents);
+			int ready = realWait(false, maxevents, elapsed);
 			const unsigned long returned = sets.returned();
 			if (ready > 0 && !wake.idle())
 				ready = wake.strip(events, ready, &woken);
@@ -320,7 +357,7 @@ int epollMergedFully(const BufferedFds &buffered, EpollSets &sets, EpollCtl real
 		const bool shimsTurn = found > 0 && sets.takeOwed(epfd);
 		const int room = shimsTurn ? maxevents - found : maxevents;
 		const unsigned long ticket = sets.noOneShots() ? 0 : sets.beginWait();
-		int ready = room > 0 ? realWait(found > 0, room) : 0;
+		int ready = room > 0 ? realWait(found > 0, room, elapsed) : 0;
 		const unsigned long returned = sets.returned();
 		if (ready > 0 && !wake.idle())
 			ready = wake.strip(events, ready, &woken);
