@@ -209,9 +209,13 @@ __attribute__((noinline)) int registered(Process &p, int epfd, int op, int fd, s
 	}
 	if (armsOneShot(op, event))
 		p.unseen.noteOneShot(fd);
-	/* The kernel polls the file on MOD and ADD, and wakes the set's waiters: so does the shim. */
+	/*
+	 * The kernel polls the file on MOD and ADD, and wakes the set's waiters: so does the
+	 * shim, but in a set another process may share (a hunt: a child's wake reached the
+	 * parent's wait as an event of data "tlstunew").
+	 */
 	if (op != EPOLL_CTL_DEL && event && (event->events & (EPOLLIN | EPOLLRDNORM)) && !p.buffered.empty() &&
-	    p.buffered.holds(fd))
+	    p.buffered.holds(fd) && p.epoll.ownedHere(epfd))
 		p.epoll.wake().wake(epfd, p.libc.epoll_ctl);
 	return 0;
 }

@@ -1334,7 +1334,7 @@ TEST_F(EpollMerged, AWaitWokenWithNothingToReportWaitsWhatIsLeftOfItsTimeout)
 	EXPECT_GT(elapsed[1], 0) << "the round made again knows the time gone";
 }
 
-/* What a call that filled must not wake: a set asking nothing of input, one another process shares. */
+/* What the shim must not wake: a set asking nothing of input (a fill), one another process shares (a fill, a re-arm). */
 TEST_F(EpollMerged, SetsOfLeavesSetsThatWantNoInputOrThatAnotherProcessShares)
 {
 	add(pair_.fds[0], EPOLLRDHUP | EPOLLOUT, 1);
@@ -1342,11 +1342,13 @@ TEST_F(EpollMerged, SetsOfLeavesSetsThatWantNoInputOrThatAnotherProcessShares)
 	EXPECT_EQ(sets_.setsOf(pair_.fds[0], inodeOf(pair_.fds[0]), found, 8), 0) << "asks for no input";
 	control(EPOLL_CTL_MOD, pair_.fds[0], EPOLLIN, 1);
 	ASSERT_EQ(sets_.setsOf(pair_.fds[0], inodeOf(pair_.fds[0]), found, 8), 1);
+	EXPECT_TRUE(sets_.ownedHere(epfd_));
 	sets_.lockForFork();
 	sets_.forked();
 	sets_.unlockAfterFork();
 	EXPECT_EQ(sets_.setsOf(pair_.fds[0], inodeOf(pair_.fds[0]), found, 8), 0)
 		<< "made before a fork: the other process would get the shim's wake";
+	EXPECT_FALSE(sets_.ownedHere(epfd_)) << "nor a re-arm's";
 }
 
 TEST_F(EpollMerged, TableFollowsAddModDel)

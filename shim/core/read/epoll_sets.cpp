@@ -1285,6 +1285,13 @@ size_t EpollSets::registrations(int epfd) const noexcept
 	return set->byIno.size() + static_cast<size_t>(pending);
 }
 
+bool EpollSets::ownedHere(int epfd) const noexcept
+{
+	std::lock_guard<std::mutex> lock(mutex_);
+	const Set *set = find(epfd);
+	return !set || !set->shared;
+}
+
 bool EpollSets::exact(int epfd) const noexcept
 {
 	std::lock_guard<std::mutex> lock(mutex_);

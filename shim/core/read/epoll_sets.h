@@ -199,6 +199,12 @@ public:
 	/* No set has an EPOLLONESHOT registration: delivered() has nothing to do. One load. */
 	bool noOneShots() const noexcept { return oneShotCount_.load(std::memory_order_relaxed) == 0; }
 
+	/*
+	 * epfd is no set made before a fork: no other process waits on it, and the shim's
+	 * wake would reach none but this one's waits.
+	 */
+	bool ownedHere(int epfd) const noexcept;
+
 	/* What wakes a set's waiters when a held connection's registration is armed. */
 	EpollWake &wake() noexcept { return wake_; }
 
