@@ -17,6 +17,9 @@
  *     --end HOW           how the connection ends after the burst: "shutdown" (default,
  *                         close_notify both ways), "close" (close(fd), then SSL_free) or
  *                         "free" (SSL_free, then close(fd)); the last two send no close_notify
+ *     --idle MS           after a "close" or "free" end, stays idle for MS ms (the span
+ *                         measured, no wait for anything) and prints "idle cpu microseconds
+ *                         U": what the whole process spent meanwhile
  *   --lines               sends each line of stdin with one write, then waits in fgets()
  *                         for the next (tls_server --lines prints them as they arrive)
  *   --ping N              N times: write --size bytes, poll until readable, read the
@@ -159,6 +162,15 @@ void latency(SSL *ssl, int fd, uint64_t count, uint64_t writes, size_t size)
 		    delays[count - 1]);
 }
 
+/* User and system time of the whole process so far, in microseconds. */
+long long cpuMicroseconds()
+{
+	struct rusage usage = {};
+	getrusage(RUSAGE_SELF, &usage);
+	return (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1000000LL + usage.ru_utime.tv_usec +
+	       usage.ru_stime.tv_usec;
+}
+
 void ping(SSL *ssl, int fd, uint64_t count, size_t size, size_t header, bool cpu)
 {
 	std::vector<unsigned char> request(size, 'p'), head(header, 'h'), answer(size + header);
@@ -180,11 +192,7 @@ void ping(SSL *ssl, int fd, uint64_t count, size_t size, size_t header, bool cpu
 	std::printf("pings %llu ok\n", static_cast<unsigned long long>(count));
 	if (!cpu)
 		return;
-	struct rusage usage = {};
-	getrusage(RUSAGE_SELF, &usage);
-	const long long spent = (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1000000LL +
-				usage.ru_utime.tv_usec + usage.ru_stime.tv_usec;
-	std::printf("cpu microseconds %lld\n", spent);
+	std::printf("cpu microseconds %lld\n", cpuMicroseconds());
 }
 
 /*
@@ -322,6 +330,11 @@ int main(int argc, char **argv)
 		if (end == "free")
 			close(fd);
 		SSL_CTX_free(ctx);
+		if (const uint64_t idle = number(argc, argv, "--idle", 0)) {
+			const long long before = cpuMicroseconds();
+			usleep(static_cast<useconds_t>(idle * 1000));
+			std::printf("idle cpu microseconds %lld\n", cpuMicroseconds() - before);
+		}
 		return 0;
 	}
 	/* close_notify, then the server's, so the server has read everything before we go. */

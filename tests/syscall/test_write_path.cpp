@@ -111,6 +111,29 @@ TEST_P(WritePath, CloseAndFreeSendWhatIsPendingFirst)
 	}
 }
 
+/*
+ * After a burst of small writes, the connection freed (in either order with its close),
+ * the process is idle: its CPU over 2 s is that of a sleep (a fraction of a ms), not the
+ * shim's flusher passing every 200 us over nothing (records mode: 172 and 185 ms of the
+ * 2 s with 4930c0e's library, whose hint of held writes outlived the last connection).
+ * The bound separates idle from a loop; it times nothing.
+ */
+TEST_P(WritePath, AProcessWhoseConnectionsAreGoneSpendsNothingWhileIdle)
+{
+	RecordProperty("fault", "SSL_free after a burst of small writes, then idle");
+	for (const char *end : { "close", "free" }) {
+		ExampleServer server({ "--sink", "--tls", "1.2" });
+		const Captured run =
+			runProgram(burstClient(server, { "--writes", "200", "--size", "10", "--end", end, "--idle", "2000" }),
+				   true, modeEnv(GetParam()));
+		ASSERT_EQ(run.status, 0) << run.err;
+		const std::size_t at = run.out.find("idle cpu microseconds ");
+		ASSERT_NE(at, std::string::npos) << run.out;
+		EXPECT_LT(std::strtoll(run.out.c_str() + at + 22, nullptr, 10), 30000) << end << ": " << run.out;
+		expectSameBytes(run.out.substr(0, at), server);
+	}
+}
+
 TEST_P(WritePath, EachLineReachesTheServerWhileTheClientWaitsOnStdin)
 {
 	/* A chat client: it sends a line, then blocks in fgets() where the shim cannot see. */
