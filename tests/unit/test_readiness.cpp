@@ -1334,6 +1334,27 @@ TEST_F(EpollMerged, AWaitWokenWithNothingToReportWaitsWhatIsLeftOfItsTimeout)
 	EXPECT_GT(elapsed[1], 0) << "the round made again knows the time gone";
 }
 
+/* A set with a set that registers the socket: the kernel reports it ready with it. */
+TEST_F(EpollMerged, SetsOfNamesASetThatHasSuchASet)
+{
+	const int inner = epoll_create1(EPOLL_CLOEXEC);
+	ASSERT_GE(inner, 0);
+	sets_.created(inner);
+	struct epoll_event event = {};
+	event.events = EPOLLIN;
+	event.data.u64 = 9;
+	ASSERT_EQ(epoll_ctl(inner, EPOLL_CTL_ADD, pair_.fds[0], &event), 0);
+	sets_.changed(inner, EPOLL_CTL_ADD, pair_.fds[0], &event);
+	int found[8];
+	ASSERT_EQ(sets_.setsOf(pair_.fds[0], inodeOf(pair_.fds[0]), found, 8), 1);
+	EXPECT_EQ(found[0], inner);
+	add(inner, EPOLLIN, 2);
+	ASSERT_EQ(sets_.setsOf(pair_.fds[0], inodeOf(pair_.fds[0]), found, 8), 2);
+	EXPECT_EQ(std::multiset<int>(found, found + 2), std::multiset<int>({ inner, epfd_ }));
+	control(EPOLL_CTL_DEL, inner, 0, 0);
+	closeFd(inner);
+}
+
 /* What the shim must not wake: a set asking nothing of input (a fill), one another process shares (a fill, a re-arm). */
 TEST_F(EpollMerged, SetsOfLeavesSetsThatWantNoInputOrThatAnotherProcessShares)
 {

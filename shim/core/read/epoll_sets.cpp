@@ -944,16 +944,33 @@ int EpollSets::setsOf(int fd, ino_t ino, int *out, int max) noexcept
 	if (empty())
 		return 0;
 	int found = 0;
-	std::lock_guard<std::mutex> lock(mutex_);
-	for (auto &entry : sets_) {
-		Set &set = entry.second;
-		if (!registersForInput(set, fd, ino))
-			continue;
+	auto name = [&](int epfd) {
 		if (found < max)
-			out[found++] = entry.first;
+			out[found++] = epfd;
 		for (const auto &alias : aliases_)
-			if (alias.second == entry.first && found < max)
+			if (alias.second == epfd && found < max)
 				out[found++] = alias.first;
+	};
+	std::lock_guard<std::mutex> lock(mutex_);
+	int inner[16], inners = 0;
+	for (auto &entry : sets_) {
+		if (!registersForInput(entry.second, fd, ino))
+			continue;
+		name(entry.first);
+		if (inners < 16)
+			inner[inners++] = entry.first;
+	}
+	/* A set that has one of those for input: the kernel reports it ready with them (one level). */
+	for (auto &entry : sets_) {
+		const Set &outer = entry.second;
+		if (outer.nested == 0 || outer.shared)
+			continue;
+		const bool has = std::any_of(outer.byIno.begin(), outer.byIno.end(), [&](const auto &registration) {
+			const Stored &stored = registration.second;
+			return stored.innerSet >= 0 && armed(stored) && std::find(inner, inner + inners, stored.innerSet) != inner + inners;
+		});
+		if (has)
+			name(entry.first);
 	}
 	return found;
 }

@@ -152,8 +152,9 @@ public:
 	/*
 	 * The numbers (at most max) of the sets that register the socket fd (inode ino) for
 	 * input, or may (a set whose list is the kernel's), and of their copies: a call that
-	 * filled wakes those a thread waits on (EpollWaiters). Not a set made before a fork,
-	 * which another process may wait on too.
+	 * filled wakes those a thread waits on (EpollWaiters); and of the sets that have one
+	 * of those for input (nested, one level). Not a set made before a fork, which another
+	 * process may wait on too.
 	 */
 	int setsOf(int fd, ino_t ino, int *out, int max) noexcept;
 
