@@ -5,8 +5,9 @@
  * (its message callback), another thread begins WAIT (poll, ppoll, select, pselect, or
  * epoll: epoll_wait on a set the socket was added to first; 20 s) for the socket to be
  * readable, and the callback returns once that thread is in the kernel (its /proc syscall
- * file says so) or done. --early: that thread is in WAIT before the records are sent, on
- * the reader's CPU at a lower priority. Either way the kernel still holds the other two
+ * file says so) or done. --early yes: that thread is in WAIT before the records are sent,
+ * on the reader's CPU at a lower priority; --early connection (epoll): the same, in WAIT
+ * from before the process's first connection (its contexts made). Either way the kernel still holds the other two
  * records and ends the wait; that thread then reads them. Prints "reader 16384", "wait
  * readable" (or "wait timed out", then no more) and "waiter 32768".
  */
@@ -135,7 +136,7 @@ bool waitReadable(const std::string &how, int fd, int epfd)
 int main(int argc, char **argv)
 {
 	if (argc < 2)
-		fail("usage: shared_waits poll|ppoll|select|pselect|epoll [--early yes] --cert C --key K");
+		fail("usage: shared_waits poll|ppoll|select|pselect|epoll [--early yes|connection] --cert C --key K");
 	const std::string how = argv[1];
 	SSL_CTX *serverCtx = serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", ""));
 	/* No session tickets: nothing arrives before the records, for a wait begun --early. */
@@ -146,33 +147,34 @@ int main(int argc, char **argv)
 	int port = 0;
 	const pid_t server = forkServer(&port, [&](int listener) { serve(listener, serverCtx, trigger[0]); });
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-	int fd = -1;
-	SSL *ssl = connectSsl(ctx, std::to_string(port).c_str(), &fd);
-
-	/* epoll: the set is the program's from the start, its socket registered. */
+	const std::string early = option(argc, argv, "--early", "no");
+	/* --early connection: the wait begins before the process's first connection. */
+	const bool beforeConnection = early == "connection";
+	if (beforeConnection && how != "epoll")
+		fail("--early connection waits on an epoll set");
+	/* epoll: the set is the program's from the start, its socket registered once connected. */
 	const int epfd = how == "epoll" ? epoll_create1(0) : -1;
-	struct epoll_event interest = {};
-	interest.events = EPOLLIN;
-	interest.data.fd = fd;
-	if (how == "epoll" && (epfd < 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &interest) != 0))
-		fail("epoll");
-	const bool early = option(argc, argv, "--early", "no") != std::string("no");
+	if (how == "epoll" && epfd < 0)
+		fail("epoll_create1");
+	int fd = -1;
+	SSL *ssl = nullptr;
 	std::mutex lock;
 	std::atomic<pid_t> readerTid{ 0 }, waiterTid{ 0 };
 	std::atomic<bool> armed{ false }, waitNow{ false }, waited{ false };
 	int readerGot = 0, waiterGot = 0;
 	bool readable = false;
-	std::thread waiter([&] {
+	auto wait = [&] {
 		waiterTid = static_cast<pid_t>(syscall(SYS_gettid));
-		if (early)
+		if (early != "no")
 			shareOneCpu(true);
 		/* Bounded: the reader's callback says go within a few scheduling rounds of the trigger. */
-		for (int i = 0; i < 10000000 && !early && !waitNow.load(); i++)
+		for (int i = 0; i < 10000000 && early == "no" && !waitNow.load(); i++)
 			sched_yield();
-		readable = waitReadable(how, fd, epfd);
+		readable = waitReadable(how, beforeConnection ? -1 : fd, epfd);
 		waited = true;
 		if (!readable)
 			return;
+		/* After the reader's SSL_read, which began once ssl was set. */
 		std::lock_guard<std::mutex> held(lock);
 		char buffer[kRecord];
 		while (waiterGot < (kRecords - 1) * kRecord) {
@@ -181,7 +183,22 @@ int main(int argc, char **argv)
 				break;
 			waiterGot += n;
 		}
-	});
+	};
+	std::thread waiter;
+	if (beforeConnection) {
+		waiter = std::thread(wait);
+		/* Bounded: the waiter is in the kernel within a few scheduling rounds. */
+		for (int i = 0; i < 10000000 && !blockedInWait(inSyscall(waiterTid.load())); i++)
+			sched_yield();
+	}
+	ssl = connectSsl(ctx, std::to_string(port).c_str(), &fd);
+	struct epoll_event interest = {};
+	interest.events = EPOLLIN;
+	interest.data.fd = fd;
+	if (how == "epoll" && epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &interest) != 0)
+		fail("epoll_ctl");
+	if (!beforeConnection)
+		waiter = std::thread(wait);
 	static std::atomic<bool> *onHeader, *go, *done;
 	static std::atomic<pid_t> *waitingTid;
 	onHeader = &armed, go = &waitNow, done = &waited, waitingTid = &waiterTid;
@@ -195,7 +212,7 @@ int main(int argc, char **argv)
 	});
 	std::thread reader([&] {
 		readerTid = static_cast<pid_t>(syscall(SYS_gettid));
-		if (early)
+		if (early != "no")
 			shareOneCpu(false);
 		std::lock_guard<std::mutex> held(lock);
 		char buffer[kRecord];
@@ -204,9 +221,9 @@ int main(int argc, char **argv)
 	/* Bounded: the reader is in the kernel within a few scheduling rounds. */
 	for (int i = 0; i < 10000000 && !blockedInRead(inSyscall(readerTid.load())); i++)
 		sched_yield();
-	for (int i = 0; i < 10000000 && early && !blockedInWait(inSyscall(waiterTid.load())); i++)
+	for (int i = 0; i < 10000000 && early != "no" && !blockedInWait(inSyscall(waiterTid.load())); i++)
 		sched_yield();
-	armed = !early;
+	armed = early == "no";
 	if (write(trigger[1], "g", 1) != 1)
 		fail("write");
 	reader.join();

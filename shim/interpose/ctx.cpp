@@ -25,6 +25,8 @@ SSL_CTX *created(Create create)
 	creating++;
 	SSL_CTX *ctx = create(ssl.api);
 	creating--;
+	if (ctx)
+		epollWaiters().countFromNow();
 	if (ctx && creating == 0 && ssl.tuning) {
 		int savedErrno = errno;
 		Stats::add(process().stats.contextsTuned, 1);

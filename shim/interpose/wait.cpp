@@ -64,6 +64,15 @@ __attribute__((noinline)) int mergedWait(Merged merged)
 }
 
 /*
+ * An epoll wait before the process's first connection counts itself in where the process
+ * made a TLS context and has threads (EpollWaiters): one load where it made none.
+ */
+bool countsBeforeAConnection() noexcept
+{
+	return epollWaiters().counting() && !__libc_single_threaded;
+}
+
+/*
  * An epoll wait that went straight to the kernel (it began before the process's first
  * connection) may end after the shim's work on its set began: the shim's wake joined the
  * set, or one-shot arms were claimed. Its events are taken in as a wait of the shim's
@@ -255,8 +264,10 @@ TLSTUNE_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevent
 					   });
 		});
 	};
-	if (nothingToWaitFor())
+	if (nothingToWaitFor()) {
+		const CountedEpollWait counted(epollWaiters(), epfd, countsBeforeAConnection());
 		return afterStraightWait(epfd, events, libc().epoll_wait(epfd, events, maxevents, timeout), merged);
+	}
 	return merged();
 }
 
@@ -274,9 +285,11 @@ TLSTUNE_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxeven
 					   });
 		});
 	};
-	if (nothingToWaitFor())
+	if (nothingToWaitFor()) {
+		const CountedEpollWait counted(epollWaiters(), epfd, countsBeforeAConnection());
 		return afterStraightWait(epfd, events, libc().epoll_pwait(epfd, events, maxevents, timeout, sigmask),
 					 merged);
+	}
 	return merged();
 }
 
@@ -299,9 +312,11 @@ TLSTUNE_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxeve
 					   });
 		});
 	};
-	if (straightToTheKernel(timeout))
+	if (straightToTheKernel(timeout)) {
+		const CountedEpollWait counted(epollWaiters(), epfd, countsBeforeAConnection());
 		return afterStraightWait(epfd, events, libc().epoll_pwait2(epfd, events, maxevents, timeout, sigmask),
 					 merged);
+	}
 	return merged();
 }
 

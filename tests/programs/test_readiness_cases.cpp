@@ -406,6 +406,18 @@ TEST_P(SharedWaitsBegunFirst, AWaitBegunBeforeAnotherThreadReadsEndsAsTheKernels
 INSTANTIATE_TEST_SUITE_P(Readiness, SharedWaitsBegunFirst, ::testing::Values("poll", "select", "epoll"));
 
 /*
+ * The same, the epoll wait begun before the process's first connection (its contexts
+ * made): it slept its 20 s out in 4 runs of 5 before such waits counted themselves in.
+ */
+TEST(Readiness, AnEpollWaitBegunBeforeTheFirstConnectionEndsAsTheKernelsWould)
+{
+	RecordProperty("fault", "an epoll wait begun before the first connection, another thread's SSL_read");
+	std::vector<std::string> arguments = withIdentity("epoll");
+	arguments.insert(arguments.end(), { "--early", "connection" });
+	expectBothWays(bothWaysOf("shared_waits", arguments), "reader 16384\nwait readable\nwaiter 32768\n");
+}
+
+/*
  * A thread pool on EPOLLONESHOT (3 workers on 4 TCP connections, maxevents 1), each worker
  * reading one record and re-arming with MOD, DEL and ADD, MOD with new data, or every
  * other time for EPOLLOUT alone: every byte, no connection told to two workers at once or

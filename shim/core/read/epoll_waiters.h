@@ -15,9 +15,10 @@ namespace tlstune {
  * on one (EpollWake). Dekker: a wait counts itself in before it looks at what is held; a
  * call marks its connection held (BufferedFds) before it looks at the counts.
  *
- * Counted only in a process with threads and a connection: a process of one thread cannot
- * fill while it waits, and a wait begun before the first connection is not counted until
- * it returns (docs/limits.md). Sets share a slot every kSlots numbers: a wait on one then
+ * Counted only in a process with threads and a TLS context: a process of one thread cannot
+ * fill while it waits, and one that never made a context has nothing to fill (a hunt: a
+ * thread waiting from before the first connection slept out its timeout at that
+ * connection's first burst, 2 runs of 5). Sets share a slot every kSlots numbers: a wait on one then
  * costs another's fills a wake, nothing more. A wait left by siglongjmp stays counted:
  * the same.
  */
@@ -46,9 +47,19 @@ public:
 	/* In a fork's child: the parent's other threads do not wait here. */
 	void forkedChild() noexcept;
 
+	/* The process made a TLS context: its waits count from now on, before its first connection too. */
+	void countFromNow() noexcept
+	{
+		if (!counting())
+			counting_.store(true, std::memory_order_relaxed);
+	}
+	/* One load: a process without TLS counts nothing. */
+	bool counting() const noexcept { return counting_.load(std::memory_order_relaxed); }
+
 private:
 	static unsigned slot(int epfd) noexcept { return static_cast<unsigned>(epfd) & (kSlots - 1); }
 
+	std::atomic<bool> counting_{ false };
 	std::atomic<uint32_t> total_{ 0 };
 	std::atomic<uint32_t> slots_[kSlots] = {};
 };
