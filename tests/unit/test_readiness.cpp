@@ -1355,7 +1355,10 @@ TEST_F(EpollMerged, SetsOfNamesASetThatHasSuchASet)
 	closeFd(inner);
 }
 
-/* What the shim must not wake: a set asking nothing of input (a fill), one another process shares (a fill, a re-arm). */
+/*
+ * What the shim must not wake: a set asking nothing of input (a fill), one another process
+ * shares (a fill, a re-arm).
+ */
 TEST_F(EpollMerged, SetsOfLeavesSetsThatWantNoInputOrThatAnotherProcessShares)
 {
 	add(pair_.fds[0], EPOLLRDHUP | EPOLLOUT, 1);

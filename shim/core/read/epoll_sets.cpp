@@ -967,7 +967,8 @@ int EpollSets::setsOf(int fd, ino_t ino, int *out, int max) noexcept
 			continue;
 		const bool has = std::any_of(outer.byIno.begin(), outer.byIno.end(), [&](const auto &registration) {
 			const Stored &stored = registration.second;
-			return stored.innerSet >= 0 && armed(stored) && std::find(inner, inner + inners, stored.innerSet) != inner + inners;
+			return stored.innerSet >= 0 && armed(stored) &&
+			       std::find(inner, inner + inners, stored.innerSet) != inner + inners;
 		});
 		if (has)
 			name(entry.first);

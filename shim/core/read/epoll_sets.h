@@ -144,12 +144,6 @@ public:
 	void unclaim(int epfd, const EpollRegistration &registration) noexcept;
 
 	/*
-	 * A wait could not deliver some of the shim's events: the kernel's filled maxevents.
-	 * The kernel's ready list rotates, so every ready file gets its turn; owe() notes the
-	 * debt, and takeOwed() answers (once) whether the next wait serves the shim's first,
-	 * beginning with the connections this one could not deliver.
-	 */
-	/*
 	 * The numbers (at most max) of the sets that register the socket fd (inode ino) for
 	 * input, or may (a set whose list is the kernel's), and of their copies: a call that
 	 * filled wakes those a thread waits on (EpollWaiters); and of the sets that have one
@@ -158,6 +152,12 @@ public:
 	 */
 	int setsOf(int fd, ino_t ino, int *out, int max) noexcept;
 
+	/*
+	 * A wait could not deliver some of the shim's events: the kernel's filled maxevents.
+	 * The kernel's ready list rotates, so every ready file gets its turn; owe() notes the
+	 * debt, and takeOwed() answers (once) whether the next wait serves the shim's first,
+	 * beginning with the connections this one could not deliver.
+	 */
 	void owe(int epfd) noexcept;
 	bool takeOwed(int epfd) noexcept;
 

@@ -16,11 +16,11 @@ namespace tlstune {
  * call marks its connection held (BufferedFds) before it looks at the counts.
  *
  * Counted only in a process with threads and a TLS context: a process of one thread cannot
- * fill while it waits, and one that never made a context has nothing to fill (a hunt: a
- * thread waiting from before the first connection slept out its timeout at that
- * connection's first burst, 2 runs of 5). Sets share a slot every kSlots numbers: a wait on one then
- * costs another's fills a wake, nothing more. A wait left by siglongjmp stays counted:
- * the same.
+ * fill while it waits, and one that never made a context has nothing to fill (a wait begun
+ * between the first context and the first connection slept out its 20 s in 4 runs of 5
+ * when waits counted from the connection). Sets share a slot every kSlots numbers: a wait
+ * on one then costs another's fills a wake, nothing more. A wait left by siglongjmp stays
+ * counted: the same.
  */
 class EpollWaiters {
 public:
@@ -64,7 +64,7 @@ private:
 	std::atomic<uint32_t> slots_[kSlots] = {};
 };
 
-/* The process's: zeroes in .bss, touched only by a process with threads and a connection. */
+/* The process's: zeroes in .bss, touched only by a process with threads and a TLS context. */
 extern EpollWaiters g_epollWaiters;
 inline EpollWaiters &epollWaiters() noexcept
 {
