@@ -233,6 +233,26 @@ TEST_F(Pair, AConnectionFreedWithBytesListedLeavesTheList)
 	coalescer.release(next);
 }
 
+/*
+ * Freed while its socket is full and stays full: the drain runs out (kDrainTimeoutMs),
+ * the bytes are dropped, and no count says that something is left to send (the flusher
+ * passed over nothing every 200 us for ever).
+ */
+TEST_F(Pair, AConnectionFreedWithBytesItsSocketNeverTookLeavesNothingToSend)
+{
+	ASSERT_EQ(fcntl(fds_[0], F_SETFL, O_NONBLOCK), 0);
+	Coalescer coalescer(1024, std::chrono::milliseconds(100), kCalls);
+	PendingWrites *writes = coalescer.open(fds_[0]);
+	ASSERT_EQ(write(coalescer, *writes, "held"), PendingWrites::Result::Done);
+	/* The socket filled behind the shim's back; bounded: a socketpair holds a few hundred KiB. */
+	const std::string filler(4096, 'f');
+	for (int i = 0; i < 100000 && ::write(fds_[0], filler.data(), filler.size()) > 0; i++) {
+	}
+	coalescer.release(writes);
+	EXPECT_EQ(coalescer.counters().dirty.load(), 0);
+	EXPECT_FALSE(coalescer.anyPending());
+}
+
 TEST_F(Pair, TheFlusherSendsWhatNobodyElseDoes)
 {
 	/* The program just stops: nothing of ours runs in its thread any more. */

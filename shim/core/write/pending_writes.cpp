@@ -244,6 +244,13 @@ void PendingWrites::markClean() noexcept
 		counters_->dirty.fetch_sub(1, std::memory_order_relaxed);
 }
 
+void PendingWrites::drop() noexcept
+{
+	ShimLock lock(mutex_, std::chrono::milliseconds(200));
+	if (lock.owns())
+		markClean();
+}
+
 void PendingWrites::markDirty() noexcept
 {
 	if (!dirty_.exchange(true, std::memory_order_relaxed))

@@ -183,6 +183,12 @@ public:
 
 	bool dirty() const noexcept { return dirty_.load(std::memory_order_relaxed); }
 	/*
+	 * A connection freed with bytes its socket never took (a drain that ran out): they
+	 * are dropped, and the connection is clean. Skipped where a send holds the lock past
+	 * 200 ms.
+	 */
+	void drop() noexcept;
+	/*
 	 * The last send found the socket full, and none has emptied it since: the peer is
 	 * slow, so the connection's writes go straight to the socket (and block, or report
 	 * WANT_WRITE, as without the shim) instead of piling up here.
