@@ -7,9 +7,10 @@
  * readable, and the callback returns once that thread is in the kernel (its /proc syscall
  * file says so) or done. --early yes: that thread is in WAIT before the records are sent,
  * on the reader's CPU at a lower priority; --early connection (epoll): the same, in WAIT
- * from before the process's first connection (its contexts made). Either way the kernel still holds the other two
- * records and ends the wait; that thread then reads them. Prints "reader 16384", "wait
- * readable" (or "wait timed out", then no more) and "waiter 32768".
+ * from before the process's first connection (its contexts made). Either way the kernel
+ * still holds the other two records and ends the wait; that thread then reads them.
+ * Prints "reader 16384", "wait readable" (or "wait timed out", then no more) and
+ * "waiter 32768".
  */
 
 #include <atomic>
