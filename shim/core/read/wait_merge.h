@@ -291,14 +291,15 @@ template <typename RealWait>
 inline int epollMerged(const BufferedFds &buffered, EpollSets &sets, EpollCtl realCtl, int epfd,
 		       struct epoll_event *events, int maxevents, RealWait realWait)
 {
-	if (!buffered.empty() && maxevents > 0)
-		return epollMergedFully(buffered, sets, realCtl, epfd, events, maxevents, realWait, WaitStart(true));
 	/*
 	 * The clock is read only where this wait may be made again: the shim woke a set, or has
 	 * a one-shot, or another thread may wake one while this waits (a hunt: a wait begun
-	 * before the process's first wake waited its whole timeout again at each).
+	 * before the process's first wake waited its whole timeout again at each). Not for a
+	 * held connection alone: a process of one thread serving it makes no round again.
 	 */
 	const WaitStart started(!__libc_single_threaded || !sets.wake().idle() || !sets.noOneShots());
+	if (!buffered.empty() && maxevents > 0)
+		return epollMergedFully(buffered, sets, realCtl, epfd, events, maxevents, realWait, started);
 	const unsigned long ticket = sets.noOneShots() ? 0 : sets.beginWait();
 	bool again = false;
 	const int ready = takenIn(sets, realCtl, epfd, events, realWait(false, maxevents, std::chrono::nanoseconds(0)),
