@@ -209,7 +209,7 @@ private:
  * holds bytes. errno and the return value are the real call's.
  */
 template <typename Function, typename... Args>
-int onConnection(SSL *ssl, Function OpenSslApi::*function, Args... args)
+int onConnectionAs(HeldPlaintext::Entering how, SSL *ssl, Function OpenSslApi::*function, Args... args)
 {
 	const OpenSsl &o = openssl();
 	const Function real = o.api.*function;
@@ -220,7 +220,7 @@ int onConnection(SSL *ssl, Function OpenSslApi::*function, Args... args)
 	/* Held plaintext being encrypted: OpenSSL calling its own interposed functions. */
 	if (HeldPlaintext::encryptingHere())
 		return real(ssl, args...);
-	HeldCall held(ssl);
+	HeldCall held(ssl, how);
 	if (held.failed())
 		return failedResult<Function>();
 
@@ -235,6 +235,12 @@ int onConnection(SSL *ssl, Function OpenSslApi::*function, Args... args)
 	if (scope.outermost())
 		settleConnection(connection);
 	return result;
+}
+
+template <typename Function, typename... Args>
+int onConnection(SSL *ssl, Function OpenSslApi::*function, Args... args)
+{
+	return onConnectionAs(HeldPlaintext::Entering::Report, ssl, function, args...);
 }
 
 /*
@@ -435,7 +441,7 @@ int onWrite(SSL *ssl, size_t length, Function OpenSslApi::*function, Args... arg
 		return (o.api.*function)(ssl, args...);
 	PendingWrites *writes = o.coalescing ? o.filter.attached(o.api, ssl) : nullptr;
 	CoalescingBio::Direct direct(writes && length >= process().coalescer.limit());
-	return onConnection(ssl, function, args...);
+	return onConnectionAs(HeldPlaintext::Entering::Write, ssl, function, args...);
 }
 
 /*

@@ -230,6 +230,71 @@ TEST_F(Held, ACallThatDropsTheFailureLeavesNoTraceOfIt)
 
 namespace {
 
+struct EncryptCall {
+	const unsigned char *data;
+	std::size_t length;
+};
+std::vector<EncryptCall> g_calls;
+bool g_broken = true;
+
+/* A connection broken until g_broken is cleared: each call recorded, as OpenSSL would see it. */
+int brokenEncrypt(void *, const unsigned char *data, std::size_t length, bool) noexcept
+{
+	g_calls.push_back({ data, length });
+	if (!g_broken)
+		return 0;
+	errno = g_calls.size() == 1 ? ECONNRESET : EPIPE;
+	return SSL_ERROR_SYSCALL;
+}
+
+} /* namespace */
+
+/*
+ * The flusher's encryption met a reset: OpenSSL keeps that record as a write to retry
+ * with the same bytes and length, and would fail any other write and the connection with
+ * it (a hunt: a program writing on after a reset survived, where without the shim its
+ * next writes met EPIPE and SIGPIPE). The program's writes retry the record first; its
+ * reads leave it alone.
+ */
+TEST(HeldUnfinished, TheNextWritesRetryTheFailedRecordAsItWasUntilItGoesOut)
+{
+	int ssl = 0;
+	g_calls.clear();
+	g_broken = true;
+	HeldPlaintext held(&ssl, brokenEncrypt, &g_api);
+	bool becameHeld = false;
+	ASSERT_TRUE(held.hold("line\n", 5, &becameHeld));
+	std::thread flusher([&] { held.encryptIfIdle(); });
+	flusher.join();
+	ASSERT_EQ(g_calls.size(), 1u);
+	EXPECT_FALSE(held.hold("more\n", 5, &becameHeld)) << "nothing is held behind an unfinished record";
+
+	HeldPlaintext::Failure failure = held.enter(HeldPlaintext::Entering::Write);
+	held.leave();
+	EXPECT_EQ(failure.sslError, SSL_ERROR_SYSCALL);
+	EXPECT_EQ(failure.error, ECONNRESET) << "the kept failure first, as it was";
+	EXPECT_EQ(held.enter(HeldPlaintext::Entering::Report).sslError, 0) << "a read retries no write";
+	held.leave();
+	EXPECT_EQ(g_calls.size(), 1u);
+
+	failure = held.enter(HeldPlaintext::Entering::Write);
+	held.leave();
+	EXPECT_EQ(failure.sslError, SSL_ERROR_SYSCALL);
+	EXPECT_EQ(failure.error, EPIPE);
+	ASSERT_EQ(g_calls.size(), 2u);
+	EXPECT_EQ(g_calls[1].data, g_calls[0].data);
+	EXPECT_EQ(g_calls[1].length, 5u);
+
+	g_broken = false;
+	EXPECT_EQ(held.enter(HeldPlaintext::Entering::Write).sslError, 0);
+	held.leave();
+	ASSERT_EQ(g_calls.size(), 3u);
+	EXPECT_EQ(g_calls[2].data, g_calls[0].data);
+	EXPECT_TRUE(held.hold("more\n", 5, &becameHeld)) << "the record went out: writes are held again";
+}
+
+namespace {
+
 std::atomic<int> g_encryptions{ 0 };
 
 int countingEncrypt(void *, const unsigned char *, std::size_t, bool) noexcept

@@ -78,7 +78,7 @@ bool HeldPlaintext::hold(const void *data, std::size_t length, bool *becameHeld)
 	Guard lock(mutex_);
 	/* Before anything is read: a handler that closes the socket from here on sees it (leaving). */
 	Copying copying(*this);
-	if (inside_ > 0 || retired_ || ended_ || failure_.sslError ||
+	if (inside_ > 0 || retired_ || ended_ || failure_.sslError || unfinished_ ||
 	    (leftFd_ >= 0 && leftFd_ == fd_.load(std::memory_order_relaxed)))
 		return false;
 	/* kHandedOver: a handler sent what was held; Copying's end makes it 0 again. */
@@ -139,8 +139,11 @@ HeldPlaintext::Failure HeldPlaintext::enter(Entering how) noexcept
 	if (encrypting)
 		return {};
 	Guard lock(mutex_);
+	const bool reports = how == Entering::Report || how == Entering::Write;
 	if (how != Entering::Query && inside_ == 0 && size_.load(std::memory_order_relaxed) > 0)
-		encryptLocked(true, how == Entering::Report);
+		encryptLocked(true, reports);
+	else if (how == Entering::Write && inside_ == 0 && unfinished_ && !failure_.sslError)
+		finishLocked();
 	inside_++;
 	if (how == Entering::Keep || how == Entering::Query)
 		return {};
@@ -149,6 +152,9 @@ HeldPlaintext::Failure HeldPlaintext::enter(Entering how) noexcept
 	if (how == Entering::Drop) {
 		errors_.clear();
 		leftFd_ = -1; /* a new connection, maybe on a new socket of that number */
+		/* SSL_clear empties OpenSSL's record layer: no write is unfinished any more. */
+		unfinished_ = 0;
+		bytes_.reset();
 		return {};
 	}
 	if (failure.sslError && errors_.count() > 0)
@@ -269,8 +275,29 @@ void HeldPlaintext::encryptLocked(bool byOwner, bool reportedHere, bool keepBuff
 		failure_ = { sslError, error, nullptr };
 	/* Encrypted or failed: either way the bytes are OpenSSL's now, as a write's would be. */
 	size_.store(0, std::memory_order_release);
-	if (!keepBuffer)
+	if (sslError)
+		unfinished_ = size;
+	else if (!keepBuffer)
 		bytes_.reset();
+	errno = savedErrno;
+}
+
+void HeldPlaintext::finishLocked() noexcept
+{
+	const int savedErrno = errno;
+	Encrypting scope;
+	errors_.clear();
+	int sslError = 0;
+	{
+		/* The record was encrypted already: only its sending is retried. */
+		sslError = encrypt_(ssl_, bytes_.get(), unfinished_, true);
+	}
+	if (sslError) {
+		failure_ = { sslError, errno, nullptr };
+	} else {
+		unfinished_ = 0;
+		bytes_.reset();
+	}
 	errno = savedErrno;
 }
 

@@ -53,7 +53,8 @@ public:
 
 	/* What a program's call on this SSL does with a kept failure. */
 	enum class Entering {
-		Report, /* fails with it: read, write, handshake, shutdown, ... */
+		Report, /* fails with it: read, handshake, shutdown, ... */
+		Write,  /* the same, and retries an unfinished record first (see unfinished_) */
 		Keep,   /* leaves it to the next call: the connection goes on (SSL_set_fd, SSL_set_bio) */
 		Drop,   /* forgets it: the SSL starts a new connection (SSL_clear) */
 		Query,  /* neither encrypts nor reports: it only reads state (SSL_pending, ...) */
@@ -73,6 +74,8 @@ public:
 	/*
 	 * The program's call on this SSL begins: what is held is encrypted first. Report: a
 	 * kept failure is returned (and forgotten), and the call must fail with it instead.
+	 * Write: once it was, a record whose encryption failed is retried first, and a
+	 * failure again is returned the same way.
 	 */
 	Failure enter(Entering how = Entering::Report) noexcept;
 	void leave() noexcept;
@@ -138,6 +141,8 @@ private:
 	 * thread's current call, whose queue keeps the entries; else they are taken.
 	 */
 	void encryptLocked(bool byOwner, bool reportedHere, bool keepBuffer = false) noexcept;
+	/* The program's write: the unfinished record is retried, as OpenSSL asks of its writes. */
+	void finishLocked() noexcept;
 	/* A handler's way out of the socket, this thread being inside the lock. */
 	bool handOverInterrupted() noexcept;
 
@@ -169,6 +174,14 @@ private:
 	Failure failure_;
 	ErrorEntries errors_; /* failure_'s, when taken from the encrypting thread */
 	int reported_ = 0;
+	/*
+	 * A record whose encryption failed (a broken connection): OpenSSL keeps it as a write
+	 * to be retried with the same bytes and length, and fails any other write
+	 * (bad write retry, and the connection with it). So bytes_ keeps them, nothing more is
+	 * held, and the program's next writes retry them first: each then meets the broken
+	 * connection as without the shim, with its EPIPE and SIGPIPE.
+	 */
+	std::size_t unfinished_ = 0;
 	std::atomic<std::size_t> size_{0};
 	std::atomic<std::size_t> capacity_{kCapacity}; /* of the record being gathered */
 	std::atomic<int> fd_{-1};
