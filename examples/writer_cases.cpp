@@ -30,6 +30,10 @@
  *                     system call), so that the reset meets the writes wherever they
  *                     are, also bytes gathered while an earlier send met it (up to
  *                     20,000 writes, 0.4 s)
+ *   sigpipe-alternate the same from two buffers in turn: a write after a failed one is no
+ *                     retry of it, which OpenSSL fails ("bad write retry") without a system
+ *                     call. Prints the first failure's SSL_get_error class and errno, the
+ *                     second's class, and "survived"
  *   reuse             SSL_shutdown, close(fd), a new connection on the same fd number,
  *                     SSL_clear, SSL_connect and ten more lines on the same SSL
  *   msg-callback      a message callback on the context counts the application data
@@ -355,16 +359,29 @@ int sigpipeCase(const char *port)
 	return 0;
 }
 
-/* A line every 20 us, timed by the clock alone: no call the shim would count as a wait. */
-int sigpipePaced(const char *port)
+/*
+ * A line every 20 us, timed by the clock alone: no call the shim would count as a wait.
+ * alternate: from two buffers in turn (else one, whose address never changes).
+ */
+int sigpipePaced(const char *port, bool alternate)
 {
 	SSL_CTX *ctx = client();
 	int fd = -1;
 	SSL *ssl = connectSsl(ctx, port, &fd);
 	int failures = 0;
+	char buffers[2][32];
 	for (int i = 0; i < 20000; i++) {
-		const std::string line = "line " + std::to_string(i) + "\n";
-		if (SSL_write(ssl, line.data(), static_cast<int>(line.size())) <= 0)
+		char *line = buffers[alternate ? i % 2 : 0];
+		const int length = std::snprintf(line, sizeof(buffers[0]), "line %d\n", i);
+		const int n = SSL_write(ssl, line, length);
+		if (n <= 0 && alternate && failures < 2) {
+			const int error = SSL_get_error(ssl, n);
+			if (failures == 0)
+				std::printf("first failure %d errno %s\n", error, strerrorname_np(errno));
+			else
+				std::printf("second failure %d\n", error);
+		}
+		if (n <= 0)
 			failures++;
 		struct timespec start, now;
 		clock_gettime(CLOCK_MONOTONIC, &start);
@@ -372,7 +389,10 @@ int sigpipePaced(const char *port)
 			clock_gettime(CLOCK_MONOTONIC, &now);
 		while ((now.tv_sec - start.tv_sec) * 1000000000L + (now.tv_nsec - start.tv_nsec) < 20000);
 	}
-	std::printf("survived %d failed writes\n", failures);
+	if (alternate)
+		std::printf("survived\n");
+	else
+		std::printf("survived %d failed writes\n", failures);
 	return 0;
 }
 
@@ -1129,8 +1149,8 @@ int main(int argc, char **argv)
 		return sigwaitCase(argv[1], how == "pselect");
 	if (how == "sigpipe")
 		return sigpipeCase(argv[1]);
-	if (how == "sigpipe-paced")
-		return sigpipePaced(argv[1]);
+	if (how == "sigpipe-paced" || how == "sigpipe-alternate")
+		return sigpipePaced(argv[1], how == "sigpipe-alternate");
 	if (how == "reuse")
 		return reuseCase(argv[1]);
 	if (how == "longjmp-wait")

@@ -82,7 +82,7 @@ TLSTUNE_EXPORT int SSL_write(SSL *s, const void *buf, int num)
 	tuneReads(s, __builtin_return_address(0));
 	if (num > 0 && holdWrite(s, buf, static_cast<size_t>(num)))
 		return num;
-	return onWrite(s, num > 0 ? static_cast<size_t>(num) : 0, &OpenSslApi::SSL_write, buf, num);
+	return onWrite(s, buf, num > 0 ? static_cast<size_t>(num) : 0, &OpenSslApi::SSL_write, buf, num);
 }
 
 TLSTUNE_EXPORT int SSL_write_ex(SSL *s, const void *buf, size_t num, size_t *written)
@@ -93,7 +93,7 @@ TLSTUNE_EXPORT int SSL_write_ex(SSL *s, const void *buf, size_t num, size_t *wri
 		*written = num;
 		return 1;
 	}
-	return onWrite(s, num, &OpenSslApi::SSL_write_ex, buf, num, written);
+	return onWrite(s, buf, num, &OpenSslApi::SSL_write_ex, buf, num, written);
 }
 
 /*
@@ -103,7 +103,7 @@ TLSTUNE_EXPORT int SSL_write_ex(SSL *s, const void *buf, size_t num, size_t *wri
 TLSTUNE_EXPORT int SSL_write_ex2(SSL *s, const void *buf, size_t num, uint64_t flags, size_t *written)
 {
 	tuneReads(s, __builtin_return_address(0));
-	return onWrite(s, num, &OpenSslApi::SSL_write_ex2, buf, num, flags, written);
+	return onWrite(s, buf, num, &OpenSslApi::SSL_write_ex2, buf, num, flags, written);
 }
 
 /*

@@ -1,12 +1,12 @@
 #pragma once
 
 #include <cerrno>
-#include <csignal>
 #include <pthread.h>
 #include <chrono>
 #include <cstdlib>
 #include <type_traits>
 
+#include "core/write/pipe_signal.h"
 #include "runtime.h"
 
 namespace tlstune {
@@ -56,6 +56,15 @@ public:
 			return;
 		failure_ = held_->enter(how);
 	}
+	/* The program's write of length bytes at data (Entering::Write). */
+	HeldCall(SSL *ssl, const void *data, size_t length) noexcept : held_(heldOf(ssl))
+	{
+		if (!held_)
+			return;
+		const long mode = openssl().api.SSL_ctrl(ssl, SSL_CTRL_MODE, 0, nullptr);
+		const HeldPlaintext::WriteCall write{ data, length, (mode & SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER) != 0 };
+		failure_ = held_->enter(HeldPlaintext::Entering::Write, &write);
+	}
 	~HeldCall()
 	{
 		if (held_)
@@ -77,7 +86,7 @@ public:
 		if (failure_.errors)
 			failure_.errors->replay(openssl().api.errors);
 		if (failure_.error == EPIPE)
-			pthread_kill(pthread_self(), SIGPIPE);
+			raisePipeSignal();
 		errno = failure_.error;
 		return true;
 	}
@@ -208,8 +217,14 @@ private:
  * (so its socket reads are attributed to it), then records whether its socket's queue
  * holds bytes. errno and the return value are the real call's.
  */
+/* A program's SSL_write*: its buffer and length. */
+struct ProgramWrite {
+	const void *data;
+	size_t length;
+};
+
 template <typename Function, typename... Args>
-int onConnectionAs(HeldPlaintext::Entering how, SSL *ssl, Function OpenSslApi::*function, Args... args)
+int onConnectionAs(const ProgramWrite *write, SSL *ssl, Function OpenSslApi::*function, Args... args)
 {
 	const OpenSsl &o = openssl();
 	const Function real = o.api.*function;
@@ -220,7 +235,7 @@ int onConnectionAs(HeldPlaintext::Entering how, SSL *ssl, Function OpenSslApi::*
 	/* Held plaintext being encrypted: OpenSSL calling its own interposed functions. */
 	if (HeldPlaintext::encryptingHere())
 		return real(ssl, args...);
-	HeldCall held(ssl, how);
+	HeldCall held = write ? HeldCall(ssl, write->data, write->length) : HeldCall(ssl);
 	if (held.failed())
 		return failedResult<Function>();
 
@@ -240,7 +255,7 @@ int onConnectionAs(HeldPlaintext::Entering how, SSL *ssl, Function OpenSslApi::*
 template <typename Function, typename... Args>
 int onConnection(SSL *ssl, Function OpenSslApi::*function, Args... args)
 {
-	return onConnectionAs(HeldPlaintext::Entering::Report, ssl, function, args...);
+	return onConnectionAs(nullptr, ssl, function, args...);
 }
 
 /*
@@ -434,14 +449,15 @@ inline bool holdWrite(SSL *ssl, const void *data, size_t length)
  * filter on its first write; a write of the limit or more passes straight through.
  */
 template <typename Function, typename... Args>
-int onWrite(SSL *ssl, size_t length, Function OpenSslApi::*function, Args... args)
+int onWrite(SSL *ssl, const void *data, size_t length, Function OpenSslApi::*function, Args... args)
 {
 	const OpenSsl &o = openssl();
 	if (HeldPlaintext::encryptingHere())
 		return (o.api.*function)(ssl, args...);
 	PendingWrites *writes = o.coalescing ? o.filter.attached(o.api, ssl) : nullptr;
 	CoalescingBio::Direct direct(writes && length >= process().coalescer.limit());
-	return onConnectionAs(HeldPlaintext::Entering::Write, ssl, function, args...);
+	const ProgramWrite write{ data, length };
+	return onConnectionAs(&write, ssl, function, args...);
 }
 
 /*

@@ -2,9 +2,9 @@
 
 #include <atomic>
 #include <cerrno>
-#include <csignal>
-#include <pthread.h>
 #include <sys/socket.h>
+
+#include "pipe_signal.h"
 
 namespace tlstune {
 
@@ -28,6 +28,32 @@ void askRetry(BIO *bio)
 	g_api->BIO_set_flags(bio, BIO_FLAGS_WRITE | BIO_FLAGS_SHOULD_RETRY);
 }
 
+/*
+ * A send of the shim's found the connection broken, after the write that made those bytes
+ * had returned: this write reports it, as the kernel would have. The kernel raises
+ * SIGPIPE in the thread whose write meets a closed pipe; the shim's own send could not
+ * (its thread's signals are not the program's), so it is raised here, in the program's.
+ */
+int failAsTheKernelWould(int error)
+{
+	if (error == EPIPE)
+		raisePipeSignal();
+	errno = error;
+	return -1;
+}
+
+/*
+ * This write's own send (or its append) failed: errno says why. The write reports it, and
+ * once only, as the kernel reports a socket's error: the next write meets EPIPE (a hunt:
+ * ECONNRESET twice, and the second write escaped its SIGPIPE).
+ */
+int failedSend(PendingWrites *writes)
+{
+	const int error = errno;
+	writes->reportError();
+	return failAsTheKernelWould(error);
+}
+
 /* The outcome of sending what is pending, as a write or flush result for OpenSSL. */
 bool flushed(BIO *bio, PendingWrites *writes)
 {
@@ -38,6 +64,7 @@ bool flushed(BIO *bio, PendingWrites *writes)
 		askRetry(bio);
 		return false;
 	default:
+		failedSend(writes);
 		return false;
 	}
 }
@@ -56,20 +83,6 @@ int passOn(BIO *bio, PendingWrites *writes, BIO *next, const char *data, int len
 		errno = savedErrno;
 	}
 	return written;
-}
-
-/*
- * A send of the shim's found the connection broken, after the write that made those bytes
- * had returned: this write reports it, as the kernel would have. The kernel raises
- * SIGPIPE in the thread whose write meets a closed pipe; the shim's own send could not
- * (its thread's signals are not the program's), so it is raised here, in the program's.
- */
-int failAsTheKernelWould(int error)
-{
-	if (error == EPIPE)
-		pthread_kill(pthread_self(), SIGPIPE);
-	errno = error;
-	return -1;
 }
 
 /*
@@ -152,7 +165,7 @@ int filterWrite(BIO *bio, const char *data, int length)
 			return -1;
 		return passOn(bio, writes, next, data, length);
 	default:
-		return errno == EPIPE ? failAsTheKernelWould(EPIPE) : -1;
+		return failedSend(writes);
 	}
 }
 

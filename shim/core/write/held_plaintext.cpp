@@ -134,7 +134,7 @@ HeldPlaintext::Copying::~Copying()
 		held_.size_.store(0, std::memory_order_relaxed);
 }
 
-HeldPlaintext::Failure HeldPlaintext::enter(Entering how) noexcept
+HeldPlaintext::Failure HeldPlaintext::enter(Entering how, const WriteCall *write) noexcept
 {
 	if (encrypting)
 		return {};
@@ -142,7 +142,7 @@ HeldPlaintext::Failure HeldPlaintext::enter(Entering how) noexcept
 	const bool reports = how == Entering::Report || how == Entering::Write;
 	if (how != Entering::Query && inside_ == 0 && size_.load(std::memory_order_relaxed) > 0)
 		encryptLocked(true, reports);
-	else if (how == Entering::Write && inside_ == 0 && unfinished_ && !failure_.sslError)
+	else if (write && inside_ == 0 && unfinished_ && !failure_.sslError && retriesFailedWrite(*write))
 		finishLocked();
 	inside_++;
 	if (how == Entering::Keep || how == Entering::Query)
@@ -154,9 +154,12 @@ HeldPlaintext::Failure HeldPlaintext::enter(Entering how) noexcept
 		leftFd_ = -1; /* a new connection, maybe on a new socket of that number */
 		/* SSL_clear empties OpenSSL's record layer: no write is unfinished any more. */
 		unfinished_ = 0;
+		failedWrite_ = {};
 		bytes_.reset();
 		return {};
 	}
+	if (write && failure.sslError && !failedWrite_.data)
+		failedWrite_ = *write;
 	if (failure.sslError && errors_.count() > 0)
 		failure.errors = &errors_;
 	reported_ = failure.sslError;
@@ -296,9 +299,17 @@ void HeldPlaintext::finishLocked() noexcept
 		failure_ = { sslError, errno, nullptr };
 	} else {
 		unfinished_ = 0;
+		failedWrite_ = {};
 		bytes_.reset();
 	}
 	errno = savedErrno;
+}
+
+bool HeldPlaintext::retriesFailedWrite(const WriteCall &write) const noexcept
+{
+	if (!failedWrite_.data)
+		return true;
+	return write.length >= failedWrite_.length && (write.movingBuffer || write.data == failedWrite_.data);
 }
 
 HeldPlaintext *HeldRegistry::attach(void *ssl, int fd, HeldPlaintext::Encrypt encrypt,

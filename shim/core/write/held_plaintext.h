@@ -71,13 +71,21 @@ public:
 	 */
 	bool hold(const void *data, std::size_t length, bool *becameHeld) noexcept;
 
+	/* The program's write (Entering::Write): its buffer, length, and whether OpenSSL lets a retry move it. */
+	struct WriteCall {
+		const void *data = nullptr;
+		std::size_t length = 0;
+		bool movingBuffer = false; /* SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER */
+	};
+
 	/*
 	 * The program's call on this SSL begins: what is held is encrypted first. Report: a
 	 * kept failure is returned (and forgotten), and the call must fail with it instead.
-	 * Write: once it was, a record whose encryption failed is retried first, and a
+	 * Write (write given): the same, and then a record whose encryption failed is retried
+	 * first where OpenSSL would retry the program's failed write (see unfinished_); a
 	 * failure again is returned the same way.
 	 */
-	Failure enter(Entering how = Entering::Report) noexcept;
+	Failure enter(Entering how = Entering::Report, const WriteCall *write = nullptr) noexcept;
 	void leave() noexcept;
 
 	/*
@@ -143,6 +151,8 @@ private:
 	void encryptLocked(bool byOwner, bool reportedHere, bool keepBuffer = false) noexcept;
 	/* The program's write: the unfinished record is retried, as OpenSSL asks of its writes. */
 	void finishLocked() noexcept;
+	/* Whether write retries the program's failed write (or none is known). */
+	bool retriesFailedWrite(const WriteCall &write) const noexcept;
 	/* A handler's way out of the socket, this thread being inside the lock. */
 	bool handOverInterrupted() noexcept;
 
@@ -182,6 +192,15 @@ private:
 	 * connection as without the shim, with its EPIPE and SIGPIPE.
 	 */
 	std::size_t unfinished_ = 0;
+	/*
+	 * The program's write that a kept failure was reported to: OpenSSL would have kept
+	 * that one unfinished, and failed the next write unless it retried it (the same
+	 * length or more, the same buffer unless it may move). A write that does not retry
+	 * it goes to OpenSSL as it is, which fails it and the connection, as it would have
+	 * (a hunt: a program writing from two buffers in turn survived a reset without the
+	 * shim, and died of SIGPIPE with it). None known: any write retries the record.
+	 */
+	WriteCall failedWrite_;
 	std::atomic<std::size_t> size_{0};
 	std::atomic<std::size_t> capacity_{kCapacity}; /* of the record being gathered */
 	std::atomic<int> fd_{-1};

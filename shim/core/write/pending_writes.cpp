@@ -109,7 +109,7 @@ PendingWrites::Result PendingWrites::sendAsOwner()
 		{
 			SignalsBlocked quiet;
 			ShimLock lock(mutex_);
-			const Result sent = sendLocked(MSG_DONTWAIT);
+			const Result sent = sendLocked(kBackgroundSend);
 			if (sent != Result::Again)
 				return sent;
 		}

@@ -125,8 +125,10 @@ public:
 
 	/*
 	 * From the connection's own call: sends what is pending as OpenSSL's write would
-	 * (flags 0: blocking or not as the socket is, SIGPIPE as the kernel raises it),
-	 * holding no lock while it may block.
+	 * (blocking or not as the socket is), holding no lock while it may block. It never
+	 * raises SIGPIPE: the call may be a read or a wait, which would not have written
+	 * (a hunt: SSL_read died of it). A failure is kept (errno says why) for the write
+	 * that reports it (reportError).
 	 */
 	Result sendAsOwner();
 	/* Anyone else: sends what the socket takes now (kBackgroundSend). */
