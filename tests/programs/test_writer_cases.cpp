@@ -255,12 +255,12 @@ TEST(Writers, WritingOnPacedAfterAResetDiesOfSigpipeBothWays)
  * The same from two buffers in turn: each write after the first failure is no retry of
  * it, and OpenSSL fails it without a system call, so the program survives. With the
  * shim's record retried by any write, the second write met EPIPE and SIGPIPE (8 runs of
- * 10). Eight runs each way.
+ * 10). Five runs each way.
  */
 TEST(Writers, WritingOnFromTwoBuffersAfterAResetFailsInOpenSslBothWays)
 {
 	RecordProperty("fault", "the peer resets; a line every 20 us from two buffers in turn, SIGPIPE at its default");
-	for (int run = 0; run < 8; run++) {
+	for (int run = 0; run < 5; run++) {
 		SCOPED_TRACE("run " + std::to_string(run));
 		expectTheSameBothWays("sigpipe-alternate", { "--reset-after", "100" },
 				      "first failure 5 errno ECONNRESET\nsecond failure 1\nsurvived\n", 0, 1);
