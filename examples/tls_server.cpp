@@ -15,8 +15,9 @@
  *   --lines                  print each line read as "line TEXT" as soon as it arrives
  *   --close-after BYTES      with --sink: after reading BYTES, send close_notify, then
  *                            read on until the client closes
- *   --hold                   with --sink: read a line from stdin before reading the client,
- *                            so that the client's socket buffer fills up first
+ *   --hold                   with --sink (--reset-after too): read a line from stdin
+ *                            before reading the client, so that the client's socket
+ *                            buffer fills up first, or its writes are all made
  *   --stamps SIZE --requests N
  *                            read N requests of SIZE bytes, noting the monotonic clock
  *                            (ns) as each is complete, then send the N times back (8
@@ -225,6 +226,11 @@ int main(int argc, char **argv)
 				line.clear();
 			}
 		} else if (sink && resetAfter) {
+			if (hold) {
+				char line[64];
+				if (!std::fgets(line, sizeof(line), stdin))
+					fail("--hold: stdin closed");
+			}
 			unsigned char buffer[16384];
 			size_t n = 0;
 			for (uint64_t received = 0; received < resetAfter && SSL_read_ex(ssl, buffer, sizeof(buffer), &n);)

@@ -30,6 +30,10 @@
  *                     system call), so that the reset meets the writes wherever they
  *                     are, also bytes gathered while an earlier send met it (up to
  *                     20,000 writes, 0.4 s)
+ *   read-after-reset  50 short lines, then "written", against tls_server --hold
+ *                     --reset-after 1 (told to read on once the lines are written); once the
+ *                     socket is closed (TCP_INFO's state, which leaves the reset's error
+ *                     where it is), SSL_read: prints its SSL_get_error class and errno
  *   sigpipe-alternate the same from two buffers in turn: a write after a failed one is no
  *                     retry of it, which OpenSSL fails ("bad write retry") without a system
  *                     call. Prints the first failure's SSL_get_error class and errno, the
@@ -393,6 +397,27 @@ int sigpipePaced(const char *port, bool alternate)
 		std::printf("survived\n");
 	else
 		std::printf("survived %d failed writes\n", failures);
+	return 0;
+}
+
+int readAfterReset(const char *port)
+{
+	SSL_CTX *ctx = client();
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	writeLines(ssl, 0, 50);
+	std::printf("written\n");
+	std::fflush(stdout);
+	/* A wait no one could take for a read (a poll would flush what is held): bounded. */
+	struct tcp_info info = {};
+	for (long spins = 0; spins < 100000000L; spins++) {
+		socklen_t length = sizeof(info);
+		if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0 || info.tcpi_state == TCP_CLOSE)
+			break;
+	}
+	char byte;
+	const int n = SSL_read(ssl, &byte, 1);
+	std::printf("read %d errno %s\n", SSL_get_error(ssl, n), n < 0 ? strerrorname_np(errno) : "-");
 	return 0;
 }
 
@@ -1149,6 +1174,8 @@ int main(int argc, char **argv)
 		return sigwaitCase(argv[1], how == "pselect");
 	if (how == "sigpipe")
 		return sigpipeCase(argv[1]);
+	if (how == "read-after-reset")
+		return readAfterReset(argv[1]);
 	if (how == "sigpipe-paced" || how == "sigpipe-alternate")
 		return sigpipePaced(argv[1], how == "sigpipe-alternate");
 	if (how == "reuse")

@@ -277,7 +277,7 @@ inline void flushWrites(SSL *ssl)
 	PendingWrites *writes = o.filter.of(o.api, ssl);
 	if (writes && writes->dirty()) {
 		int savedErrno = errno;
-		process().coalescer.sendAsOwner(writes);
+		process().coalescer.sendAsOwner(writes, false);
 		errno = savedErrno;
 	}
 }

@@ -267,6 +267,35 @@ TEST(Writers, WritingOnFromTwoBuffersAfterAResetFailsInOpenSslBothWays)
 	}
 }
 
+/*
+ * The peer resets while the shim holds the tail of 50 short lines (a delay of 100 ms, so
+ * that it still does): the program's SSL_read must meet the reset, as without the shim.
+ * The flush before the read took the reset from the socket (its send failed with it), and
+ * the read saw an end of stream: "unexpected eof" (SSL_ERROR_SSL), where without the shim
+ * ECONNRESET (SSL_ERROR_SYSCALL); a hunt, 19 runs of 30 at the default delay.
+ */
+TEST(Writers, AReadAfterTheResetMeetsItBothWays)
+{
+	RecordProperty("fault", "50 short lines, the peer resets, then SSL_read");
+	for (bool withShim : { false, true }) {
+		SCOPED_TRACE(withShim ? "with the shim" : "without the shim");
+		TempDir dir;
+		Fifo input(dir.file("input"));
+		ExampleServer peer(serverArguments({ "--hold", "--reset-after", "1" }), {}, certificate(),
+				   input.path());
+		Command command;
+		command.argv = { examplePath("writer_cases"), peer.portText(), "read-after-reset" };
+		if (withShim)
+			command.env = shimEnv({ "TLSTUNE_COALESCE_DELAY=100ms" });
+		Process writer(command);
+		EXPECT_EQ(writer.readLine(kTimeoutMs), "written");
+		input.write("go\n");
+		EXPECT_EQ(writer.readLine(kTimeoutMs), "read 5 errno ECONNRESET");
+		EXPECT_EQ(writer.wait(kTimeoutMs), 0);
+		EXPECT_EQ(peer.process().readLine(kTimeoutMs), "reset");
+	}
+}
+
 TEST(Writers, ClosefromHandsOverWhatWasWrittenAndSendsNothingIntoTheNewFiles)
 {
 	RecordProperty("fault", "closefrom(3) (close_range inside glibc), then a socketpair on fd 3");

@@ -12,6 +12,7 @@
 #include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <thread>
 #include <string>
 #include <sys/ioctl.h>
@@ -357,7 +358,8 @@ protected:
 	{
 		if (fds_[0] >= 0)
 			close(fds_[0]);
-		close(fds_[1]);
+		if (fds_[1] >= 0)
+			close(fds_[1]);
 	}
 
 	/* Records of 1,000 numbered bytes until the socket is full; returns what was accepted. */
@@ -437,6 +439,39 @@ void ackLate(int fd)
 {
 	const int off = 0;
 	ASSERT_EQ(setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &off, sizeof(off)), 0);
+}
+
+/*
+ * The peer went away with bytes unread (a reset): a send made later than the program's
+ * writes would take the error from the socket, which reports it once, and the program's
+ * next read would see an end of stream. Such a send leaves it there: what is held is
+ * dropped, as the kernel dropped what it held, and the connection's writes go to the
+ * kernel, whose error the first of them meets.
+ */
+TEST_F(TcpPair, ALaterSendLeavesTheResetToTheProgramsNextCall)
+{
+	PendingWrites writes(fds_[0], 1024, kCalls, &counters_);
+	bool dirty = false;
+	ASSERT_EQ(writes.append("held", 4, &dirty), PendingWrites::Result::Done);
+	const struct linger now = { 1, 0 };
+	ASSERT_EQ(setsockopt(fds_[1], SOL_SOCKET, SO_LINGER, &now, sizeof(now)), 0);
+	close(fds_[1]);
+	fds_[1] = -1;
+	struct pollfd reset = { fds_[0], POLLIN, 0 };
+	ASSERT_EQ(poll(&reset, 1, 10000), 1);
+	ASSERT_TRUE(reset.revents & POLLERR);
+	const int sendsBefore = g_sends;
+
+	EXPECT_EQ(writes.send(), PendingWrites::Result::Done);
+	EXPECT_EQ(g_sends, sendsBefore) << "nothing was sent";
+	EXPECT_FALSE(writes.dirty());
+	EXPECT_TRUE(writes.writesDirect());
+	EXPECT_EQ(writes.error(), 0);
+	EXPECT_EQ(writes.appendOverflow("more", 4, &dirty), PendingWrites::Result::Done);
+	EXPECT_FALSE(writes.dirty()) << "held plaintext encrypted afterwards is dropped too";
+	errno = 0;
+	EXPECT_EQ(::send(fds_[0], "y", 1, MSG_NOSIGNAL), -1);
+	EXPECT_EQ(errno, ECONNRESET) << "the kernel still holds the reset for the program";
 }
 
 TEST_F(TcpPair, ATailSentAfterTheProgramsWritesIsPushedPastNagle)

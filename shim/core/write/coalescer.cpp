@@ -114,9 +114,9 @@ void Coalescer::release(PendingWrites *writes)
 	errno = savedErrno;
 }
 
-PendingWrites::Result Coalescer::sendAsOwner(PendingWrites *writes)
+PendingWrites::Result Coalescer::sendAsOwner(PendingWrites *writes, bool programsWrite)
 {
-	const PendingWrites::Result result = writes->sendAsOwner();
+	const PendingWrites::Result result = writes->sendAsOwner(programsWrite);
 	if (result == PendingWrites::Result::Again)
 		stalled(writes);
 	return result;

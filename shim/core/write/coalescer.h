@@ -109,7 +109,7 @@ public:
 	 * From the connection's own call: sends what is pending as OpenSSL's write would.
 	 * Again: the socket is full; the bytes stay for the connection's next call.
 	 */
-	PendingWrites::Result sendAsOwner(PendingWrites *writes);
+	PendingWrites::Result sendAsOwner(PendingWrites *writes, bool programsWrite = true);
 	/* The connection's own send found the socket full (logged). */
 	void stalled(PendingWrites *writes);
 

@@ -43,6 +43,9 @@ PendingWrites::Result PendingWrites::appendRecord(const void *record, std::size_
 		if (refusedLocked())
 			return Result::Failed;
 	}
+	/* Held plaintext acknowledged before the reset was seen: the kernel would drop it too. */
+	if (overflow && peerGone_.load(std::memory_order_relaxed))
+		return Result::Done;
 	if (!overflow && !fitsInBatch(length)) {
 		const Result sent = sendAsOwner();
 		if (sent != Result::Done)
@@ -92,7 +95,7 @@ bool PendingWrites::refusedLocked() noexcept
 	return false;
 }
 
-PendingWrites::Result PendingWrites::sendAsOwner()
+PendingWrites::Result PendingWrites::sendAsOwner(bool programsWrite)
 {
 	/* Nothing held (every direct write asks): no signal mask to change. */
 	if (!dirty())
@@ -109,7 +112,7 @@ PendingWrites::Result PendingWrites::sendAsOwner()
 		{
 			SignalsBlocked quiet;
 			ShimLock lock(mutex_);
-			const Result sent = sendLocked(kBackgroundSend);
+			const Result sent = sendLocked(kBackgroundSend, !programsWrite);
 			if (sent != Result::Again)
 				return sent;
 		}
@@ -161,7 +164,7 @@ PendingWrites::Result PendingWrites::sendPatiently(std::chrono::milliseconds pat
 	ShimLock lock(mutex_, patience);
 	if (!lock.owns())
 		return Result::Busy;
-	const Result result = sendLocked(kBackgroundSend);
+	const Result result = sendLocked(kBackgroundSend, true);
 	if (result == Result::Again)
 		return result;
 	if (then == AfterSend::Detach)
@@ -195,17 +198,34 @@ PendingWrites::Result PendingWrites::trySend()
 PendingWrites::Result PendingWrites::sendLaterLocked()
 {
 	const bool any = sent_ < bytes_.size();
-	const Result result = sendLocked(kBackgroundSend);
+	const Result result = sendLocked(kBackgroundSend, true);
 	/* Under the lock: the owner's next record waits, and comes after the push. */
 	if (any && result == Result::Done && fd() >= 0)
 		pushPastNagle(fd());
 	return result;
 }
 
-PendingWrites::Result PendingWrites::sendLocked(int flags)
+bool PendingWrites::peerGoneLocked() noexcept
+{
+	if (sent_ == bytes_.size() || fd() < 0)
+		return false;
+	const int savedErrno = errno;
+	struct pollfd probe = { fd(), POLLOUT, 0 };
+	const bool gone = calls_.poll(&probe, 1, 0) == 1 && (probe.revents & POLLERR) && (probe.revents & POLLHUP);
+	errno = savedErrno;
+	if (gone) {
+		peerGone_.store(true, std::memory_order_relaxed);
+		markClean();
+	}
+	return gone;
+}
+
+PendingWrites::Result PendingWrites::sendLocked(int flags, bool later)
 {
 	/* Under the lock, and never blocking: a cancelled thread must not leave them half sent. */
 	CancelDeferred whole;
+	if (later && peerGoneLocked())
+		return Result::Done;
 	const int fd = this->fd();
 	while (sent_ < bytes_.size()) {
 		if (fd < 0) {

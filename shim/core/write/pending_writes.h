@@ -128,9 +128,10 @@ public:
 	 * (blocking or not as the socket is), holding no lock while it may block. It never
 	 * raises SIGPIPE: the call may be a read or a wait, which would not have written
 	 * (a hunt: SSL_read died of it). A failure is kept (errno says why) for the write
-	 * that reports it (reportError).
+	 * that reports it (reportError). programsWrite false: a flush before a read or a wait,
+	 * later than the writes (see sendLocked).
 	 */
-	Result sendAsOwner();
+	Result sendAsOwner(bool programsWrite = true);
 	/* Anyone else: sends what the socket takes now (kBackgroundSend). */
 	Result send();
 	/* The same without waiting for the lock. */
@@ -208,7 +209,8 @@ public:
 	 */
 	bool writesDirect() const noexcept
 	{
-		return sentAway_.load(std::memory_order_relaxed) || shut_.load(std::memory_order_relaxed);
+		return sentAway_.load(std::memory_order_relaxed) || shut_.load(std::memory_order_relaxed) ||
+		       peerGone_.load(std::memory_order_relaxed);
 	}
 	/* Bytes waiting: BIO_CTRL_WPENDING. */
 	std::size_t pending() noexcept;
@@ -252,7 +254,18 @@ public:
 	void setListed(bool listed) noexcept { listed_ = listed; }
 
 private:
-	Result sendLocked(int flags);
+	/*
+	 * later: a send made later than the program's writes (the shim's thread, a flush
+	 * before a read or a wait, a way out). Where the peer has reset the connection, such
+	 * a send would take the reset from the socket, which reports its error once: the
+	 * program's read or wait would see an end of stream (a hunt: SSL_read's "unexpected
+	 * eof" in 19 runs of 30, poll without POLLERR, SO_ERROR 0). So it looks first (poll,
+	 * which leaves the error where it is), and finding the connection gone drops what is
+	 * held, as the kernel drops what it holds at a reset (peerGone_).
+	 */
+	Result sendLocked(int flags, bool later);
+	/* POLLERR with POLLHUP: the connection is gone, and the kernel keeps its error. */
+	bool peerGoneLocked() noexcept;
 	/* Anyone but the owner, later than the program's writes: then past Nagle (nagle_push.h). */
 	Result sendLaterLocked();
 	/*
@@ -281,6 +294,11 @@ private:
 	std::atomic<bool> stalled_{false};
 	std::atomic<bool> sentAway_{false};
 	std::atomic<bool> shut_{false}; /* shut down for writing (AfterSend::WriteOut) */
+	/*
+	 * A later send found the connection gone: nothing is held from then on, and the
+	 * connection's writes go to the kernel, whose error the first of them meets.
+	 */
+	std::atomic<bool> peerGone_{false};
 	std::atomic<int> appending_{0}; /* appendRecord calls under way: writeOutAtRest's other half */
 	/* Written under mutex_; read without it by error(), once per held write. */
 	std::atomic<int> error_{0};
