@@ -247,6 +247,21 @@ int brokenEncrypt(void *, const unsigned char *data, std::size_t length, bool) n
 	return SSL_ERROR_SYSCALL;
 }
 
+/* A connection holding a line, broken until g_broken is cleared. */
+class HeldUnfinished : public ::testing::Test {
+protected:
+	void SetUp() override
+	{
+		g_calls.clear();
+		g_broken = true;
+		bool becameHeld = false;
+		ASSERT_TRUE(held_.hold("line\n", 5, &becameHeld));
+	}
+
+	int ssl_ = 0;
+	HeldPlaintext held_{ &ssl_, brokenEncrypt, &g_api };
+};
+
 } /* namespace */
 
 /*
@@ -256,14 +271,10 @@ int brokenEncrypt(void *, const unsigned char *data, std::size_t length, bool) n
  * next writes met EPIPE and SIGPIPE). The program's write that the failure is reported to
  * stands for it: a write that retries that one retries the record; its reads leave it alone.
  */
-TEST(HeldUnfinished, AWriteThatRetriesTheFailedOneRetriesTheRecordAsItWas)
+TEST_F(HeldUnfinished, AWriteThatRetriesTheFailedOneRetriesTheRecordAsItWas)
 {
-	int ssl = 0;
-	g_calls.clear();
-	g_broken = true;
-	HeldPlaintext held(&ssl, brokenEncrypt, &g_api);
+	HeldPlaintext &held = held_;
 	bool becameHeld = false;
-	ASSERT_TRUE(held.hold("line\n", 5, &becameHeld));
 	std::thread flusher([&] { held.encryptIfIdle(); });
 	flusher.join();
 	ASSERT_EQ(g_calls.size(), 1u);
@@ -302,14 +313,9 @@ TEST(HeldUnfinished, AWriteThatRetriesTheFailedOneRetriesTheRecordAsItWas)
  * buffers in turn died of SIGPIPE with the shim, and survived without). One that may
  * move its buffer (SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER) retries from another.
  */
-TEST(HeldUnfinished, AWriteThatIsNoRetryOfTheFailedOneRetriesNothing)
+TEST_F(HeldUnfinished, AWriteThatIsNoRetryOfTheFailedOneRetriesNothing)
 {
-	int ssl = 0;
-	g_calls.clear();
-	g_broken = true;
-	HeldPlaintext held(&ssl, brokenEncrypt, &g_api);
-	bool becameHeld = false;
-	ASSERT_TRUE(held.hold("line\n", 5, &becameHeld));
+	HeldPlaintext &held = held_;
 	held.encryptByOwner();
 	ASSERT_EQ(g_calls.size(), 1u);
 
