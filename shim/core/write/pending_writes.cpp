@@ -112,7 +112,7 @@ PendingWrites::Result PendingWrites::sendAsOwner(bool programsWrite)
 		{
 			SignalsBlocked quiet;
 			ShimLock lock(mutex_);
-			const Result sent = sendLocked(kBackgroundSend, !programsWrite);
+			const Result sent = sendLocked(!programsWrite);
 			if (sent != Result::Again)
 				return sent;
 		}
@@ -164,7 +164,7 @@ PendingWrites::Result PendingWrites::sendPatiently(std::chrono::milliseconds pat
 	ShimLock lock(mutex_, patience);
 	if (!lock.owns())
 		return Result::Busy;
-	const Result result = sendLocked(kBackgroundSend, true);
+	const Result result = sendLocked(true);
 	if (result == Result::Again)
 		return result;
 	if (then == AfterSend::Detach)
@@ -198,7 +198,7 @@ PendingWrites::Result PendingWrites::trySend()
 PendingWrites::Result PendingWrites::sendLaterLocked()
 {
 	const bool any = sent_ < bytes_.size();
-	const Result result = sendLocked(kBackgroundSend, true);
+	const Result result = sendLocked(true);
 	/* Under the lock: the owner's next record waits, and comes after the push. */
 	if (any && result == Result::Done && fd() >= 0)
 		pushPastNagle(fd());
@@ -220,7 +220,7 @@ bool PendingWrites::peerGoneLocked() noexcept
 	return gone;
 }
 
-PendingWrites::Result PendingWrites::sendLocked(int flags, bool later)
+PendingWrites::Result PendingWrites::sendLocked(bool later)
 {
 	/* Under the lock, and never blocking: a cancelled thread must not leave them half sent. */
 	CancelDeferred whole;
@@ -232,7 +232,7 @@ PendingWrites::Result PendingWrites::sendLocked(int flags, bool later)
 			errno = EBADF;
 			break;
 		}
-		const ssize_t n = calls_.send(fd, bytes_.data() + sent_, bytes_.size() - sent_, flags);
+		const ssize_t n = calls_.send(fd, bytes_.data() + sent_, bytes_.size() - sent_, kSend);
 		if (n >= 0) {
 			counters_->sends.fetch_add(1, std::memory_order_relaxed);
 			sent_ += static_cast<std::size_t>(n);

@@ -23,11 +23,11 @@ struct SocketCalls {
 };
 
 /*
- * How everyone but the connection's own write sends: never blocking, and never raising
- * SIGPIPE in a thread whose signal mask the program did not choose (the error is kept
- * and reported by the connection's next write instead).
+ * How the shim sends: never blocking (the owner waits for room unlocked, with poll), and
+ * never raising SIGPIPE, which belongs to the write that reports the error (kept until
+ * then), in the program's thread.
  */
-constexpr int kBackgroundSend = MSG_DONTWAIT | MSG_NOSIGNAL;
+constexpr int kSend = MSG_DONTWAIT | MSG_NOSIGNAL;
 
 /*
  * This thread holds one of the coalescer's locks: a close(), exit() or wait from inside
@@ -132,7 +132,7 @@ public:
 	 * later than the writes (see sendLocked).
 	 */
 	Result sendAsOwner(bool programsWrite = true);
-	/* Anyone else: sends what the socket takes now (kBackgroundSend). */
+	/* Anyone else: sends what the socket takes now, never waiting. */
 	Result send();
 	/* The same without waiting for the lock. */
 	Result trySend();
@@ -263,7 +263,7 @@ private:
 	 * which leaves the error where it is), and finding the connection gone drops what is
 	 * held, as the kernel drops what it holds at a reset (peerGone_).
 	 */
-	Result sendLocked(int flags, bool later);
+	Result sendLocked(bool later);
 	/* POLLERR with POLLHUP: the connection is gone, and the kernel keeps its error. */
 	bool peerGoneLocked() noexcept;
 	/* Anyone but the owner, later than the program's writes: then past Nagle (nagle_push.h). */
