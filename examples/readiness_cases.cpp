@@ -74,6 +74,11 @@
  *                     waits for the rest of the record (its message callback saw the
  *                     record's header, then it sleeps). Prints "poll after the cancel R"
  *                     (a poll of the socket at once: 0, OpenSSL holds part of a record).
+ *   eof-in-thread --cert C --key K
+ *                     a forked server writes a line, then closes without close_notify
+ *                     once the client's second thread, which read the line, is asleep in
+ *                     its next SSL_read on the blocking socket. Prints "second read N
+ *                     want-read yes|no errno E" (an end of stream: 0, no, 0).
  *   rest-of-record on|off --cert C --key K
  *                     the program sets read-ahead on the SSL itself (on or off), reads 100
  *                     bytes of a forked server's one record of 2,000, and polls its socket
@@ -732,6 +737,68 @@ void printWhatTheServerSaw(int from)
 	if (read(from, seen, sizeof(seen) - 1) <= 0)
 		fail("the server said nothing");
 	std::printf("server saw %s\n", seen);
+}
+
+/* eof-in-thread's reader: the first line, then its thread id, then the read that meets the end. */
+void *readToTheEnd(void *ssl)
+{
+	char buffer[100];
+	if (SSL_read(static_cast<SSL *>(ssl), buffer, sizeof(buffer)) <= 0)
+		fail("SSL_read");
+	g_readerTid = static_cast<pid_t>(syscall(SYS_gettid));
+	errno = 0;
+	const int n = SSL_read(static_cast<SSL *>(ssl), buffer, sizeof(buffer));
+	const bool wantRead = SSL_get_error(static_cast<SSL *>(ssl), n) == SSL_ERROR_WANT_READ;
+	std::printf("second read %d want-read %s errno %s\n", n, wantRead ? "yes" : "no",
+		    errno ? strerrorname_np(errno) : "0");
+	return nullptr;
+}
+
+/*
+ * eof-in-thread: a forked server writes a line, then, once told, closes without
+ * close_notify; a second thread of the client reads on a blocking socket, and is asleep
+ * in its read when the end comes.
+ */
+int eofInThread(SSL_CTX *server)
+{
+	int port = 0;
+	const int listener = listenOn(0, &port);
+	int go[2];
+	if (pipe(go) != 0)
+		fail("pipe");
+	std::fflush(stdout);
+	const pid_t child = fork();
+	if (child == 0) {
+		const int fd = accept(listener, nullptr, nullptr);
+		SSL *ssl = SSL_new(server);
+		SSL_set_fd(ssl, fd);
+		if (SSL_accept(ssl) != 1 || SSL_write(ssl, "line\n", 5) != 5)
+			_exit(2);
+		char byte;
+		if (read(go[0], &byte, 1) != 1)
+			_exit(2);
+		close(fd);
+		_exit(0);
+	}
+	close(listener);
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	const int fd = connectTo("127.0.0.1", std::to_string(port));
+	SSL *ssl = connectTls(ctx, fd);
+	pthread_t reader;
+	if (pthread_create(&reader, nullptr, readToTheEnd, ssl) != 0)
+		fail("pthread_create");
+	for (int i = 0; i < 100000 && g_readerTid == 0; i++)
+		sched_yield();
+	untilAsleep(g_readerTid);
+	if (write(go[1], "x", 1) != 1)
+		fail("write");
+	pthread_join(reader, nullptr);
+	int status = 0;
+	waitpid(child, &status, 0);
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
 }
 
 int closeUnread(SSL_CTX *server, const std::string &how)
@@ -2037,7 +2104,8 @@ int main(int argc, char **argv)
 		return status;
 	}
 	if (which == "pipes" || which == "pty" || which == "stoptls" || which == "close-unread" ||
-	    which == "half-record" || which == "cancel-half-record" || which == "workers" || which == "sniff") {
+	    which == "half-record" || which == "cancel-half-record" || which == "workers" || which == "sniff" ||
+	    which == "eof-in-thread") {
 		SSL_CTX *server = serverContext(option(argc, argv, "--cert", ""), option(argc, argv, "--key", ""));
 		int status = which == "pipes" || which == "pty" ? pipes(server, which == "pty")
 			     : which == "workers"                  ? workers(server, argc > 2 ? argv[2] : "",
@@ -2049,6 +2117,7 @@ int main(int argc, char **argv)
 			     : which == "sniff"                    ? sniff(server)
 			     : which == "half-record"              ? halfRecord(server)
 			     : which == "cancel-half-record"       ? cancelHalfRecord(server)
+			     : which == "eof-in-thread"            ? eofInThread(server)
 								   : closeUnread(server, argc > 2 ? argv[2] : "");
 		SSL_CTX_free(server);
 		return status;

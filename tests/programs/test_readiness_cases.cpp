@@ -498,6 +498,18 @@ TEST(Readiness, TheRestOfARecordOnAConnectionNotReadAheadIsNotReported)
 	}
 }
 
+/*
+ * A thread's blocking SSL_read asleep when the peer closes without close_notify: an end
+ * of stream. The fill before it (a read that does not block, in a process with threads)
+ * found nothing and left EAGAIN in errno, which OpenSSL's socket BIO reads when a read
+ * returns 0: it answered SSL_ERROR_WANT_READ on a blocking socket (a hunt, 10 runs of 10).
+ */
+TEST(Readiness, AnEndOfStreamMetAsleepInAThreadIsNoWantRead)
+{
+	RecordProperty("fault", "a thread's blocking SSL_read asleep, then the peer's FIN without close_notify");
+	expectBothWays(bothWays(withIdentity("eof-in-thread")), "second read 0 want-read no errno 0\n");
+}
+
 class ClosingUnread : public ::testing::TestWithParam<const char *> {};
 
 TEST_P(ClosingUnread, ResetsTheConnectionAsTheKernelDoes)
