@@ -178,6 +178,14 @@ void endConnection(SSL *ssl, int fd, SSL_CTX *ctx)
 	SSL_CTX_free(ctx);
 }
 
+/* A broken connection's end: no close_notify, whose write would meet SIGPIPE. */
+void freeConnection(SSL *ssl, int fd, SSL_CTX *ctx)
+{
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+}
+
 /* The kernel's send buffer is full: the peer stopped reading (bounded: 60 s). */
 void waitUntilFull(int fd)
 {
@@ -397,6 +405,7 @@ int sigpipePaced(const char *port, bool alternate)
 		std::printf("survived\n");
 	else
 		std::printf("survived %d failed writes\n", failures);
+	freeConnection(ssl, fd, ctx);
 	return 0;
 }
 
@@ -418,6 +427,7 @@ int readAfterReset(const char *port)
 	char byte;
 	const int n = SSL_read(ssl, &byte, 1);
 	std::printf("read %d errno %s\n", SSL_get_error(ssl, n), n < 0 ? strerrorname_np(errno) : "-");
+	freeConnection(ssl, fd, ctx);
 	return 0;
 }
 
