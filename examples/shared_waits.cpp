@@ -185,6 +185,10 @@ int main(int argc, char **argv)
 			waiterGot += n;
 		}
 	};
+	/* The callback's view of them: set before any thread starts, which reads them. */
+	static std::atomic<bool> *onHeader, *go, *done;
+	static std::atomic<pid_t> *waitingTid;
+	onHeader = &armed, go = &waitNow, done = &waited, waitingTid = &waiterTid;
 	std::thread waiter;
 	if (beforeConnection) {
 		waiter = std::thread(wait);
@@ -200,9 +204,6 @@ int main(int argc, char **argv)
 		fail("epoll_ctl");
 	if (!beforeConnection)
 		waiter = std::thread(wait);
-	static std::atomic<bool> *onHeader, *go, *done;
-	static std::atomic<pid_t> *waitingTid;
-	onHeader = &armed, go = &waitNow, done = &waited, waitingTid = &waiterTid;
 	SSL_set_msg_callback(ssl, [](int written, int, int type, const void *, size_t, SSL *, void *) {
 		if (written || type != SSL3_RT_HEADER || !onHeader->exchange(false))
 			return;
