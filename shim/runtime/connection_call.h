@@ -1,12 +1,12 @@
 #pragma once
 
 #include <cerrno>
+#include <csignal>
 #include <pthread.h>
 #include <chrono>
 #include <cstdlib>
 #include <type_traits>
 
-#include "core/write/pipe_signal.h"
 #include "runtime.h"
 
 namespace tlstune {
@@ -86,7 +86,7 @@ public:
 		if (failure_.errors)
 			failure_.errors->replay(openssl().api.errors);
 		if (failure_.error == EPIPE)
-			raisePipeSignal();
+			pthread_kill(pthread_self(), SIGPIPE);
 		errno = failure_.error;
 		return true;
 	}
@@ -212,16 +212,17 @@ private:
 	const CallScope &scope_;
 };
 
-/*
- * Runs the program's call on ssl with the connection marked as this thread's current one
- * (so its socket reads are attributed to it), then records whether its socket's queue
- * holds bytes. errno and the return value are the real call's.
- */
 /* A program's SSL_write*: its buffer and length. */
 struct ProgramWrite {
 	const void *data;
 	size_t length;
 };
+
+/*
+ * Runs the program's call on ssl with the connection marked as this thread's current one
+ * (so its socket reads are attributed to it), then records whether its socket's queue
+ * holds bytes. errno and the return value are the real call's.
+ */
 
 template <typename Function, typename... Args>
 int onConnectionAs(const ProgramWrite *write, SSL *ssl, Function OpenSslApi::*function, Args... args)

@@ -2,9 +2,9 @@
 
 #include <atomic>
 #include <cerrno>
+#include <csignal>
+#include <pthread.h>
 #include <sys/socket.h>
-
-#include "pipe_signal.h"
 
 namespace tlstune {
 
@@ -37,7 +37,7 @@ void askRetry(BIO *bio)
 int failAsTheKernelWould(int error)
 {
 	if (error == EPIPE)
-		raisePipeSignal();
+		pthread_kill(pthread_self(), SIGPIPE);
 	errno = error;
 	return -1;
 }
