@@ -35,8 +35,8 @@
  *                     socket is closed (TCP_INFO's state, which leaves the reset's error
  *                     where it is), SSL_read: prints its SSL_get_error class and errno
  *   sigpipe-alternate the same from two buffers in turn: a write after a failed one is no
- *                     retry of it, which OpenSSL fails ("bad write retry") without a system
- *                     call. Prints the first failure's SSL_get_error class and errno, the
+ *                     retry of it, which OpenSSL fails without a system call ("bad write
+ *                     retry" in 1.1.1 and 3.0). Prints the first failure's SSL_get_error class and errno, the
  *                     second's class, and "survived"
  *   reuse             SSL_shutdown, close(fd), a new connection on the same fd number,
  *                     SSL_clear, SSL_connect and ten more lines on the same SSL

@@ -13,8 +13,8 @@ using namespace testsupport;
 
 namespace {
 
-constexpr unsigned long long kFile = 64ull << 20;
-constexpr int kFetches = 4; /* 256 MiB in one process */
+constexpr unsigned long long kFile = 16ull << 20;
+constexpr int kFetches = 4; /* 64 MiB in one process */
 
 struct Download {
 	TracedRun run;
