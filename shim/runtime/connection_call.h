@@ -61,8 +61,7 @@ public:
 	{
 		if (!held_)
 			return;
-		const long mode = openssl().api.SSL_ctrl(ssl, SSL_CTRL_MODE, 0, nullptr);
-		const HeldPlaintext::WriteCall write{ data, length, (mode & SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER) != 0 };
+		const HeldPlaintext::WriteCall write{ data, length, movesBuffer };
 		failure_ = held_->enter(HeldPlaintext::Entering::Write, &write);
 	}
 	~HeldCall()
@@ -92,6 +91,12 @@ public:
 	}
 
 private:
+	static bool movesBuffer(void *ssl) noexcept
+	{
+		const long mode = openssl().api.SSL_ctrl(static_cast<SSL *>(ssl), SSL_CTRL_MODE, 0, nullptr);
+		return (mode & SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER) != 0;
+	}
+
 	HeldPlaintext *const held_;
 	HeldPlaintext::Failure failure_;
 };

@@ -247,6 +247,16 @@ int brokenEncrypt(void *, const unsigned char *data, std::size_t length, bool) n
 	return SSL_ERROR_SYSCALL;
 }
 
+/* The answers of an SSL without and with SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER. */
+bool keepsBuffer(void *) noexcept
+{
+	return false;
+}
+bool movesBuffer(void *) noexcept
+{
+	return true;
+}
+
 /* A connection holding a line, broken until g_broken is cleared. */
 class HeldUnfinished : public ::testing::Test {
 protected:
@@ -281,7 +291,7 @@ TEST_F(HeldUnfinished, AWriteThatRetriesTheFailedOneRetriesTheRecordAsItWas)
 	EXPECT_FALSE(held.hold("more\n", 5, &becameHeld)) << "nothing is held behind an unfinished record";
 
 	const char line[] = "next\n";
-	const HeldPlaintext::WriteCall write{ line, 5, false };
+	const HeldPlaintext::WriteCall write{ line, 5, keepsBuffer };
 	HeldPlaintext::Failure failure = held.enter(HeldPlaintext::Entering::Write, &write);
 	held.leave();
 	EXPECT_EQ(failure.sslError, SSL_ERROR_SYSCALL);
@@ -320,17 +330,17 @@ TEST_F(HeldUnfinished, AWriteThatIsNoRetryOfTheFailedOneRetriesNothing)
 	ASSERT_EQ(g_calls.size(), 1u);
 
 	const char first[] = "first\n", second[] = "second\n";
-	const HeldPlaintext::WriteCall failed{ first, 6, false };
+	const HeldPlaintext::WriteCall failed{ first, 6, keepsBuffer };
 	EXPECT_EQ(held.enter(HeldPlaintext::Entering::Write, &failed).error, ECONNRESET);
 	held.leave();
 
-	const HeldPlaintext::WriteCall elsewhere{ second, 7, false }, shorter{ first, 5, false };
+	const HeldPlaintext::WriteCall elsewhere{ second, 7, keepsBuffer }, shorter{ first, 5, keepsBuffer };
 	for (const HeldPlaintext::WriteCall *write : { &elsewhere, &shorter }) {
 		EXPECT_EQ(held.enter(HeldPlaintext::Entering::Write, write).sslError, 0);
 		held.leave();
 		EXPECT_EQ(g_calls.size(), 1u);
 	}
-	const HeldPlaintext::WriteCall moved{ second, 7, true };
+	const HeldPlaintext::WriteCall moved{ second, 7, movesBuffer };
 	EXPECT_EQ(held.enter(HeldPlaintext::Entering::Write, &moved).error, EPIPE);
 	held.leave();
 	EXPECT_EQ(g_calls.size(), 2u);

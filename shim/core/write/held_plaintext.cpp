@@ -309,7 +309,8 @@ bool HeldPlaintext::retriesFailedWrite(const WriteCall &write) const noexcept
 {
 	if (!failedWrite_.data)
 		return true;
-	return write.length >= failedWrite_.length && (write.movingBuffer || write.data == failedWrite_.data);
+	return write.length >= failedWrite_.length &&
+	       (write.data == failedWrite_.data || (write.movesBuffer && write.movesBuffer(ssl_)));
 }
 
 HeldPlaintext *HeldRegistry::attach(void *ssl, int fd, HeldPlaintext::Encrypt encrypt,

@@ -71,11 +71,15 @@ public:
 	 */
 	bool hold(const void *data, std::size_t length, bool *becameHeld) noexcept;
 
-	/* The program's write (Entering::Write): its buffer, length, and whether OpenSSL lets a retry move it. */
+	/*
+	 * The program's write (Entering::Write): its buffer, its length, and how to ask
+	 * whether OpenSSL lets a retry move the buffer (SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER;
+	 * asked of the SSL only where a retry comes from another buffer).
+	 */
 	struct WriteCall {
 		const void *data = nullptr;
 		std::size_t length = 0;
-		bool movingBuffer = false; /* SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER */
+		bool (*movesBuffer)(void *ssl) noexcept = nullptr;
 	};
 
 	/*
