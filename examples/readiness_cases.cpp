@@ -739,6 +739,26 @@ void printWhatTheServerSaw(int from)
 	std::printf("server saw %s\n", seen);
 }
 
+/*
+ * A forked server on a port of its own (*port): it accepts one connection, completes the
+ * handshake and runs serve(ssl, fd), then exits 0, or 2 where any of that failed. The
+ * parent gets its pid.
+ */
+template <typename Serve> pid_t forkServer(SSL_CTX *server, int *port, Serve serve)
+{
+	const int listener = listenOn(0, port);
+	std::fflush(stdout);
+	const pid_t child = fork();
+	if (child == 0) {
+		const int fd = accept(listener, nullptr, nullptr);
+		SSL *ssl = SSL_new(server);
+		SSL_set_fd(ssl, fd);
+		_exit(SSL_accept(ssl) == 1 && serve(ssl, fd) ? 0 : 2);
+	}
+	close(listener);
+	return child;
+}
+
 /* eof-in-thread's reader: the first line, then its thread id, then the read that meets the end. */
 void *readToTheEnd(void *ssl)
 {
@@ -761,26 +781,17 @@ void *readToTheEnd(void *ssl)
  */
 int eofInThread(SSL_CTX *server)
 {
-	int port = 0;
-	const int listener = listenOn(0, &port);
 	int go[2];
 	if (pipe(go) != 0)
 		fail("pipe");
-	std::fflush(stdout);
-	const pid_t child = fork();
-	if (child == 0) {
-		const int fd = accept(listener, nullptr, nullptr);
-		SSL *ssl = SSL_new(server);
-		SSL_set_fd(ssl, fd);
-		if (SSL_accept(ssl) != 1 || SSL_write(ssl, "line\n", 5) != 5)
-			_exit(2);
+	int port = 0;
+	const pid_t child = forkServer(server, &port, [&](SSL *ssl, int fd) {
 		char byte;
-		if (read(go[0], &byte, 1) != 1)
-			_exit(2);
+		if (SSL_write(ssl, "line\n", 5) != 5 || read(go[0], &byte, 1) != 1)
+			return false;
 		close(fd);
-		_exit(0);
-	}
-	close(listener);
+		return true;
+	});
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	const int fd = connectTo("127.0.0.1", std::to_string(port));
 	SSL *ssl = connectTls(ctx, fd);
@@ -804,19 +815,11 @@ int eofInThread(SSL_CTX *server)
 int closeUnread(SSL_CTX *server, const std::string &how)
 {
 	const bool freeFirst = how == "free-first" || how == "longjmp" || how == "throw";
-	int port = 0;
-	const int listener = listenOn(0, &port);
 	int result[2];
 	if (pipe(result) != 0)
 		fail("pipe");
-	std::fflush(stdout);
-	const pid_t child = fork();
-	if (child == 0) {
-		const int fd = accept(listener, nullptr, nullptr);
-		SSL *ssl = SSL_new(server);
-		SSL_set_fd(ssl, fd);
-		if (SSL_accept(ssl) != 1)
-			_exit(2);
+	int port = 0;
+	const pid_t child = forkServer(server, &port, [&](SSL *ssl, int fd) {
 		std::string lines;
 		for (int i = 0; i < 20; i++)
 			lines += "line " + std::to_string(i) + "\n";
@@ -828,18 +831,18 @@ int closeUnread(SSL_CTX *server, const std::string &how)
 		const int on = 1, off = 0;
 		setsockopt(fd, IPPROTO_TCP, TCP_CORK, &on, sizeof(on));
 		if (how == "one-record" && SSL_write(ssl, lines.data(), static_cast<int>(lines.size())) <= 0)
-			_exit(2);
+			return false;
 		for (size_t at = how == "one-record" ? lines.size() : 0; at < lines.size();) {
 			const size_t end = lines.find('\n', at) + 1;
 			if (SSL_write(ssl, lines.data() + at, static_cast<int>(end - at)) <= 0)
-				_exit(2);
+				return false;
 			at = end;
 		}
 		/* longjmp, throw: a block after the lines, which the client waits for. */
 		const std::string block(kLeaveBlock, 'b');
 		if ((how == "longjmp" || how == "throw") &&
 		    SSL_write(ssl, block.data(), static_cast<int>(block.size())) <= 0)
-			_exit(2);
+			return false;
 		setsockopt(fd, IPPROTO_TCP, TCP_CORK, &off, sizeof(off));
 		/* Past what the client wrote last (written-last), to its end. */
 		char byte;
@@ -847,11 +850,8 @@ int closeUnread(SSL_CTX *server, const std::string &how)
 		while ((n = recv(fd, &byte, 1, 0)) > 0) {
 		}
 		const char *seen = n == 0 ? "fin" : n < 0 && errno == ECONNRESET ? "reset" : "other";
-		if (write(result[1], seen, std::strlen(seen)) < 0)
-			_exit(2);
-		_exit(0);
-	}
-	close(listener);
+		return write(result[1], seen, std::strlen(seen)) >= 0;
+	});
 	close(result[1]);
 	/* abort, exec: the client's image ends with the socket (a hunt: a FIN). */
 	const bool imageEnds = how == "abort" || how == "exec" || how == "copy-exit";
