@@ -13,7 +13,10 @@ namespace tlstune {
  * program: 1 wait in 10 slept out its 20 s with two records held). So a call that filled,
  * in a process with threads, wakes the sets that register its socket while a thread waits
  * on one (EpollWake). Dekker: a wait counts itself in before it looks at what is held; a
- * call marks its connection held (BufferedFds) before it looks at the counts.
+ * call marks its connection held (BufferedFds) before it looks at the counts. Both sides
+ * look by a read-modify-write of the count they share: of two such on one count, the later
+ * sees the earlier and all before it (a fence would do as much, but ThreadSanitizer does
+ * not follow fences).
  *
  * Counted only in a process with threads and a TLS context: a process of one thread cannot
  * fill while it waits, and one that never made a context has nothing to fill (a wait begun
@@ -28,8 +31,8 @@ public:
 
 	void enter(int epfd) noexcept
 	{
-		total_.fetch_add(1, std::memory_order_seq_cst);
-		slots_[slot(epfd)].fetch_add(1, std::memory_order_seq_cst);
+		total_.fetch_add(1, std::memory_order_acq_rel);
+		slots_[slot(epfd)].fetch_add(1, std::memory_order_acq_rel);
 	}
 	void leave(int epfd) noexcept
 	{
@@ -37,12 +40,9 @@ public:
 		total_.fetch_sub(1, std::memory_order_relaxed);
 	}
 	/* After the connection is marked held: whether any thread is in an epoll wait. */
-	bool any() const noexcept
-	{
-		std::atomic_thread_fence(std::memory_order_seq_cst);
-		return total_.load(std::memory_order_relaxed) != 0;
-	}
-	bool waitingOn(int epfd) const noexcept { return slots_[slot(epfd)].load(std::memory_order_relaxed) != 0; }
+	bool any() noexcept { return total_.fetch_add(0, std::memory_order_acq_rel) != 0; }
+	/* The same for the waits on epfd, after any(). */
+	bool waitingOn(int epfd) noexcept { return slots_[slot(epfd)].fetch_add(0, std::memory_order_acq_rel) != 0; }
 
 	/* In a fork's child: the parent's other threads do not wait here. */
 	void forkedChild() noexcept;
@@ -77,11 +77,8 @@ public:
 	CountedEpollWait(EpollWaiters &waiters, int epfd, bool counted) noexcept
 		: waiters_(counted ? &waiters : nullptr), epfd_(epfd)
 	{
-		if (waiters_) {
-			waiters_->enter(epfd);
-			/* Before the wait's look at what is held. */
-			std::atomic_thread_fence(std::memory_order_seq_cst);
-		}
+		if (waiters_)
+			waiters_->enter(epfd); /* before the wait's look at what is held */
 	}
 	~CountedEpollWait()
 	{

@@ -426,12 +426,12 @@ void HeldRegistry::encryptAllNow() noexcept
 
 void HeldRegistry::socketsLeaving(int first, int last) noexcept
 {
-	waysOut_.fetch_add(1, std::memory_order_relaxed);
 	if (first == last)
 		leaving_.note(first);
 	else
 		rangesLeaving_.fetch_add(1, std::memory_order_relaxed);
-	std::atomic_thread_fence(std::memory_order_seq_cst);
+	/* Announced, then counted: holdingFor's read-modify-write of the count sees both. */
+	waysOut_.fetch_add(1, std::memory_order_acq_rel);
 	if (fds_.anyIn(first, last))
 		encryptAll(true, first, last, Pass::Leaving);
 }

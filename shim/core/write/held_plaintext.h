@@ -283,7 +283,9 @@ public:
 	 * at it from now on. False while one is under way, or after it (the write then goes
 	 * out as it is, and fails as without tlstune).
 	 * Noted, then asked, as the way out announces itself, then asks: one of the two sees
-	 * the other (a hunt: a record begun as the close passed by was lost).
+	 * the other (a hunt: a record begun as the close passed by was lost). Each side asks
+	 * after a read-modify-write of waysOut_: of two such, the later sees the earlier and
+	 * all before it (a fence would do as much, but ThreadSanitizer does not follow fences).
 	 */
 	bool holdingFor(HeldPlaintext *held, int fd, unsigned long waysOutBefore) noexcept
 	{
@@ -291,9 +293,9 @@ public:
 		if (fd < 0 || (held->fd() != fd && !index(held, fd)))
 			return false;
 		fds_.note(fd);
-		std::atomic_thread_fence(std::memory_order_seq_cst);
-		return rangesLeaving_.load(std::memory_order_relaxed) == 0 && !leaving_.mayHave(fd) &&
-		       waysOut_.load(std::memory_order_relaxed) == waysOutBefore;
+		if (waysOut_.fetch_add(0, std::memory_order_acq_rel) != waysOutBefore)
+			return false;
+		return rangesLeaving_.load(std::memory_order_relaxed) == 0 && !leaving_.mayHave(fd);
 	}
 	/*
 	 * How many ways out have begun, read before a write decides to begin a record: a
