@@ -41,6 +41,13 @@ build_tree() {
 		{ meson compile -C "$1" 2>&1 | grep -v '^\[' >&2; return 1; }
 }
 
+# The libFuzzer targets with clang, in build-fuzz/.
+build_fuzz_tree() {
+	[ -f build-fuzz/build.ninja ] ||
+		CXX=clang++ meson setup build-fuzz -Dtests=false -Dfuzzing=true >/dev/null
+	meson compile -C build-fuzz >/dev/null
+}
+
 # The Debian mirror this system's apt uses for its own release (apt's configuration, not a
 # fixed address), or nothing: then debootstrap takes its default.
 debian_mirror() {

@@ -65,6 +65,16 @@ openssl111_pkgconfig() {
 	done
 }
 
+# Builds build-openssl-1.1.1/ against the unpacked copy (fetched first where it is not).
+openssl111_build() {
+	openssl111_ensure || return 1
+	if [ ! -f build-openssl-1.1.1/build.ninja ]; then
+		meson setup build-openssl-1.1.1 --buildtype=debugoptimized \
+			--pkg-config-path="$OPENSSL111_DIR/pkgconfig" >/dev/null || return 1
+	fi
+	build_tree build-openssl-1.1.1
+}
+
 # The examples and the unit, abi, syscall and CA tests and the example-driven program tests,
 # built against 1.1.1 (build-openssl-1.1.1/) and run with the shim. The CA cases that run
 # Debian 12's curl, python and socat are left out: those load its OpenSSL 3.0.
@@ -74,13 +84,8 @@ programs-writer-cases programs-record-cases"
 OPENSSL111_FILTER="-CaCache.Python*:CaCache.Curl*:CaCache.Socat*"
 
 openssl111_leg() {
-	openssl111_ensure || return 1
+	openssl111_build || return 1
 	rm -f build-openssl-1.1.1/meson-logs/testlog.junit.xml
-	if [ ! -f build-openssl-1.1.1/build.ninja ]; then
-		meson setup build-openssl-1.1.1 --buildtype=debugoptimized \
-			--pkg-config-path="$OPENSSL111_DIR/pkgconfig" >/dev/null || return 1
-	fi
-	build_tree build-openssl-1.1.1 || return 1
 	# shellcheck disable=SC2086
 	GTEST_FILTER="$OPENSSL111_FILTER" \
 		meson test -C build-openssl-1.1.1 --print-errorlogs $OPENSSL111_TESTS
