@@ -542,13 +542,19 @@ SSL *connectedToHalves(SSL_CTX *server, SSL_CTX *ctx, int *fd, pid_t *child)
 }
 
 int g_headerSeen[2]; /* a pipe: cancel-half-record's reader saw the big record's header */
+/*
+ * A message callback is set on the context before the connection and armed after its
+ * handshake: OpenSSL 3.2 and later give a connection's record layer the callback when the
+ * layer is made (at the handshake), and one set on the SSL later is never called.
+ */
+std::atomic<bool> g_headersWatched{ false };
 
 /* The header of the half record (not of a session ticket, a few hundred bytes). */
 void noteBigHeader(int writing, int, int contentType, const void *bytes, size_t length, SSL *, void *)
 {
 	const auto *header = static_cast<const unsigned char *>(bytes);
-	if (!writing && contentType == SSL3_RT_HEADER && length == 5 && (header[3] << 8 | header[4]) > 900 &&
-	    write(g_headerSeen[1], "h", 1) != 1)
+	if (g_headersWatched && !writing && contentType == SSL3_RT_HEADER && length == 5 &&
+	    (header[3] << 8 | header[4]) > 900 && write(g_headerSeen[1], "h", 1) != 1)
 		_exit(2);
 }
 
@@ -572,12 +578,12 @@ int cancelHalfRecord(SSL_CTX *server)
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	int fd = -1;
 	pid_t child = -1;
+	SSL_CTX_set_msg_callback(ctx, noteBigHeader);
 	SSL *ssl = connectedToHalves(server, ctx, &fd, &child);
-	SSL_set_msg_callback(ssl, noteBigHeader);
+	g_headersWatched = true;
 	pthread_t reader;
 	if (pthread_create(&reader, nullptr, readForEver, ssl) != 0)
 		fail("pthread_create");
-	/* Bounded: from OpenSSL 3.2 the header is shown with the whole record only. */
 	struct pollfd header = { g_headerSeen[0], POLLIN, 0 };
 	char seen;
 	if (poll(&header, 1, kPollMs) != 1 || read(g_headerSeen[0], &seen, 1) != 1)
@@ -680,12 +686,11 @@ sigjmp_buf g_afterAbort;
 /* What the server writes after the lines in close-unread longjmp and throw. */
 constexpr int kLeaveBlock = 8192;
 
-/* A message callback that leaves SSL_read at the first record header it is shown. */
+/* A message callback that leaves SSL_read at the first record header it is shown, once watched. */
 void leaveAtFirstHeader(int writing, int, int contentType, const void *, size_t, SSL *ssl, void *)
 {
-	if (writing || contentType != SSL3_RT_HEADER)
+	if (writing || contentType != SSL3_RT_HEADER || !g_headersWatched.exchange(false))
 		return;
-	SSL_set_msg_callback(ssl, nullptr);
 	if (SSL_get_app_data(ssl))
 		throw std::runtime_error("left");
 	longjmp(g_leaveRead, 1);
@@ -695,7 +700,7 @@ void leaveAtFirstHeader(int writing, int, int contentType, const void *, size_t,
 void leaveRead(SSL *ssl, bool throwing)
 {
 	SSL_set_app_data(ssl, throwing ? ssl : nullptr);
-	SSL_set_msg_callback(ssl, leaveAtFirstHeader);
+	g_headersWatched = true;
 	char buffer[64];
 	if (throwing) {
 		try {
@@ -864,6 +869,8 @@ int closeUnread(SSL_CTX *server, const std::string &how)
 		return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
 	}
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	if (how == "longjmp" || how == "throw")
+		SSL_CTX_set_msg_callback(ctx, leaveAtFirstHeader);
 	const int fd = connectTo("127.0.0.1", std::to_string(port));
 	SSL *ssl = connectTls(ctx, fd);
 	std::string line;
