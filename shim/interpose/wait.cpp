@@ -258,8 +258,8 @@ TLSTUNE_EXPORT int epoll_wait(int epfd, struct epoll_event *events, int maxevent
 		return mergedWait([=](Process &p) {
 			const CountedEpollWait counted(epollWaiters(), epfd, !__libc_single_threaded);
 			return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents,
-					   [&](bool zero, int room, std::chrono::nanoseconds elapsed) {
-						   return p.libc.epoll_wait(epfd, events, room,
+					   [&](bool zero, int room, std::chrono::nanoseconds elapsed, struct epoll_event *into) {
+						   return p.libc.epoll_wait(epfd, into, room,
 									    zero ? 0 : timeLeftMs(timeout, elapsed));
 					   });
 		});
@@ -278,8 +278,8 @@ TLSTUNE_EXPORT int epoll_pwait(int epfd, struct epoll_event *events, int maxeven
 		return mergedWait([=](Process &p) {
 			const CountedEpollWait counted(epollWaiters(), epfd, !__libc_single_threaded);
 			return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents,
-					   [&](bool zero, int room, std::chrono::nanoseconds elapsed) {
-						   return p.libc.epoll_pwait(epfd, events, room,
+					   [&](bool zero, int room, std::chrono::nanoseconds elapsed, struct epoll_event *into) {
+						   return p.libc.epoll_pwait(epfd, into, room,
 									     zero ? 0 : timeLeftMs(timeout, elapsed),
 									     zero ? nullptr : sigmask);
 					   });
@@ -304,9 +304,9 @@ TLSTUNE_EXPORT int epoll_pwait2(int epfd, struct epoll_event *events, int maxeve
 		return mergedWait([=](Process &p) {
 			const CountedEpollWait counted(epollWaiters(), epfd, !__libc_single_threaded);
 			return epollMerged(p.buffered, p.epoll, p.libc.epoll_ctl, epfd, events, maxevents,
-					   [&](bool zero, int room, std::chrono::nanoseconds elapsed) {
+					   [&](bool zero, int room, std::chrono::nanoseconds elapsed, struct epoll_event *into) {
 						   struct timespec left = timeout ? timeLeftSpec(*timeout, elapsed) : kZeroSpec;
-						   return p.libc.epoll_pwait2(epfd, events, room,
+						   return p.libc.epoll_pwait2(epfd, into, room,
 									      zero ? &kZeroSpec : timeout ? &left : nullptr,
 									      zero ? nullptr : sigmask);
 					   });

@@ -249,9 +249,10 @@ int mergeEpollEvent(struct epoll_event *events, int ready, int maxevents,
  * backpressure) is not woken again until more arrives.
  */
 /*
- * realWait(zeroTimeout, room, elapsed): the real epoll wait for at most room events
- * (room <= maxevents), its mask left out of the probe as for ppoll, for what is left of
- * the program's timeout after elapsed (timeLeftMs). started: when the call began.
+ * realWait(zeroTimeout, room, elapsed, into): the real epoll wait for at most room events
+ * (room <= maxevents), into that part of the program's events, its mask left out of the
+ * probe as for ppoll, for what is left of the program's timeout after elapsed
+ * (timeLeftMs). started: when the call began.
  */
 template <typename RealWait>
 __attribute__((noinline)) int epollMergedFully(const BufferedFds &buffered, EpollSets &sets, EpollCtl realCtl,
@@ -302,7 +303,8 @@ inline int epollMerged(const BufferedFds &buffered, EpollSets &sets, EpollCtl re
 		return epollMergedFully(buffered, sets, realCtl, epfd, events, maxevents, realWait, started);
 	const unsigned long ticket = sets.noOneShots() ? 0 : sets.beginWait();
 	bool again = false;
-	const int ready = takenIn(sets, realCtl, epfd, events, realWait(false, maxevents, std::chrono::nanoseconds(0)),
+	const int ready = takenIn(sets, realCtl, epfd, events,
+				  realWait(false, maxevents, std::chrono::nanoseconds(0), events),
 				  ticket, &again);
 	/* The wake stays until a wait settles it (epollMergedFully). */
 	return again ? epollMergedFully(buffered, sets, realCtl, epfd, events, maxevents, realWait, started) : ready;
@@ -328,7 +330,7 @@ int epollMergedFully(const BufferedFds &buffered, EpollSets &sets, EpollCtl real
 		const unsigned long before = wake.generation();
 		if (buffered.empty() || maxevents <= 0) {
 			const unsigned long ticket = sets.noOneShots() ? 0 : sets.beginWait();
-			int ready = realWait(false, maxevents, elapsed);
+			int ready = realWait(false, maxevents, elapsed, events);
 			const unsigned long returned = sets.returned();
 			if (ready > 0 && !wake.idle())
 				ready = wake.strip(events, ready, &woken);
@@ -358,10 +360,25 @@ int epollMergedFully(const BufferedFds &buffered, EpollSets &sets, EpollCtl real
 		const bool shimsTurn = found > 0 && sets.takeOwed(epfd);
 		const int room = shimsTurn ? maxevents - found : maxevents;
 		const unsigned long ticket = sets.noOneShots() ? 0 : sets.beginWait();
-		int ready = room > 0 ? realWait(found > 0, room, elapsed) : 0;
+		int ready = room > 0 ? realWait(found > 0, room, elapsed, events) : 0;
 		const unsigned long returned = sets.returned();
-		if (ready > 0 && !wake.idle())
+		if (ready > 0 && !wake.idle()) {
+			const int kernelReady = ready;
 			ready = wake.strip(events, ready, &woken);
+			/*
+			 * The wake took a place the set's other ready files had: the kernel, asked again
+			 * at once, gives the next of them (it moved the wake to the end of its ready
+			 * list). A hunt: with maxevents 1 a held connection's EPOLLOUT, EPOLLRDHUP or
+			 * EPOLLHUP came in every other wait, the shim's EPOLLIN alone between. Not with
+			 * one-shot registrations, whose reports are matched to the wait that made them.
+			 */
+			if (woken && kernelReady == room && sets.noOneShots()) {
+				bool again = false;
+				const int more = realWait(true, room - ready, elapsed, events + ready);
+				if (more > 0)
+					ready += wake.strip(events + ready, more, &again);
+			}
+		}
 		/* Before the look for what to report: a wake made after it keeps the set woken. */
 		const unsigned long seen = woken ? wake.generation() : 0;
 		const int kernelReady = ready;
