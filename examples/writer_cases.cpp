@@ -47,6 +47,12 @@
  *                     prints "application records N" (what the callback saw written)
  *   quiet-shutdown    ten short lines, SSL_set_shutdown(SENT | RECEIVED), SSL_shutdown
  *                     (prints "SSL_shutdown R"), SSL_free, close
+ *   reset-connect-state, reset-accept-state, reset-set-method, reset-set-session,
+ *   reset-copy-session
+ *                     ten short lines, then SSL_set_connect_state, SSL_set_accept_state,
+ *                     SSL_set_ssl_method(TLS_method()), SSL_set_session(NULL) or
+ *                     SSL_copy_session_id from a new SSL (prints the call and what it
+ *                     returned, 1 for the first two), close, SSL_free
  *   set-shutdown-raw, renegotiate-raw, renegotiate-abbreviated-raw
  *                     ten short lines, SSL_set_shutdown(SENT | RECEIVED), SSL_renegotiate
  *                     or SSL_renegotiate_abbreviated (prints what it returned), then
@@ -1014,6 +1020,36 @@ int quietShutdownCase(const char *port)
 	return 0;
 }
 
+/* Ten short lines, then a call that clears the connection's ciphers, then close and SSL_free. */
+int resetCase(const char *port, const std::string &call)
+{
+	SSL_CTX *ctx = client();
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	writeLines(ssl, 0, 10);
+	int result = 1;
+	if (call == "connect-state") {
+		SSL_set_connect_state(ssl);
+	} else if (call == "accept-state") {
+		SSL_set_accept_state(ssl);
+	} else if (call == "set-method") {
+		result = SSL_set_ssl_method(ssl, TLS_method());
+	} else if (call == "set-session") {
+		result = SSL_set_session(ssl, nullptr);
+	} else if (call == "copy-session") {
+		SSL *fresh = SSL_new(ctx);
+		result = SSL_copy_session_id(ssl, fresh);
+		SSL_free(fresh);
+	} else {
+		fail("unknown call");
+	}
+	std::printf("%s %d\n", call.c_str(), result);
+	close(fd);
+	SSL_free(ssl);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 /*
  * Ten short lines, then a call that sends what is held first (SSL_set_shutdown,
  * SSL_renegotiate, SSL_renegotiate_abbreviated), then "PLAIN" written on the socket
@@ -1221,6 +1257,8 @@ int main(int argc, char **argv)
 		return lateMsgCallbackCase(argv[1]);
 	if (how == "quiet-shutdown")
 		return quietShutdownCase(argv[1]);
+	if (how.rfind("reset-", 0) == 0)
+		return resetCase(argv[1], how.substr(6));
 	if (how == "set-shutdown-raw" || how == "renegotiate-raw" || how == "renegotiate-abbreviated-raw")
 		return rawAfterCase(argv[1], how.substr(0, how.size() - 4));
 	if (how == "wbio-hook")

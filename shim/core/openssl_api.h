@@ -48,6 +48,11 @@ struct OpenSslApi {
 	decltype(&::SSL_key_update) SSL_key_update = nullptr;
 	decltype(&::SSL_renegotiate) SSL_renegotiate = nullptr;
 	decltype(&::SSL_renegotiate_abbreviated) SSL_renegotiate_abbreviated = nullptr;
+	decltype(&::SSL_set_connect_state) SSL_set_connect_state = nullptr;
+	decltype(&::SSL_set_accept_state) SSL_set_accept_state = nullptr;
+	decltype(&::SSL_set_ssl_method) SSL_set_ssl_method = nullptr;
+	decltype(&::SSL_set_session) SSL_set_session = nullptr;
+	decltype(&::SSL_copy_session_id) SSL_copy_session_id = nullptr;
 
 	/* What the features need. */
 	decltype(&::SSL_CTX_ctrl) SSL_CTX_ctrl = nullptr;

@@ -61,6 +61,20 @@ int request(SSL *ssl, Function OpenSslApi::*function, Args... args)
 	return real(ssl, args...);
 }
 
+/*
+ * Before a call that sets the connection's write side anew (SSL_set_shutdown, a state,
+ * method or session set): what the program wrote before goes out first, to the kernel,
+ * encrypted as it was written before. A failure to encrypt it is kept for the
+ * connection's next call.
+ */
+void handOverHeld(SSL *ssl)
+{
+	if (HeldPlaintext::encryptingHere())
+		return;
+	flushWrites(ssl);
+	HeldCall(ssl, HeldPlaintext::Entering::Keep);
+}
+
 } /* namespace */
 
 TLSTUNE_EXPORT int SSL_pending(const SSL *s)
@@ -126,11 +140,57 @@ TLSTUNE_EXPORT void SSL_set_shutdown(SSL *s, int mode)
 	const auto real = openssl().api.SSL_set_shutdown;
 	if (!real)
 		return;
-	if (!HeldPlaintext::encryptingHere()) {
-		flushWrites(s);
-		HeldCall(s, HeldPlaintext::Entering::Keep);
-	}
+	handOverHeld(s);
 	real(s, mode);
+}
+
+/*
+ * A state, method or session set clears the connection's ciphers (a hunt: ten short
+ * writes, then SSL_set_connect_state, SSL_set_accept_state, SSL_set_ssl_method,
+ * SSL_set_session or SSL_copy_session_id: the peer got 2 lines of 10, or a bad record
+ * mac): what was written before goes out first, as it went out before without tlstune.
+ */
+TLSTUNE_EXPORT void SSL_set_connect_state(SSL *s)
+{
+	if (const auto real = openssl().api.SSL_set_connect_state) {
+		handOverHeld(s);
+		real(s);
+	}
+}
+
+TLSTUNE_EXPORT void SSL_set_accept_state(SSL *s)
+{
+	if (const auto real = openssl().api.SSL_set_accept_state) {
+		handOverHeld(s);
+		real(s);
+	}
+}
+
+TLSTUNE_EXPORT int SSL_set_ssl_method(SSL *s, const SSL_METHOD *method)
+{
+	const auto real = openssl().api.SSL_set_ssl_method;
+	if (!real)
+		return 0;
+	handOverHeld(s);
+	return real(s, method);
+}
+
+TLSTUNE_EXPORT int SSL_set_session(SSL *s, SSL_SESSION *session)
+{
+	const auto real = openssl().api.SSL_set_session;
+	if (!real)
+		return 0;
+	handOverHeld(s);
+	return real(s, session);
+}
+
+TLSTUNE_EXPORT int SSL_copy_session_id(SSL *to, const SSL *from)
+{
+	const auto real = openssl().api.SSL_copy_session_id;
+	if (!real)
+		return 0;
+	handOverHeld(to);
+	return real(to, from);
 }
 
 TLSTUNE_EXPORT int SSL_key_update(SSL *s, int updatetype)

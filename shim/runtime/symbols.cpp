@@ -217,6 +217,11 @@ bool resolveOpenSsl(OpenSslApi *api) noexcept
 	RESOLVE(SSL_key_update);
 	RESOLVE(SSL_renegotiate);
 	RESOLVE(SSL_renegotiate_abbreviated);
+	RESOLVE(SSL_set_connect_state);
+	RESOLVE(SSL_set_accept_state);
+	RESOLVE(SSL_set_ssl_method);
+	RESOLVE(SSL_set_session);
+	RESOLVE(SSL_copy_session_id);
 	RESOLVE_ERROR(ERR_peek_error);
 	RESOLVE_ERROR(ERR_set_mark);
 	RESOLVE_ERROR(ERR_pop_to_mark);

@@ -775,6 +775,20 @@ TEST(Writers, AQuietShutdownAfterShortWritesKeepsThemAndSucceeds)
 }
 
 /*
+ * Calls that clear the connection's ciphers send what is held first (a hunt: the peer got 2
+ * lines of 10, or a bad record mac, after each of them).
+ */
+TEST(Writers, CallsThatClearTheCiphersAfterShortWritesKeepThem)
+{
+	RecordProperty("fault", "ten short writes, then SSL_set_connect_state, SSL_set_accept_state, SSL_set_ssl_method, "
+				"SSL_set_session or SSL_copy_session_id, then close");
+	for (const char *call : { "connect-state", "accept-state", "set-method", "set-session", "copy-session" }) {
+		SCOPED_TRACE(call);
+		expectTheSameBothWays(std::string("reset-") + call, {}, std::string(call) + " 1\n", 0, 1);
+	}
+}
+
+/*
  * SSL_set_shutdown and the renegotiation requests send what is held first: a program's own
  * bytes on the socket after them come after the lines (a hunt: the peer got 2 of 6 lines
  * before them, the rest were still the shim's to send).
