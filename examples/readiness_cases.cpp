@@ -14,7 +14,10 @@
  *                     fcntl (F_DUPFD_CLOEXEC), dup2-select (dup2 to fd 100,
  *                     waited on with select) or scm-rights (a copy sent to itself over a
  *                     socketpair, as a process that hands connections to another would;
- *                     scm-rights-mmsg: received by recvmmsg),
+ *                     scm-rights-mmsg: received by recvmmsg; scm-rights-moved: the
+ *                     connection moved to that copy by SSL_set_fd, the old number closed;
+ *                     scm-rights-dup2: the copy dup2ed onto the connection's number, then
+ *                     closed),
  *                     restore (the fd saved by dup, a pipe dup2ed over it, then the saved
  *                     copy dup2ed back and closed: the connection's own number is waited
  *                     on), close-first (dup, close of the old number, then SSL_set_fd
@@ -324,7 +327,20 @@ int anotherFd(const char *port, const std::string &how)
 		watched = dup2(fd, 100);
 	else if (how == "scm-rights" || how == "scm-rights-mmsg")
 		watched = passedThroughScmRights(fd, how == "scm-rights-mmsg");
-	else if (how == "restore") {
+	else if (how == "scm-rights-moved") {
+		watched = passedThroughScmRights(fd);
+		if (watched < 0 || SSL_set_fd(ssl, watched) != 1)
+			fail("scm-rights-moved");
+		close(fd);
+		fd = -1;
+	} else if (how == "scm-rights-dup2") {
+		/* The copy takes the connection's own number, which keeps the socket. */
+		const int copy = passedThroughScmRights(fd);
+		if (copy < 0 || dup2(copy, fd) != fd)
+			fail("scm-rights-dup2");
+		close(copy);
+		watched = fd;
+	} else if (how == "restore") {
 		/* A shell's save and restore of a descriptor: the number is a pipe for a moment. */
 		const int saved = dup(fd);
 		int pipeFds[2];
@@ -340,8 +356,8 @@ int anotherFd(const char *port, const std::string &how)
 		SSL_set_fd(ssl, watched);
 		fd = -1;
 	} else
-		fail("HOW: dup, dup-first, dup-first-late, fcntl, dup2-select, scm-rights(-mmsg), restore, close-first, "
-		     "original or original-first");
+		fail("HOW: dup, dup-first, dup-first-late, fcntl, dup2-select, scm-rights(-mmsg, -moved, -dup2), restore, "
+		     "close-first, original or original-first");
 	if (how == "moved") {
 		SSL_set_fd(ssl, watched);
 		close(fd);

@@ -63,13 +63,36 @@ void forEachPassed(const struct msghdr *msg, Each each)
 }
 
 /*
+ * A number that names the same socket as fd and has bytes the shim queued of it (a
+ * connection holding data reads it), or -1. An fstat, and a look at the connections that
+ * hold data.
+ */
+inline int queuedNumberOf(Process &p, int fd) noexcept
+{
+	ino_t ino;
+	if (!p.cache.used() || p.buffered.empty() || !streamInode(fd, &ino))
+		return -1;
+	int found = -1;
+	p.buffered.forEach(0, [&](int held, ino_t heldIno, unsigned long long) {
+		if (found < 0 && held != fd && heldIno == ino && p.cache.mayHave(held))
+			found = held;
+	});
+	return found;
+}
+
+/*
  * The descriptors an SCM_RIGHTS message brought: a socket this process's connection reads
  * may come back under another number (a process handing connections to itself, or a copy
- * sent and returned), and a wait on that number must see what OpenSSL holds for it.
+ * sent and returned), and a wait on that number must see what OpenSSL holds for it, a
+ * read on it what the shim queued (a hunt: a connection moved to the copy by SSL_set_fd,
+ * or kept on its number by a dup2 of the copy, read past the queue: "wrong version
+ * number", every byte lost).
  */
 inline void noteReceivedDescriptors(Process &p, const struct msghdr *msg) noexcept
 {
-	forEachPassed(msg, [&p](int fd) { noteDuplicate(&p, -1, fd); });
+	const int savedErrno = errno;
+	forEachPassed(msg, [&p](int fd) { noteDuplicate(&p, queuedNumberOf(p, fd), fd); });
+	errno = savedErrno;
 }
 
 /*

@@ -84,11 +84,14 @@ TEST_P(Duplicates, AWaitOnADuplicateSeesWhatOpenSslHolds)
  * dup-first-late: after 100 other copies (the shim remembered 64 before 4408b76);
  * original and original-first: OpenSSL reads the copy and the program waits on the number
  * it was made from (a hunt: 10 stalls in 10; the shim noted only the copy's number), the
- * second with the copy made before any OpenSSL call.
+ * second with the copy made before any OpenSSL call. scm-rights-moved and scm-rights-dup2:
+ * the connection reads the copy it sent itself, under the copy's number or its own (a hunt:
+ * it read past what the shim had queued, "wrong version number", every byte lost).
  */
 INSTANTIATE_TEST_SUITE_P(Readiness, Duplicates,
 			 ::testing::Values("dup", "dup-first", "dup-first-late", "fcntl", "dup2-select", "scm-rights",
-					   "scm-rights-mmsg", "original", "original-first"));
+					   "scm-rights-mmsg", "scm-rights-moved", "scm-rights-dup2", "original",
+					   "original-first"));
 
 class ClosedNumbers : public ::testing::TestWithParam<const char *> {};
 
