@@ -47,6 +47,10 @@
  *                     prints "application records N" (what the callback saw written)
  *   quiet-shutdown    ten short lines, SSL_set_shutdown(SENT | RECEIVED), SSL_shutdown
  *                     (prints "SSL_shutdown R"), SSL_free, close
+ *   unshare-files     ten short lines on a connection, unshare(CLONE_FILES) (prints what it
+ *                     returned), close_notify, SSL_free and close; a second connection, which
+ *                     takes the same fd number (prints whether it did), ten short lines, a
+ *                     5 ms sleep, close_notify (against --connections 2)
  *   reset-connect-state, reset-accept-state, reset-set-method, reset-set-session,
  *   reset-copy-session
  *                     ten short lines, then SSL_set_connect_state, SSL_set_accept_state,
@@ -1020,6 +1024,27 @@ int quietShutdownCase(const char *port)
 	return 0;
 }
 
+/* A connection, unshare(CLONE_FILES), a second connection on the first one's number. */
+int unshareFilesCase(const char *port)
+{
+	SSL_CTX *ctx = client();
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	writeLines(ssl, 0, 10);
+	std::printf("unshare %d\n", unshare(CLONE_FILES));
+	endConnection(ssl, fd, ctx);
+	ctx = client();
+	int again = -1;
+	ssl = connectSsl(ctx, port, &again);
+	std::printf("same fd number: %s\n", again == fd ? "yes" : "no");
+	writeLines(ssl, 10, 10);
+	/* Past the delay: a thread of the shim's would have sent the lines by now. */
+	struct timespec pause = { 0, 5000000 };
+	nanosleep(&pause, nullptr);
+	endConnection(ssl, again, ctx);
+	return 0;
+}
+
 /* Ten short lines, then a call that clears the connection's ciphers, then close and SSL_free. */
 int resetCase(const char *port, const std::string &call)
 {
@@ -1257,6 +1282,8 @@ int main(int argc, char **argv)
 		return lateMsgCallbackCase(argv[1]);
 	if (how == "quiet-shutdown")
 		return quietShutdownCase(argv[1]);
+	if (how == "unshare-files")
+		return unshareFilesCase(argv[1]);
 	if (how.rfind("reset-", 0) == 0)
 		return resetCase(argv[1], how.substr(6));
 	if (how == "set-shutdown-raw" || how == "renegotiate-raw" || how == "renegotiate-abbreviated-raw")

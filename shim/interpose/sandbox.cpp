@@ -9,6 +9,10 @@
  * unshare and setns refuse a user namespace (and unshare CLONE_THREAD, CLONE_SIGHAND and
  * CLONE_VM) to a process with more than one thread: where the shim's flusher was the one
  * more, what is held goes to the kernel, the flusher ends, and the call is made again.
+ * unshare(CLONE_FILES) leaves the shim's thread in the old fd table, where a number may
+ * name another socket than the program's (a hunt: a new connection's record went to the
+ * closed one's peer on the number both had, and the old socket lived on a second in the
+ * flusher's table): nothing is held from then on (Process::unsharingFiles).
  */
 
 #include <cerrno>
@@ -52,6 +56,8 @@ int singleThreaded(bool needsOneThread, Call call)
 
 TLSTUNE_EXPORT int unshare(int flags)
 {
+	if (flags & CLONE_FILES)
+		process().unsharingFiles();
 	const int oneThread = CLONE_NEWUSER | CLONE_THREAD | CLONE_SIGHAND | CLONE_VM;
 	return singleThreaded((flags & oneThread) != 0, [&] { return process().libc.unshare(flags); });
 }

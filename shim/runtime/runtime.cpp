@@ -434,6 +434,18 @@ void Process::handOver() noexcept
 	errno = savedErrno;
 }
 
+void Process::unsharingFiles()
+{
+	if (inVforkChild())
+		return;
+	if (coalescer.holding()) {
+		handOverAndStopHolding();
+		logLine(LogLevel::Info, "unshare(CLONE_FILES): small writes are no longer held in this process");
+	}
+	/* Idle or not: its table keeps the old one's sockets open until it ends. */
+	coalescer.endFlusher();
+}
+
 void Process::pushHeld(int fd) noexcept
 {
 	if ((!held.anyHeld() && !coalescer.anyPending()) || inVforkChild())

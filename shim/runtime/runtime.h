@@ -99,6 +99,12 @@ struct Process {
 	 */
 	void handOver() noexcept;
 	/*
+	 * Before unshare(CLONE_FILES), which gives the calling thread an fd table of its own:
+	 * the shim's thread would go on sending by numbers in the old one. What is held goes
+	 * out, the thread ends, and nothing more is held.
+	 */
+	void unsharingFiles();
+	/*
 	 * What is held for the socket fd goes to the kernel now, the connections holding on
 	 * afterwards (a cork, a SHUT_RD): every connection's for a number that was copied, as
 	 * the shim finds a connection by the number it writes to (a hunt: a cork through a dup

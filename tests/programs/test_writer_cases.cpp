@@ -512,6 +512,16 @@ TEST(Writers, ACloneVforkChildWaitingForAnotherThreadOfTheParentEnds)
 	expectTheSameBothWays("clone-vfork", {}, "child ended\n", 0, 1);
 }
 
+/*
+ * unshare(CLONE_FILES) leaves the shim's thread in the old fd table (a hunt: the second
+ * connection's lines went to the first one's peer, on the number both had).
+ */
+TEST(Writers, ANewConnectionAfterUnsharingTheFdTableGetsItsOwnLines)
+{
+	RecordProperty("fault", "short writes, unshare(CLONE_FILES), a new connection on the same fd number, short writes");
+	expectTheSameBothWays("unshare-files", { "--connections", "2" }, "unshare 0\nsame fd number: yes\n", 0, 2);
+}
+
 TEST(Writers, AnSslReusedWithSslClearOnANewSocketWorks)
 {
 	RecordProperty("fault", "SSL_clear and a new socket on the closed fd's number");
