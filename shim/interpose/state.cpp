@@ -75,6 +75,19 @@ void handOverHeld(SSL *ssl)
 	HeldCall(ssl, HeldPlaintext::Entering::Keep);
 }
 
+/* Such a call, made once what is held went out (0, or nothing, where OpenSSL lacks it). */
+template <typename Function, typename... Args>
+auto afterHandOver(SSL *ssl, Function OpenSslApi::*function, Args... args)
+	-> decltype((openssl().api.*function)(ssl, args...))
+{
+	using Result = decltype((openssl().api.*function)(ssl, args...));
+	const Function real = openssl().api.*function;
+	if (!real)
+		return Result();
+	handOverHeld(ssl);
+	return real(ssl, args...);
+}
+
 } /* namespace */
 
 TLSTUNE_EXPORT int SSL_pending(const SSL *s)
@@ -137,11 +150,7 @@ TLSTUNE_EXPORT int SSL_set_block_padding(SSL *s, size_t block_size)
  */
 TLSTUNE_EXPORT void SSL_set_shutdown(SSL *s, int mode)
 {
-	const auto real = openssl().api.SSL_set_shutdown;
-	if (!real)
-		return;
-	handOverHeld(s);
-	real(s, mode);
+	afterHandOver(s, &OpenSslApi::SSL_set_shutdown, mode);
 }
 
 /*
@@ -152,45 +161,27 @@ TLSTUNE_EXPORT void SSL_set_shutdown(SSL *s, int mode)
  */
 TLSTUNE_EXPORT void SSL_set_connect_state(SSL *s)
 {
-	if (const auto real = openssl().api.SSL_set_connect_state) {
-		handOverHeld(s);
-		real(s);
-	}
+	afterHandOver(s, &OpenSslApi::SSL_set_connect_state);
 }
 
 TLSTUNE_EXPORT void SSL_set_accept_state(SSL *s)
 {
-	if (const auto real = openssl().api.SSL_set_accept_state) {
-		handOverHeld(s);
-		real(s);
-	}
+	afterHandOver(s, &OpenSslApi::SSL_set_accept_state);
 }
 
 TLSTUNE_EXPORT int SSL_set_ssl_method(SSL *s, const SSL_METHOD *method)
 {
-	const auto real = openssl().api.SSL_set_ssl_method;
-	if (!real)
-		return 0;
-	handOverHeld(s);
-	return real(s, method);
+	return afterHandOver(s, &OpenSslApi::SSL_set_ssl_method, method);
 }
 
 TLSTUNE_EXPORT int SSL_set_session(SSL *s, SSL_SESSION *session)
 {
-	const auto real = openssl().api.SSL_set_session;
-	if (!real)
-		return 0;
-	handOverHeld(s);
-	return real(s, session);
+	return afterHandOver(s, &OpenSslApi::SSL_set_session, session);
 }
 
 TLSTUNE_EXPORT int SSL_copy_session_id(SSL *to, const SSL *from)
 {
-	const auto real = openssl().api.SSL_copy_session_id;
-	if (!real)
-		return 0;
-	handOverHeld(to);
-	return real(to, from);
+	return afterHandOver(to, &OpenSslApi::SSL_copy_session_id, from);
 }
 
 TLSTUNE_EXPORT int SSL_key_update(SSL *s, int updatetype)
