@@ -439,8 +439,11 @@ void Process::unsharingFiles()
 	if (inVforkChild())
 		return;
 	if (coalescer.holding()) {
+		/* Said only where a write was held: holding is on in every process until then. */
+		const bool held = !coalescer.idle();
 		handOverAndStopHolding();
-		logLine(LogLevel::Info, "unshare(CLONE_FILES): small writes are no longer held in this process");
+		if (held)
+			logLine(LogLevel::Info, "unshare(CLONE_FILES): small writes are no longer held in this process");
 	}
 	/* Idle or not: its table keeps the old one's sockets open until it ends. */
 	coalescer.endFlusher();
