@@ -56,10 +56,12 @@ int singleThreaded(bool needsOneThread, Call call)
 
 TLSTUNE_EXPORT int unshare(int flags)
 {
-	if (flags & CLONE_FILES)
-		process().unsharingFiles();
+	/* A process that built no state holds nothing and has no thread of the shim's. */
+	Process *built = builtProcess();
+	if (built && (flags & CLONE_FILES))
+		built->unsharingFiles();
 	const int oneThread = CLONE_NEWUSER | CLONE_THREAD | CLONE_SIGHAND | CLONE_VM;
-	return singleThreaded((flags & oneThread) != 0, [&] { return process().libc.unshare(flags); });
+	return singleThreaded((flags & oneThread) != 0, [&] { return libc().unshare(flags); });
 }
 
 /* nstype 0 takes whatever namespace fd names, a user namespace among them. */

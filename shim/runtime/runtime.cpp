@@ -434,17 +434,22 @@ void Process::handOver() noexcept
 	errno = savedErrno;
 }
 
+bool Process::stopHoldingIfHolding()
+{
+	if (!coalescer.holding())
+		return false;
+	/* Holding is on in every process until then: only one that held has a line to say. */
+	const bool hadHeld = !coalescer.idle();
+	handOverAndStopHolding();
+	return hadHeld;
+}
+
 void Process::unsharingFiles()
 {
 	if (inVforkChild())
 		return;
-	if (coalescer.holding()) {
-		/* Said only where a write was held: holding is on in every process until then. */
-		const bool held = !coalescer.idle();
-		handOverAndStopHolding();
-		if (held)
-			logLine(LogLevel::Info, "unshare(CLONE_FILES): small writes are no longer held in this process");
-	}
+	if (stopHoldingIfHolding())
+		logLine(LogLevel::Info, "unshare(CLONE_FILES): small writes are no longer held in this process");
 	/* Idle or not: its table keeps the old one's sockets open until it ends. */
 	coalescer.endFlusher();
 }
@@ -641,11 +646,7 @@ void Process::enterSandbox() noexcept
 	if (inVforkChild())
 		return;
 	unseen.noteConfined();
-	if (!coalescer.holding())
-		return;
-	const bool hadHeld = !coalescer.idle();
-	handOverAndStopHolding();
-	if (hadHeld)
+	if (stopHoldingIfHolding())
 		logLimited(sandboxLines, LogLevel::Info, "seccomp: small writes are no longer held in this process");
 }
 

@@ -93,6 +93,8 @@ struct Process {
 	void childInThisMemory(unsigned long long cloneFlags);
 	/* What is held goes to the kernel (no system call where nothing ever was), and nothing more is held. */
 	void handOverAndStopHolding();
+	/* The same while holding: true where a write was ever held (a line is worth saying). */
+	bool stopHoldingIfHolding();
 	/*
 	 * Before another program (posix_spawn, popen) or a vfork-like copy may write on an
 	 * inherited socket: what is held goes to the kernel.

@@ -199,8 +199,11 @@ void Coalescer::endFlusher() noexcept
 	 * within microseconds. Bounded: a number the kernel gave a new thread meanwhile.
 	 */
 	const pid_t tid = flusherTid_.load(std::memory_order_acquire);
+	/* No thread was ever started, or its end is known already: nothing to wait for. */
+	if (tid <= 0)
+		return;
 	const pid_t pid = getpid();
-	for (int i = 0; tid > 0 && i < kGoneChecks && syscall(SYS_tgkill, pid, tid, 0) == 0; i++)
+	for (int i = 0; i < kGoneChecks && syscall(SYS_tgkill, pid, tid, 0) == 0; i++)
 		sched_yield();
 	pid_t expected = tid;
 	flusherTid_.compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
