@@ -75,16 +75,23 @@ void handOverHeld(SSL *ssl)
 	HeldCall(ssl, HeldPlaintext::Entering::Keep);
 }
 
-/* Such a call, made once what is held went out (0, or nothing, where OpenSSL lacks it). */
+/*
+ * Such a call from caller, made once what is held went out (0, or nothing, where OpenSSL
+ * lacks it). Not where libssl calls it itself, through its PLT, inside a call of the
+ * program's that handed over already: SSL_connect's SSL_set_connect_state, a handshake's
+ * SSL_set_session, once per connection.
+ */
 template <typename Function, typename... Args>
-auto afterHandOver(SSL *ssl, Function OpenSslApi::*function, Args... args)
+auto afterHandOver(const void *caller, SSL *ssl, Function OpenSslApi::*function, Args... args)
 	-> decltype((openssl().api.*function)(ssl, args...))
 {
 	using Result = decltype((openssl().api.*function)(ssl, args...));
-	const Function real = openssl().api.*function;
+	const OpenSsl &o = openssl();
+	const Function real = o.api.*function;
 	if (!real)
 		return Result();
-	handOverHeld(ssl);
+	if (!o.inLibssl(caller))
+		handOverHeld(ssl);
 	return real(ssl, args...);
 }
 
@@ -150,7 +157,7 @@ TLSTUNE_EXPORT int SSL_set_block_padding(SSL *s, size_t block_size)
  */
 TLSTUNE_EXPORT void SSL_set_shutdown(SSL *s, int mode)
 {
-	afterHandOver(s, &OpenSslApi::SSL_set_shutdown, mode);
+	afterHandOver(__builtin_return_address(0), s, &OpenSslApi::SSL_set_shutdown, mode);
 }
 
 /*
@@ -161,27 +168,27 @@ TLSTUNE_EXPORT void SSL_set_shutdown(SSL *s, int mode)
  */
 TLSTUNE_EXPORT void SSL_set_connect_state(SSL *s)
 {
-	afterHandOver(s, &OpenSslApi::SSL_set_connect_state);
+	afterHandOver(__builtin_return_address(0), s, &OpenSslApi::SSL_set_connect_state);
 }
 
 TLSTUNE_EXPORT void SSL_set_accept_state(SSL *s)
 {
-	afterHandOver(s, &OpenSslApi::SSL_set_accept_state);
+	afterHandOver(__builtin_return_address(0), s, &OpenSslApi::SSL_set_accept_state);
 }
 
 TLSTUNE_EXPORT int SSL_set_ssl_method(SSL *s, const SSL_METHOD *method)
 {
-	return afterHandOver(s, &OpenSslApi::SSL_set_ssl_method, method);
+	return afterHandOver(__builtin_return_address(0), s, &OpenSslApi::SSL_set_ssl_method, method);
 }
 
 TLSTUNE_EXPORT int SSL_set_session(SSL *s, SSL_SESSION *session)
 {
-	return afterHandOver(s, &OpenSslApi::SSL_set_session, session);
+	return afterHandOver(__builtin_return_address(0), s, &OpenSslApi::SSL_set_session, session);
 }
 
 TLSTUNE_EXPORT int SSL_copy_session_id(SSL *to, const SSL *from)
 {
-	return afterHandOver(to, &OpenSslApi::SSL_copy_session_id, from);
+	return afterHandOver(__builtin_return_address(0), to, &OpenSslApi::SSL_copy_session_id, from);
 }
 
 TLSTUNE_EXPORT int SSL_key_update(SSL *s, int updatetype)
