@@ -565,3 +565,32 @@ TEST(OwnedLock, OnlyItsHolderSeesItHeldAndHoldersTakeTurns)
 	EXPECT_EQ(counter, long(kThreads) * kRounds);
 	EXPECT_FALSE(lock.heldHere());
 }
+
+/*
+ * A program's errno survives the lock, contended or not: SSL_write takes it after its send
+ * failed, and a futex wait that found the word changed (EAGAIN) or was interrupted (EINTR)
+ * must not be what the program reads (a CI run: EAGAIN where the kernel had said EPIPE).
+ */
+TEST(OwnedLock, LeavesErrnoAsItFoundIt)
+{
+	OwnedLock lock;
+	constexpr int kThreads = 4, kRounds = 20000;
+	std::atomic<int> changed{0};
+	std::vector<std::thread> threads;
+	for (int t = 0; t < kThreads; t++)
+		threads.emplace_back([&] {
+			for (int i = 0; i < kRounds; i++) {
+				errno = EPIPE;
+				lock.lock();
+				if (errno != EPIPE)
+					changed++;
+				errno = EPIPE;
+				lock.unlock();
+				if (errno != EPIPE)
+					changed++;
+			}
+		});
+	for (std::thread &thread : threads)
+		thread.join();
+	EXPECT_EQ(changed.load(), 0);
+}

@@ -1,5 +1,6 @@
 #include "fill_gate.h"
 
+#include <cerrno>
 #include <climits>
 #include <linux/futex.h>
 #include <ctime>
@@ -12,6 +13,14 @@ namespace {
 
 /* This thread is between enterFill and leaveFill: a signal handler's wait must not wait for it. */
 __attribute__((tls_model("initial-exec"))) thread_local bool filling = false;
+
+/* The gate sits inside the program's reads and waits: their errno is the program's. */
+void futexKeepingErrno(std::atomic<uint32_t> *word, int op, uint32_t value, const struct timespec *timeout) noexcept
+{
+	const int saved = errno;
+	syscall(SYS_futex, word, op, value, timeout, nullptr, 0);
+	errno = saved;
+}
 
 } /* namespace */
 
@@ -49,7 +58,7 @@ void FillGate::leave(unsigned at) noexcept
 {
 	/* The last fill out wakes the waits that came in meanwhile. */
 	if (filling_[at].fetch_sub(1, std::memory_order_seq_cst) == 1 && waits_[at].load(std::memory_order_seq_cst))
-		syscall(SYS_futex, &filling_[at], FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+		futexKeepingErrno(&filling_[at], FUTEX_WAKE_PRIVATE, INT_MAX, nullptr);
 }
 
 void FillGate::enterWait(int fd) noexcept
@@ -66,7 +75,7 @@ void FillGate::enterWait(int fd) noexcept
 	uint32_t now = filling_[at].load(std::memory_order_seq_cst);
 	for (int round = 0; now != 0 && !filling && round < rounds; round++) {
 		/* The count changed since: no sleep (the futex compares it first). */
-		syscall(SYS_futex, &filling_[at], FUTEX_WAIT_PRIVATE, now, &kRound, nullptr, 0);
+		futexKeepingErrno(&filling_[at], FUTEX_WAIT_PRIVATE, now, &kRound);
 		now = filling_[at].load(std::memory_order_seq_cst);
 	}
 }
