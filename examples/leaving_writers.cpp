@@ -19,8 +19,10 @@
  *   emfile-close    twenty short lines, dup until EMFILE, then SSL_free and close
  *   close-all       twenty short lines, close and SSL_free, then close every number up to
  *                   the descriptor limit (what a daemon does before it execs)
- *   term-after-wait twenty short lines, a poll on stdin, then SIGTERM at its default
- *                   action, raised by the process itself
+ *   term-after-wait [US]
+ *                   twenty short lines, a poll on stdin, then SIGTERM at its default
+ *                   action, raised by the process itself; with US, the poll comes after
+ *                   a busy loop of US microseconds (the shim's thread may be sending then)
  *   alarm-exit      writes 100-byte lines until a SIGALRM handler (after 20 ms) prints
  *                   "accepted N" (what SSL_write had accepted) and calls _exit(0)
  *   alarm-leave close|shutdown US
@@ -43,6 +45,7 @@
  *                   write; prints "accepted N"
  */
 
+#include <chrono>
 #include <csignal>
 #include <cstddef>
 #include <sched.h>
@@ -337,12 +340,16 @@ int closeWhileWritingCase(const char *port, const std::string &way)
 	return 0;
 }
 
-int termCase(const char *port)
+int termCase(const char *port, long spinMicros)
 {
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	int fd = -1;
 	SSL *ssl = connectSsl(ctx, port, &fd);
 	writeLines(ssl, 0, 20);
+	/* Busy, not asleep: a sleep is a pause the shim hands what is held over after. */
+	const auto spinEnd = std::chrono::steady_clock::now() + std::chrono::microseconds(spinMicros);
+	while (std::chrono::steady_clock::now() < spinEnd) {
+	}
 	struct pollfd input = { 0, POLLIN, 0 };
 	poll(&input, 1, 0);
 	signal(SIGTERM, SIG_DFL);
@@ -370,7 +377,7 @@ int main(int argc, char **argv)
 	if (how == "unshare-user")
 		return unshareCase(argv[1]);
 	if (how == "term-after-wait")
-		return termCase(argv[1]);
+		return termCase(argv[1], argc > 3 ? std::atol(argv[3]) : 0);
 	if (how == "alarm-exit")
 		return alarmCase(argv[1]);
 	if (how == "alarm-leave" && argc > 4)

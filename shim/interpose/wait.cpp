@@ -29,6 +29,7 @@ void beforeWait(Process &p)
 	if (p.held.anyHeld() && !p.inVforkChild())
 		p.held.encryptAll();
 	p.coalescer.flushAll();
+	p.coalescer.awaitFlusherPass();
 }
 
 bool nothingToWaitFor() noexcept

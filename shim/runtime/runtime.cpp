@@ -431,6 +431,7 @@ void Process::handOver() noexcept
 	const int savedErrno = errno;
 	held.encryptAllNow();
 	coalescer.flushAll();
+	coalescer.awaitFlusherPass();
 	errno = savedErrno;
 }
 
@@ -466,6 +467,7 @@ void Process::pushHeld(int fd) noexcept
 		held.pushing(fd);
 		coalescer.pushing(fd);
 	}
+	coalescer.awaitFlusherPass();
 	errno = savedErrno;
 }
 

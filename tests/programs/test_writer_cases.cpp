@@ -644,6 +644,31 @@ TEST(Writers, SigtermAtItsDefaultAfterAWaitLosesNothing)
 }
 
 /*
+ * The same with the poll made while the shim's thread may be sending: after a busy loop of
+ * 0 to 399 us, around the delay, in 60 runs each way. Before a wait waited for a pass of
+ * that thread's under way (it held the locks the wait's own hand-over only tries), 50 runs
+ * in 1,200 lost the held lines (a hunt; the peer got 1 line of 20, CI once).
+ */
+TEST(Writers, SigtermAtItsDefaultAfterAWaitLosesNothingWhileTheShimsThreadSends)
+{
+	RecordProperty("fault", "short writes, a busy loop about the delay, a poll, then SIGTERM at its default");
+	constexpr int kRuns = 60;
+	std::vector<std::string> received[2];
+	for (bool withShim : { false, true }) {
+		SCOPED_TRACE(withShim ? "with the shim" : "without the shim");
+		ExampleServer peer(serverArguments({ "--connections", std::to_string(kRuns) }));
+		for (int run = 0; run < kRuns; run++) {
+			const Captured writer = runProgram({ examplePath("leaving_writers"), peer.portText(),
+							     "term-after-wait", std::to_string(run * 7 % 400) },
+							   withShim, {}, kTimeoutMs);
+			EXPECT_EQ(writer.status, 128 + SIGTERM) << writer.err;
+			received[withShim].push_back(peer.process().readLine(kTimeoutMs));
+		}
+	}
+	EXPECT_EQ(received[0], received[1]) << "the server got the same bytes both ways";
+}
+
+/*
  * A SIGALRM handler calls _exit in a loop of 100-byte writes: wherever it lands, the peer
  * gets every byte SSL_write had accepted ("accepted N" against "received N"). The
  * handler lands somewhere else in every run, so each way runs it many times; before the

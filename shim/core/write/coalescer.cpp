@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <linux/futex.h>
 #include <new>
 #include <sched.h>
 #include <sys/prctl.h>
@@ -35,6 +36,9 @@ RateLimit threadLines;
  * began): it tries again this much later, not every delay.
  */
 constexpr std::chrono::milliseconds kFullSocketRetry{10};
+
+/* A wait's patience with a pass of the flusher's: rounds of 2 ms, 200 ms in all (kEndPatience). */
+constexpr int kPassRounds = 100;
 
 /*
  * How long a way out waits for a lock another thread holds (a send never blocks under
@@ -306,10 +310,29 @@ void Coalescer::flusherLoop()
 				std::max(heldSince + delay_, std::chrono::steady_clock::now() + delay_ / 2));
 		else
 			std::this_thread::sleep_for(delay_);
+		flusherPassing_.store(1, std::memory_order_seq_cst);
 		if (void (*encrypt)() noexcept = encryptPlaintext_.load(std::memory_order_acquire))
 			encrypt();
 		flushAll();
+		flusherPassing_.store(0, std::memory_order_seq_cst);
+		if (passWaiters_.load(std::memory_order_seq_cst) > 0)
+			syscall(SYS_futex, &flusherPassing_, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
 	}
+}
+
+void Coalescer::awaitFlusherPassSlowly() noexcept
+{
+	/* A handler that interrupted this thread inside the shim: the pass may wait for it. */
+	if (ShimLock::heldHere())
+		return;
+	const int savedErrno = errno;
+	passWaiters_.fetch_add(1, std::memory_order_seq_cst);
+	/* The pass never blocks; bounded all the same, as every wait of a way out is. */
+	static const struct timespec kRound = { 0, 2000000 };
+	for (int round = 0; round < kPassRounds && flusherPassing_.load(std::memory_order_seq_cst) != 0; round++)
+		syscall(SYS_futex, &flusherPassing_, FUTEX_WAIT_PRIVATE, 1, &kRound, nullptr, 0);
+	passWaiters_.fetch_sub(1, std::memory_order_relaxed);
+	errno = savedErrno;
 }
 
 void Coalescer::flushDirty()
@@ -491,6 +514,8 @@ void Coalescer::unlockInChild()
 	/* The flusher thread did not come along: the next write starts one. */
 	flusherRunning_.store(false, std::memory_order_relaxed);
 	flusherIdle_.store(false, std::memory_order_relaxed);
+	flusherPassing_.store(0, std::memory_order_relaxed);
+	passWaiters_.store(0, std::memory_order_relaxed);
 	dirtyListMutex_.unlock();
 	wakeMutex_.unlock();
 	registry_.unlock();

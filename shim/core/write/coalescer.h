@@ -152,6 +152,18 @@ public:
 	}
 
 	/*
+	 * After the program's own flush before a wait: a pass of the flusher's that was under
+	 * way (it held the locks the flush only tries) ends first, so that what the program was
+	 * told is written is the kernel's when it waits. A hunt under load: a poll, then
+	 * SIGTERM at its default action, and the peer got 1 line of 20. One load otherwise.
+	 */
+	void awaitFlusherPass() noexcept
+	{
+		if (flusherPassing_.load(std::memory_order_seq_cst) != 0)
+			awaitFlusherPassSlowly();
+	}
+
+	/*
 	 * The main thread left by pthread_exit: the process ends with its last thread, and the
 	 * flusher must not outlive them by its idle wait. From now on it ends as soon as it
 	 * has nothing to send.
@@ -220,6 +232,7 @@ private:
 	void forEachOf(int fd, Visit visit);
 
 	void flushDirty();
+	void awaitFlusherPassSlowly() noexcept;
 	bool startFlusher();
 	/* With wakeMutex_ held: whether the flusher has anything to do. */
 	bool work() const noexcept;
@@ -254,6 +267,9 @@ private:
 	bool stopping_ = false; /* guarded by wakeMutex_ */
 	bool mainLeft_ = false; /* guarded by wakeMutex_: the flusher does not wait idle */
 	std::atomic<pid_t> flusherTid_{0}; /* the last flusher's thread, until it is known gone */
+	/* 1 while the flusher encrypts and sends (never blocking); a futex word for awaitFlusherPass. */
+	std::atomic<uint32_t> flusherPassing_{0};
+	std::atomic<int> passWaiters_{0};
 	/* Guarded by wakeMutex_: when the work that last woke (or started) the flusher was held. */
 	std::chrono::steady_clock::time_point heldSince_{};
 	std::atomic<bool (*)() noexcept> plaintextPending_{nullptr};
