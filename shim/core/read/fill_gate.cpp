@@ -39,19 +39,27 @@ bool FillGate::enterFill(int fd) noexcept
 		return false;
 	}
 	const unsigned at = slot(fd);
+	/*
+	 * Marked before it counts and unmarked after, as ShimLock: a handler's wait in between
+	 * would wait its rounds for this very thread.
+	 */
+	filling = true;
+	std::atomic_signal_fence(std::memory_order_seq_cst);
 	filling_[at].fetch_add(1, std::memory_order_seq_cst);
 	if (waits_[at].load(std::memory_order_seq_cst) != 0) {
 		leave(at);
+		std::atomic_signal_fence(std::memory_order_seq_cst);
+		filling = false;
 		return false;
 	}
-	filling = true;
 	return true;
 }
 
 void FillGate::leaveFill(int fd) noexcept
 {
-	filling = false;
 	leave(slot(fd));
+	std::atomic_signal_fence(std::memory_order_seq_cst);
+	filling = false;
 }
 
 void FillGate::leave(unsigned at) noexcept
