@@ -51,6 +51,12 @@
  *                     returned), close_notify, SSL_free and close; a second connection, which
  *                     takes the same fd number (prints whether it did), ten short lines, a
  *                     5 ms sleep, close_notify (against --connections 2)
+ *   nproc-thread, nproc-fork
+ *                     a connection, then the process becomes a user of its own (a uid from
+ *                     its pid: it must be root) with a task limit (RLIMIT_NPROC) of 2: ten
+ *                     short lines, then a thread (pthread_create) or a child (fork) that
+ *                     writes ten more; prints "thread R" (what pthread_create returned) or
+ *                     "fork ok", then close_notify
  *   reset-connect-state, reset-accept-state, reset-set-method, reset-set-session,
  *   reset-copy-session
  *                     ten short lines, then SSL_set_connect_state, SSL_set_accept_state,
@@ -1045,6 +1051,55 @@ int unshareFilesCase(const char *port)
 	return 0;
 }
 
+/* Ten short lines as a user with room for two tasks, then a thread or a child that writes ten more. */
+int taskLimitCase(const char *port, bool byFork)
+{
+	SSL_CTX *ctx = client();
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	/* A uid nobody else has, not even this case run beside it in another tree. */
+	const uid_t user = 100000 + static_cast<uid_t>(getpid() % 50000);
+	const struct rlimit two = { 2, 2 };
+	if (setrlimit(RLIMIT_NPROC, &two) != 0 || setresgid(user, user, user) != 0 ||
+	    setresuid(user, user, user) != 0)
+		fail("become a user with a task limit");
+	writeLines(ssl, 0, 10);
+	if (!byFork) {
+		pthread_t thread;
+		const int made = pthread_create(
+			&thread, nullptr,
+			[](void *connection) -> void * {
+				writeLines(static_cast<SSL *>(connection), 10, 10);
+				return nullptr;
+			},
+			ssl);
+		std::printf("thread %d\n", made);
+		if (made == 0)
+			pthread_join(thread, nullptr);
+		endConnection(ssl, fd, ctx);
+		return 0;
+	}
+	const pid_t child = fork();
+	if (child < 0) {
+		std::printf("fork errno %d\n", errno);
+		endConnection(ssl, fd, ctx);
+		return 0;
+	}
+	if (child == 0) {
+		writeLines(ssl, 10, 10);
+		endConnection(ssl, fd, ctx);
+		_exit(0);
+	}
+	int status = 0;
+	waitpid(child, &status, 0);
+	std::printf("fork %s\n", WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "ok" : "child failed");
+	/* The child said close_notify: the parent's copy of the connection only goes. */
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 /* Ten short lines, then a call that clears the connection's ciphers, then close and SSL_free. */
 int resetCase(const char *port, const std::string &call)
 {
@@ -1284,6 +1339,8 @@ int main(int argc, char **argv)
 		return quietShutdownCase(argv[1]);
 	if (how == "unshare-files")
 		return unshareFilesCase(argv[1]);
+	if (how == "nproc-thread" || how == "nproc-fork")
+		return taskLimitCase(argv[1], how == "nproc-fork");
 	if (how.rfind("reset-", 0) == 0)
 		return resetCase(argv[1], how.substr(6));
 	if (how == "set-shutdown-raw" || how == "renegotiate-raw" || how == "renegotiate-abbreviated-raw")

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/epoll.h>
@@ -76,6 +77,8 @@ struct LibcApi {
 	long (*syscall)(long, long, long, long, long, long, long) = nullptr;
 
 	int (*clone)(int (*)(void *), void *, int, void *, pid_t *, void *, pid_t *) = nullptr;
+	int (*pthread_create)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *) = nullptr;
+	pid_t (*fork)() = nullptr;
 	pid_t (*vfork)() = nullptr;
 	int (*posix_spawn)(pid_t *, const char *, const posix_spawn_file_actions_t *,
 			   const posix_spawnattr_t *, char *const[], char *const[]) = nullptr;

@@ -455,6 +455,19 @@ void Process::unsharingFiles()
 	coalescer.endFlusher();
 }
 
+bool Process::yieldThreadToTheProgram()
+{
+	if (inVforkChild() || !coalescer.flusherRunning())
+		return false;
+	const int savedErrno = errno;
+	handOverAndStopHolding();
+	coalescer.endFlusher();
+	logLine(LogLevel::Info, "a new thread or process met the task limit (RLIMIT_NPROC): tlstune's thread "
+		"ended and small writes are no longer held in this process");
+	errno = savedErrno;
+	return true;
+}
+
 void Process::pushHeld(int fd) noexcept
 {
 	if ((!held.anyHeld() && !coalescer.anyPending()) || inVforkChild())

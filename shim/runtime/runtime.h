@@ -107,6 +107,13 @@ struct Process {
 	 */
 	void unsharingFiles();
 	/*
+	 * The program's new thread or process met the user's task limit (RLIMIT_NPROC), which
+	 * counts the shim's thread too: what is held goes to the kernel, nothing more is held in
+	 * this process (a held write would start the thread again) and the thread ends. False
+	 * where there was no thread of the shim's to end.
+	 */
+	bool yieldThreadToTheProgram();
+	/*
 	 * What is held for the socket fd goes to the kernel now, the connections holding on
 	 * afterwards (a cork, a SHUT_RD): every connection's for a number that was copied, as
 	 * the shim finds a connection by the number it writes to (a hunt: a cork through a dup

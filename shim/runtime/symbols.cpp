@@ -164,6 +164,8 @@ void resolveLibc(LibcApi *libc) noexcept
 	next(&libc->setns, "setns");
 	next(&libc->syscall, "syscall");
 	next(&libc->clone, "clone");
+	next(&libc->pthread_create, "pthread_create");
+	next(&libc->fork, "fork");
 	next(&libc->vfork, "vfork");
 	next(&libc->posix_spawn, "posix_spawn");
 	next(&libc->posix_spawnp, "posix_spawnp");

@@ -366,6 +366,22 @@ TEST(Writers, ADaemonsChildWritesOnAfterTheParentLeft)
 	expectTheSameBothWays("daemon", {}, "", 0, 1);
 }
 
+/*
+ * The user's task limit (RLIMIT_NPROC) counts the shim's thread: a program with room for
+ * its own threads alone had its pthread_create answered EAGAIN (and its fork) where the
+ * shim's thread took the last place. Refused so, the shim gives its thread up.
+ */
+TEST(Writers, AProgramAtItsTaskLimitMakesItsThreadsAndChildren)
+{
+	RecordProperty("fault", "RLIMIT_NPROC 2 as a user without privileges: short writes, then a thread or a child");
+	if (geteuid() != 0)
+		GTEST_SKIP() << "needs root, to become a user whose task limit counts";
+	if (threadSanitizerBuild())
+		GTEST_SKIP() << "ThreadSanitizer's own thread counts against the limit";
+	expectTheSameBothWays("nproc-thread", {}, "thread 0\n", 0, 1);
+	expectTheSameBothWays("nproc-fork", {}, "fork ok\n", 0, 1);
+}
+
 TEST(Writers, WritesAfterTheProgramShutItsSendingSideFailAsTheKernelFailsThem)
 {
 	RecordProperty("fault", "shutdown(SHUT_WR), then short writes: held and reported written");
