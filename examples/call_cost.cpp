@@ -15,6 +15,7 @@
  *                 the shim records each registration
  *   epoll-wait    epoll_wait with a zero timeout on a set with one idle eventfd
  *   poll          poll with a zero timeout on one idle eventfd
+ *   write         write of a byte to /dev/null
  *   ssl-pending, ssl-get-error, ssl-get-mode
  *                 SSL_pending, SSL_get_error(ssl, 1) and SSL_get_mode on an SSL that never
  *                 wrote (a few ns each: timed as whole loops, not call by call)
@@ -83,7 +84,7 @@ int main(int argc, char **argv)
 	const long calls = argc > 2 ? std::atol(argv[2]) : 200000;
 	const int set = epoll_create1(EPOLL_CLOEXEC);
 	const int idle = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	const int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	const int null = open("/dev/null", O_RDWR | O_CLOEXEC);
 	if (set < 0 || idle < 0 || null < 0)
 		fail("setup");
 	struct epoll_event event = {};
@@ -115,6 +116,12 @@ int main(int argc, char **argv)
 		call = [] {
 			struct epoll_event got;
 			epoll_wait(setFd, &got, 1, 0);
+		};
+	else if (how == "write")
+		call = [] {
+			static const char byte = 'x';
+			if (write(nullFd, &byte, 1) != 1)
+				fail("write");
 		};
 	else if (how == "poll")
 		call = [] {

@@ -51,6 +51,11 @@
  *                     returned), close_notify, SSL_free and close; a second connection, which
  *                     takes the same fd number (prints whether it did), ten short lines, a
  *                     5 ms sleep, close_notify (against --connections 2)
+ *   raw-write, raw-writev, raw-send, raw-sendto, raw-sendmsg, raw-sendmmsg, raw-syscall,
+ *   raw-sendfile, raw-splice
+ *                     ten short lines, then "PLAIN\n" written on the socket by write, writev,
+ *                     send, sendto, sendmsg, sendmmsg, syscall(SYS_write), sendfile (from a
+ *                     memfd) or splice (from a pipe), then SSL_free and close
  *   nproc-thread, nproc-fork
  *                     a connection, then the process becomes a user of its own (a uid from
  *                     its pid: it must be root) with a task limit (RLIMIT_NPROC) of 2: ten
@@ -159,7 +164,10 @@
 #include <sys/epoll.h>
 #include <sys/time.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/sendfile.h>
+#include <sys/uio.h>
 #include <sys/select.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
@@ -1051,6 +1059,66 @@ int unshareFilesCase(const char *port)
 	return 0;
 }
 
+/* Six bytes on fd by the program itself, the way how says. */
+void writeRaw(int fd, const std::string &how)
+{
+	static char plain[] = "PLAIN\n";
+	struct iovec part = { plain, 6 };
+	struct msghdr message = {};
+	message.msg_iov = &part;
+	message.msg_iovlen = 1;
+	long written = -1;
+	if (how == "write") {
+		written = write(fd, plain, 6);
+	} else if (how == "writev") {
+		written = writev(fd, &part, 1);
+	} else if (how == "send") {
+		written = send(fd, plain, 6, 0);
+	} else if (how == "sendto") {
+		written = sendto(fd, plain, 6, 0, nullptr, 0);
+	} else if (how == "sendmsg") {
+		written = sendmsg(fd, &message, 0);
+	} else if (how == "sendmmsg") {
+		struct mmsghdr messages = {};
+		messages.msg_hdr = message;
+		written = sendmmsg(fd, &messages, 1, 0) == 1 ? messages.msg_len : -1;
+	} else if (how == "syscall") {
+		written = syscall(SYS_write, fd, plain, 6);
+	} else if (how == "sendfile") {
+		const int file = memfd_create("plain", 0);
+		if (file < 0 || write(file, plain, 6) != 6)
+			fail("memfd");
+		off_t from = 0;
+		written = sendfile(fd, file, &from, 6);
+		close(file);
+	} else if (how == "splice") {
+		int pipeFds[2];
+		if (pipe(pipeFds) != 0 || write(pipeFds[1], plain, 6) != 6)
+			fail("pipe");
+		written = splice(pipeFds[0], nullptr, fd, nullptr, 6, 0);
+		close(pipeFds[0]);
+		close(pipeFds[1]);
+	} else {
+		fail("unknown raw write");
+	}
+	if (written != 6)
+		fail("raw write");
+}
+
+/* Ten short lines, then six bytes of the program's own on the socket, then SSL_free and close. */
+int rawWriteCase(const char *port, const std::string &how)
+{
+	SSL_CTX *ctx = client();
+	int fd = -1;
+	SSL *ssl = connectSsl(ctx, port, &fd);
+	writeLines(ssl, 0, 10);
+	writeRaw(fd, how);
+	SSL_free(ssl);
+	close(fd);
+	SSL_CTX_free(ctx);
+	return 0;
+}
+
 /* Ten short lines as a user with room for two tasks, then a thread or a child that writes ten more. */
 int taskLimitCase(const char *port, bool byFork)
 {
@@ -1339,6 +1407,8 @@ int main(int argc, char **argv)
 		return quietShutdownCase(argv[1]);
 	if (how == "unshare-files")
 		return unshareFilesCase(argv[1]);
+	if (how.rfind("raw-", 0) == 0)
+		return rawWriteCase(argv[1], how.substr(4));
 	if (how == "nproc-thread" || how == "nproc-fork")
 		return taskLimitCase(argv[1], how == "nproc-fork");
 	if (how.rfind("reset-", 0) == 0)

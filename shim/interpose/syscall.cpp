@@ -282,6 +282,19 @@ TLSTUNE_EXPORT __attribute__((no_sanitize("address"))) long syscall(long number,
 			return result;
 	}
 	switch (number) {
+	/* The program's own bytes (interpose/raw_writes.cpp): what is held for the socket goes first. */
+	case SYS_write:
+	case SYS_writev:
+	case SYS_pwritev2:
+	case SYS_sendto:
+	case SYS_sendfile:
+		if (!RawSyscalls::active())
+			programWrites(fd(a[0]), __builtin_return_address(0));
+		break;
+	case SYS_splice:
+		if (!RawSyscalls::active())
+			programWrites(fd(a[2]), __builtin_return_address(0));
+		break;
 	/* Sandboxes and ends (interpose/sandbox.cpp, exit.cpp). */
 	case SYS_seccomp:
 		p.enterSandbox();

@@ -21,6 +21,7 @@ using namespace tlstune;
  */
 TLSTUNE_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
+	programWrites(fd, __builtin_return_address(0));
 	if (Process *p = builtProcess())
 		handOverSentDescriptors(*p, msg);
 	const ssize_t sent = libc().sendmsg(fd, msg, flags);
@@ -34,6 +35,7 @@ TLSTUNE_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 
 TLSTUNE_EXPORT int sendmmsg(int fd, struct mmsghdr *messages, unsigned count, int flags)
 {
+	programWrites(fd, __builtin_return_address(0));
 	Process *p = builtProcess();
 	for (unsigned i = 0; p && !p->coalescer.idle() && messages && i < count && i < 1024; i++)
 		handOverSentDescriptors(*p, &messages[i].msg_hdr);

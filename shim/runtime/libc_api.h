@@ -41,6 +41,12 @@ struct LibcApi {
 				socklen_t *) = nullptr;
 	ssize_t (*recvmsg)(int, struct msghdr *, int) = nullptr;
 	ssize_t (*sendmsg)(int, const struct msghdr *, int) = nullptr;
+	ssize_t (*write)(int, const void *, size_t) = nullptr;
+	ssize_t (*writev)(int, const struct iovec *, int) = nullptr;
+	ssize_t (*send)(int, const void *, size_t, int) = nullptr;
+	ssize_t (*sendto)(int, const void *, size_t, int, const struct sockaddr *, socklen_t) = nullptr;
+	ssize_t (*sendfile)(int, int, off_t *, size_t) = nullptr;
+	ssize_t (*splice)(int, loff_t *, int, loff_t *, size_t, unsigned) = nullptr;
 	int (*sendmmsg)(int, struct mmsghdr *, unsigned, int) = nullptr;
 	int (*recvmmsg)(int, struct mmsghdr *, unsigned, int, struct timespec *) = nullptr;
 	int (*setsockopt)(int, int, int, const void *, socklen_t) = nullptr;

@@ -366,7 +366,7 @@ RateLimit refusedLines;
  */
 ssize_t sendOrWrite(int fd, const void *data, size_t length, int flags)
 {
-	const ssize_t sent = ::send(fd, data, length, flags);
+	const ssize_t sent = libc().send(fd, data, length, flags);
 	if (sent >= 0 || (errno != EPERM && errno != ENOSYS))
 		return sent;
 	process().sendRefused();
@@ -377,14 +377,14 @@ ssize_t sendOrWrite(int fd, const void *data, size_t length, int flags)
 		return -1;
 	}
 	if (!(flags & MSG_NOSIGNAL))
-		return ::write(fd, data, length);
+		return libc().write(fd, data, length);
 	/* MSG_NOSIGNAL: a SIGPIPE the write raises is taken back, unless one was pending. */
 	sigset_t pipe, old, pending;
 	sigemptyset(&pipe);
 	sigaddset(&pipe, SIGPIPE);
 	const bool blocked = pthread_sigmask(SIG_BLOCK, &pipe, &old) == 0;
 	const bool wasPending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
-	const ssize_t written = ::write(fd, data, length);
+	const ssize_t written = libc().write(fd, data, length);
 	const int writeErrno = errno;
 	if (written < 0 && writeErrno == EPIPE && blocked && !wasPending) {
 		const struct timespec now = { 0, 0 };

@@ -131,6 +131,12 @@ void resolveLibc(LibcApi *libc) noexcept
 	next(&libc->recvfrom_chk, "__recvfrom_chk");
 	next(&libc->recvmsg, "recvmsg");
 	next(&libc->sendmsg, "sendmsg");
+	next(&libc->write, "write");
+	next(&libc->writev, "writev");
+	next(&libc->send, "send");
+	next(&libc->sendto, "sendto");
+	next(&libc->sendfile, "sendfile");
+	next(&libc->splice, "splice");
 	next(&libc->sendmmsg, "sendmmsg");
 	next(&libc->recvmmsg, "recvmmsg");
 	next(&libc->setsockopt, "setsockopt");

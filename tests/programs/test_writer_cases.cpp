@@ -853,6 +853,21 @@ TEST(Writers, CallsThatSendWhatIsHeldFirstPutItBeforeTheProgramsOwnBytes)
 	expectTheSameBothWays("renegotiate-abbreviated-raw", {}, "SSL_renegotiate_abbreviated 1\n", 0, 1);
 }
 
+/*
+ * The program's own bytes on the socket after short writes (a hunt: the peer got 2 lines of
+ * 10, then the six bytes, by every one of these): what is held goes first.
+ */
+TEST(Writers, TheProgramsOwnBytesOnTheSocketFollowWhatSslWriteWrote)
+{
+	RecordProperty("fault", "ten short writes, then six bytes by write, writev, send, sendto, sendmsg, sendmmsg, "
+				"syscall(SYS_write), sendfile or splice");
+	for (const char *how : { "write", "writev", "send", "sendto", "sendmsg", "sendmmsg", "syscall", "sendfile",
+				 "splice" }) {
+		SCOPED_TRACE(how);
+		expectTheSameBothWays(std::string("raw-") + how, {}, "", 0, 1);
+	}
+}
+
 TEST(Writers, AProgramThatHooksItsWriteBioSeesEveryRecordItWrites)
 {
 	RecordProperty("fault", "SSL_set_rfd of the fd written to (libssl, given the shim's filter, made a second "

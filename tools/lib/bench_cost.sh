@@ -86,6 +86,7 @@ epoll-ctl|`EPOLL_CTL_ADD` and `EPOLL_CTL_DEL` of an eventfd
 epoll-ctl-tls|the same in a process with a TLS connection
 epoll-wait|`epoll_wait`, timeout 0, one idle eventfd in the set
 poll|`poll`, timeout 0, one idle eventfd
+write|`write` of a byte to `/dev/null`
 ssl-pending|`SSL_pending`, an SSL that never wrote
 ssl-get-error|`SSL_get_error`, the same
 ssl-get-mode|`SSL_get_mode` (`SSL_ctrl`), the same
