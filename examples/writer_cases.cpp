@@ -1113,9 +1113,7 @@ int rawWriteCase(const char *port, const std::string &how)
 	SSL *ssl = connectSsl(ctx, port, &fd);
 	writeLines(ssl, 0, 10);
 	writeRaw(fd, how);
-	SSL_free(ssl);
-	close(fd);
-	SSL_CTX_free(ctx);
+	freeConnection(ssl, fd, ctx);
 	return 0;
 }
 
@@ -1162,9 +1160,7 @@ int taskLimitCase(const char *port, bool byFork)
 	waitpid(child, &status, 0);
 	std::printf("fork %s\n", WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "ok" : "child failed");
 	/* The child said close_notify: the parent's copy of the connection only goes. */
-	SSL_free(ssl);
-	close(fd);
-	SSL_CTX_free(ctx);
+	freeConnection(ssl, fd, ctx);
 	return 0;
 }
 

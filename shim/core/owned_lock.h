@@ -1,10 +1,10 @@
 #pragma once
 
 #include <atomic>
-#include <cerrno>
-#include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include "core/futex.h"
 
 namespace tlstune {
 
@@ -27,7 +27,7 @@ public:
 			if (holder != 0) {
 				/* Dekker with unlock(): it sees the waiter, or the futex sees the word change. */
 				waiters_.fetch_add(1, std::memory_order_seq_cst);
-				futex(FUTEX_WAIT_PRIVATE, holder);
+				futexWait(&owner_, holder);
 				waiters_.fetch_sub(1, std::memory_order_relaxed);
 			}
 			holder = 0;
@@ -43,7 +43,7 @@ public:
 	{
 		owner_.store(0, std::memory_order_seq_cst);
 		if (waiters_.load(std::memory_order_seq_cst) > 0)
-			futex(FUTEX_WAKE_PRIVATE, 1);
+			futexWake(&owner_, 1);
 	}
 	/* Whether this thread holds it: exact, also from a signal handler that interrupted it. */
 	bool heldHere() const noexcept { return owner_.load(std::memory_order_relaxed) == thisThread(); }
@@ -61,17 +61,6 @@ public:
 	}
 
 private:
-	/*
-	 * The program's errno is kept: a wait that found the word changed answers EAGAIN, and
-	 * the caller is often the program's SSL_write with the errno of a failed send to report.
-	 */
-	void futex(int op, int value) noexcept
-	{
-		const int saved = errno;
-		syscall(SYS_futex, &owner_, op, value, nullptr, nullptr, 0);
-		errno = saved;
-	}
-
 	std::atomic<int> owner_{0};
 	std::atomic<int> waiters_{0};
 };

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "interpose/export.h"
+#include "interpose/raw_writes.h"
 #include "runtime/runtime.h"
 
 using namespace tlstune;
@@ -74,11 +75,7 @@ TLSTUNE_EXPORT ssize_t sendfile(int out, int in, off_t *offset, size_t count)
  * The same function in glibc on a 64-bit system (_FILE_OFFSET_BITS=64 names it so; the
  * header is not included here, where it would name the one above so too).
  */
-TLSTUNE_EXPORT ssize_t sendfile64(int out, int in, off_t *offset, size_t count)
-{
-	programWrites(out, __builtin_return_address(0));
-	return libc().sendfile(out, in, offset, count);
-}
+TLSTUNE_EXPORT ssize_t sendfile64(int out, int in, off_t *offset, size_t count) __attribute__((alias("sendfile")));
 
 TLSTUNE_EXPORT ssize_t splice(int in, loff_t *inOffset, int out, loff_t *outOffset, size_t length, unsigned flags)
 {

@@ -27,6 +27,7 @@
 #include "core/raw_syscalls.h"
 #include "core/signals_blocked.h"
 #include "interpose/export.h"
+#include "interpose/raw_writes.h"
 #include "runtime/duplicates.h"
 #include "runtime/runtime.h"
 
@@ -288,12 +289,10 @@ TLSTUNE_EXPORT __attribute__((no_sanitize("address"))) long syscall(long number,
 	case SYS_pwritev2:
 	case SYS_sendto:
 	case SYS_sendfile:
-		if (!RawSyscalls::active())
-			programWrites(fd(a[0]), __builtin_return_address(0));
-		break;
 	case SYS_splice:
+		/* Not the shim's own raw calls; splice's fd written to is its third argument. */
 		if (!RawSyscalls::active())
-			programWrites(fd(a[2]), __builtin_return_address(0));
+			programWrites(fd(a[number == SYS_splice ? 2 : 0]), __builtin_return_address(0));
 		break;
 	/* Sandboxes and ends (interpose/sandbox.cpp, exit.cpp). */
 	case SYS_seccomp:

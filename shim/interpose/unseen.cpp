@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 
 #include "interpose/export.h"
+#include "interpose/raw_writes.h"
 #include "runtime/duplicates.h"
 
 using namespace tlstune;

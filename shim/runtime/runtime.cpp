@@ -445,14 +445,18 @@ bool Process::stopHoldingIfHolding()
 	return hadHeld;
 }
 
+void Process::stopHoldingAndEndThread(const char *why)
+{
+	if (stopHoldingIfHolding())
+		logLine(LogLevel::Info, "%s: small writes are no longer held in this process", why);
+	coalescer.endFlusher();
+}
+
 void Process::unsharingFiles()
 {
-	if (inVforkChild())
-		return;
-	if (stopHoldingIfHolding())
-		logLine(LogLevel::Info, "unshare(CLONE_FILES): small writes are no longer held in this process");
-	/* Idle or not: its table keeps the old one's sockets open until it ends. */
-	coalescer.endFlusher();
+	/* Idle or not: the thread's table keeps the old one's sockets open until it ends. */
+	if (!inVforkChild())
+		stopHoldingAndEndThread("unshare(CLONE_FILES)");
 }
 
 bool Process::yieldThreadToTheProgram()
@@ -460,10 +464,7 @@ bool Process::yieldThreadToTheProgram()
 	if (inVforkChild() || !coalescer.flusherRunning())
 		return false;
 	const int savedErrno = errno;
-	handOverAndStopHolding();
-	coalescer.endFlusher();
-	logLine(LogLevel::Info, "a new thread or process met the task limit (RLIMIT_NPROC): tlstune's thread "
-		"ended and small writes are no longer held in this process");
+	stopHoldingAndEndThread("a new thread or process met the task limit (RLIMIT_NPROC)");
 	errno = savedErrno;
 	return true;
 }

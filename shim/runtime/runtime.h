@@ -95,6 +95,8 @@ struct Process {
 	void handOverAndStopHolding();
 	/* The same while holding: true where a write was ever held (a line is worth saying). */
 	bool stopHoldingIfHolding();
+	/* stopHoldingIfHolding, its line (why: what took the thread away), and the thread ends. */
+	void stopHoldingAndEndThread(const char *why);
 	/*
 	 * Before another program (posix_spawn, popen) or a vfork-like copy may write on an
 	 * inherited socket: what is held goes to the kernel.
@@ -227,17 +229,5 @@ const Crypto &crypto() noexcept;
 void lockForFork();
 void unlockInParent();
 void unlockInChild();
-
-/*
- * The program is about to write to fd itself (write, send, a raw system call; caller: the
- * call's return address): what the shim holds for fd goes to the kernel first
- * (interpose/raw_writes.cpp). One load or two for a number the shim does not know.
- */
-void programWritesKnown(int fd, const void *caller) noexcept;
-inline void programWrites(int fd, const void *caller) noexcept
-{
-	if (knownFds().mayHave(fd) || copiedFds().mayHave(fd))
-		programWritesKnown(fd, caller);
-}
 
 } /* namespace tlstune */

@@ -1,11 +1,9 @@
 #include "fill_gate.h"
 
-#include <cerrno>
 #include <climits>
-#include <linux/futex.h>
 #include <ctime>
-#include <sys/syscall.h>
-#include <unistd.h>
+
+#include "core/futex.h"
 
 namespace tlstune {
 
@@ -13,14 +11,6 @@ namespace {
 
 /* This thread is between enterFill and leaveFill: a signal handler's wait must not wait for it. */
 __attribute__((tls_model("initial-exec"))) thread_local bool filling = false;
-
-/* The gate sits inside the program's reads and waits: their errno is the program's. */
-void futexKeepingErrno(std::atomic<uint32_t> *word, int op, uint32_t value, const struct timespec *timeout) noexcept
-{
-	const int saved = errno;
-	syscall(SYS_futex, word, op, value, timeout, nullptr, 0);
-	errno = saved;
-}
 
 } /* namespace */
 
@@ -66,7 +56,7 @@ void FillGate::leave(unsigned at) noexcept
 {
 	/* The last fill out wakes the waits that came in meanwhile. */
 	if (filling_[at].fetch_sub(1, std::memory_order_seq_cst) == 1 && waits_[at].load(std::memory_order_seq_cst))
-		futexKeepingErrno(&filling_[at], FUTEX_WAKE_PRIVATE, INT_MAX, nullptr);
+		futexWake(&filling_[at], INT_MAX);
 }
 
 void FillGate::enterWait(int fd) noexcept
@@ -83,7 +73,7 @@ void FillGate::enterWait(int fd) noexcept
 	uint32_t now = filling_[at].load(std::memory_order_seq_cst);
 	for (int round = 0; now != 0 && !filling && round < rounds; round++) {
 		/* The count changed since: no sleep (the futex compares it first). */
-		futexKeepingErrno(&filling_[at], FUTEX_WAIT_PRIVATE, now, &kRound);
+		futexWait(&filling_[at], now, &kRound);
 		now = filling_[at].load(std::memory_order_seq_cst);
 	}
 }

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
-#include <linux/futex.h>
 #include <new>
 #include <sched.h>
 #include <sys/prctl.h>
@@ -12,6 +11,7 @@
 #include <thread>
 #include <unistd.h>
 
+#include "core/futex.h"
 #include "core/known_fds.h"
 #include "core/log.h"
 #include "core/shim_thread.h"
@@ -316,7 +316,7 @@ void Coalescer::flusherLoop()
 		flushAll();
 		flusherPassing_.store(0, std::memory_order_seq_cst);
 		if (passWaiters_.load(std::memory_order_seq_cst) > 0)
-			syscall(SYS_futex, &flusherPassing_, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+			futexWake(&flusherPassing_, INT_MAX);
 	}
 }
 
@@ -325,14 +325,12 @@ void Coalescer::awaitFlusherPassSlowly() noexcept
 	/* A handler that interrupted this thread inside the shim: the pass may wait for it. */
 	if (ShimLock::heldHere())
 		return;
-	const int savedErrno = errno;
 	passWaiters_.fetch_add(1, std::memory_order_seq_cst);
 	/* The pass never blocks; bounded all the same, as every wait of a way out is. */
 	static const struct timespec kRound = { 0, 2000000 };
 	for (int round = 0; round < kPassRounds && flusherPassing_.load(std::memory_order_seq_cst) != 0; round++)
-		syscall(SYS_futex, &flusherPassing_, FUTEX_WAIT_PRIVATE, 1, &kRound, nullptr, 0);
+		futexWait(&flusherPassing_, 1u, &kRound);
 	passWaiters_.fetch_sub(1, std::memory_order_relaxed);
-	errno = savedErrno;
 }
 
 void Coalescer::flushDirty()
